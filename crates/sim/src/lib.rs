@@ -1,0 +1,18 @@
+//! The marekvs data-plane simulator and the harness that "runs" member pods on the fake
+//! (kwok) nodes of the local control plane.
+//!
+//! - [`model`]: a pure, deterministic model of a marekvs cluster (views, placement, copies, loss).
+//! - [`world`]: the model shared by the member HTTP servers, the pod runner and the control API.
+//! - [`node_http`]: the node contract on each member's pod IP, port 9121.
+//! - [`podlet`]: a minimal kubelet for pods on fake nodes (IPs, probes, preStop, grace periods).
+//! - [`provisioner`]: binds PVCs of the harness StorageClass to PVs it creates.
+//! - [`control`]: the loopback control API tests use to read state and inject faults.
+#![forbid(unsafe_code)]
+
+pub mod control;
+pub mod model;
+pub mod node_http;
+pub mod podlet;
+pub mod provisioner;
+pub mod real_node;
+pub mod world;

@@ -1,0 +1,250 @@
+//! The node contract on a member's pod IP, port 9121: `/ready`, `/alive`, `/drain`, `/metrics`.
+
+use std::fmt::Write as _;
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::routing::get;
+use tokio::sync::oneshot;
+
+use crate::model::{MemberFigures, NodePhase};
+use crate::world::SharedWorld;
+
+pub const METRICS_PORT: u16 = 9121;
+
+#[derive(Clone)]
+struct Ctx {
+    world: SharedWorld,
+    key: String,
+}
+
+/// A running member HTTP server; dropping the handle stops it.
+pub struct NodeServer {
+    stop: Option<oneshot::Sender<()>>,
+}
+
+impl Drop for NodeServer {
+    fn drop(&mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+    }
+}
+
+/// Serve the node contract for member `key` on `ip:9121`.
+pub async fn serve(world: SharedWorld, key: String, ip: IpAddr) -> anyhow::Result<NodeServer> {
+    let addr = SocketAddr::new(ip, METRICS_PORT);
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    let app = Router::new()
+        .route("/ready", get(ready))
+        .route("/alive", get(alive))
+        .route("/drain", get(drain).post(drain))
+        .route("/metrics", get(metrics))
+        .with_state(Ctx { world, key });
+    let (tx, rx) = oneshot::channel();
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app)
+            .with_graceful_shutdown(async {
+                let _ = rx.await;
+            })
+            .await;
+    });
+    Ok(NodeServer { stop: Some(tx) })
+}
+
+/// While the member is hung, its endpoints do not answer; the caller's timeout decides.
+async fn wait_while_hung(ctx: &Ctx) {
+    while ctx.world.lock().faults(&ctx.key).hang {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn ready(State(ctx): State<Ctx>) -> (StatusCode, &'static str) {
+    wait_while_hung(&ctx).await;
+    match ctx.world.lock().figures(&ctx.key) {
+        Some(f) if f.ready => (StatusCode::OK, "ready\n"),
+        Some(_) => (StatusCode::SERVICE_UNAVAILABLE, "joining\n"),
+        None => (StatusCode::SERVICE_UNAVAILABLE, "stopped\n"),
+    }
+}
+
+async fn alive(State(ctx): State<Ctx>) -> (StatusCode, &'static str) {
+    wait_while_hung(&ctx).await;
+    if ctx.world.lock().is_running(&ctx.key) {
+        (StatusCode::OK, "alive\n")
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "stopped\n")
+    }
+}
+
+async fn drain(State(ctx): State<Ctx>) -> (StatusCode, &'static str) {
+    wait_while_hung(&ctx).await;
+    if ctx.world.lock().drain(&ctx.key) {
+        (StatusCode::OK, "leaving\n")
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "stopped\n")
+    }
+}
+
+async fn metrics(State(ctx): State<Ctx>) -> (StatusCode, String) {
+    wait_while_hung(&ctx).await;
+    let mut world = ctx.world.lock();
+    if world.faults(&ctx.key).refuse_metrics {
+        return (StatusCode::SERVICE_UNAVAILABLE, "metrics refused\n".into());
+    }
+    match world.figures(&ctx.key) {
+        Some(f) => (StatusCode::OK, render_metrics(&f)),
+        None => (StatusCode::SERVICE_UNAVAILABLE, "stopped\n".into()),
+    }
+}
+
+/// Prometheus text exposition 0.0.4, with the metric names of a real node.
+pub fn render_metrics(f: &MemberFigures) -> String {
+    let mut out = String::new();
+    let mut gauge = |name: &str, help: &str, kind: &str, value: String| {
+        let _ = writeln!(out, "# HELP {name} {help}");
+        let _ = writeln!(out, "# TYPE {name} {kind}");
+        let _ = writeln!(out, "{name} {value}");
+    };
+    gauge(
+        "marekvs_cluster_underreplicated_partitions",
+        "Partitions with fewer than REPLICAS_N candidate owners in this node's view.",
+        "gauge",
+        f.underreplicated_partitions.to_string(),
+    );
+    gauge(
+        "marekvs_cluster_members",
+        "Members in this node's view.",
+        "gauge",
+        f.view_members.to_string(),
+    );
+    gauge(
+        "marekvs_cluster_effective_rf_min",
+        "Smallest replica count of any partition.",
+        "gauge",
+        f.effective_rf_min.to_string(),
+    );
+    gauge(
+        "marekvs_cluster_owned_partitions",
+        "Partitions this node homes.",
+        "gauge",
+        f.owned_partitions.to_string(),
+    );
+    gauge(
+        "marekvs_join_gate_pending_pids",
+        "Partitions still bootstrapping before this node can go Active.",
+        "gauge",
+        f.join_gate_pending_pids.to_string(),
+    );
+    gauge(
+        "marekvs_bootstraps_completed_total",
+        "Partition bootstraps finished.",
+        "counter",
+        f.bootstraps_completed_total.to_string(),
+    );
+    gauge(
+        "marekvs_ae_repair_ops_total",
+        "Anti-entropy repairs applied.",
+        "counter",
+        f.ae_repair_ops_total.to_string(),
+    );
+    gauge(
+        "marekvs_ring_ops",
+        "Replication-ring backlog (ops).",
+        "gauge",
+        "0".into(),
+    );
+    gauge(
+        "marekvs_ring_bytes",
+        "Replication-ring backlog (bytes).",
+        "gauge",
+        "0".into(),
+    );
+    gauge(
+        "marekvs_db_total_bytes",
+        "Data size.",
+        "gauge",
+        f.db_total_bytes.to_string(),
+    );
+    gauge(
+        "marekvs_disk_total_bytes",
+        "Volume capacity.",
+        "gauge",
+        f.disk_total_bytes.to_string(),
+    );
+    gauge(
+        "marekvs_disk_avail_bytes",
+        "Volume space available.",
+        "gauge",
+        f.disk_total_bytes
+            .saturating_sub(f.db_total_bytes)
+            .to_string(),
+    );
+    gauge(
+        "marekvs_disk_write_stopped",
+        "1 when writes are refused at the disk high-water mark.",
+        "gauge",
+        "0".into(),
+    );
+    gauge(
+        "marekvs_uptime_seconds",
+        "Process uptime.",
+        "gauge",
+        format!("{:.3}", f.uptime_seconds),
+    );
+    let _ = writeln!(out, "# HELP marekvs_commands_total Commands served.");
+    let _ = writeln!(out, "# TYPE marekvs_commands_total counter");
+    let _ = writeln!(
+        out,
+        "marekvs_commands_total{{cmd=\"get\"}} {}",
+        f.commands_get_total
+    );
+    let _ = writeln!(
+        out,
+        "marekvs_commands_total{{cmd=\"set\"}} {}",
+        f.commands_set_total
+    );
+    let phase = match f.phase {
+        Some(NodePhase::Joining) => "joining",
+        Some(NodePhase::Active) => "active",
+        Some(NodePhase::Leaving) => "leaving",
+        None => "stopped",
+    };
+    let _ = writeln!(
+        out,
+        "# HELP marekvs_sim_phase Simulator only: the node's phase."
+    );
+    let _ = writeln!(out, "# TYPE marekvs_sim_phase gauge");
+    let _ = writeln!(out, "marekvs_sim_phase{{phase=\"{phase}\"}} 1");
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn metrics_use_the_contract_names() {
+        let f = MemberFigures {
+            underreplicated_partitions: 4096,
+            view_members: 3,
+            ..Default::default()
+        };
+        let text = render_metrics(&f);
+        assert!(text.contains("\nmarekvs_cluster_underreplicated_partitions 4096\n"));
+        assert!(text.contains("\nmarekvs_cluster_members 3\n"));
+        for name in [
+            "marekvs_join_gate_pending_pids",
+            "marekvs_bootstraps_completed_total",
+            "marekvs_ae_repair_ops_total",
+            "marekvs_commands_total{cmd=\"get\"}",
+            "marekvs_disk_avail_bytes",
+            "marekvs_uptime_seconds",
+        ] {
+            assert!(text.contains(&format!("\n{name} ")), "missing {name}");
+        }
+    }
+}

@@ -1,0 +1,843 @@
+//! A minimal kubelet for the pods that land on the harness's fake (kwok) nodes.
+//!
+//! kwok keeps the nodes alive; this runs their pods the way a kubelet would, so that what the
+//! operator observes through the API is earned, never forced:
+//! - gives the pod a loopback IP from its node's `spec.podCIDR` and reports it Running;
+//! - starts the marekvs member (simulated, or a real binary) at that IP;
+//! - follows the readiness probe: the Ready condition changes only after the probe's own
+//!   success/failure thresholds against the member's `/ready`;
+//! - restarts a member that crashed (restartCount grows, as with `restartPolicy: Always`);
+//! - on deletion runs the preStop HTTP hook, sends SIGTERM, waits for the member to exit (or
+//!   the grace period to run out, then SIGKILL), and only then removes the pod.
+//!
+//! Pods that are not marekvs members (no container with `MAREKVS_REPLICAS_N` or port 9121)
+//! are reported Running and Ready, as a container without probes would be.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::net::{IpAddr, Ipv4Addr};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::{Context as _, anyhow, bail};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Container, HTTPGetAction, Node, PersistentVolumeClaim, Pod};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, Event};
+use kube::{Client, ResourceExt};
+use serde_json::json;
+use tokio::sync::watch;
+use tracing::{debug, info, warn};
+
+use crate::model::{Faults, MemberSpec};
+use crate::node_http::{self, METRICS_PORT, NodeServer};
+use crate::real_node::RealNode;
+use crate::world::SharedWorld;
+
+/// Annotation kwok uses to pick the nodes it manages; the harness runs pods on those nodes.
+pub const FAKE_NODE_ANNOTATION: &str = "kwok.x-k8s.io/node";
+/// Pool for nodes without a `spec.podCIDR`.
+const FALLBACK_POOL: (Ipv4Addr, u8) = (Ipv4Addr::new(127, 240, 0, 0), 16);
+
+pub struct Podlet {
+    pub client: Client,
+    pub world: SharedWorld,
+    /// Run this marekvs server binary for member pods instead of the simulator.
+    pub real_bin: Option<PathBuf>,
+    /// Where real nodes keep their data, one directory per PVC.
+    pub volumes_dir: PathBuf,
+    http: reqwest::Client,
+    used_ips: Mutex<BTreeSet<Ipv4Addr>>,
+    /// Real-node members: cluster key → member key → pod IP (to rewrite seeds).
+    real_members: Mutex<BTreeMap<String, BTreeMap<String, Ipv4Addr>>>,
+}
+
+impl Podlet {
+    pub fn new(
+        client: Client,
+        world: SharedWorld,
+        real_bin: Option<PathBuf>,
+        volumes_dir: PathBuf,
+    ) -> Arc<Self> {
+        let http = reqwest::Client::builder()
+            .no_proxy()
+            .timeout(Duration::from_secs(5))
+            .build()
+            .expect("plain HTTP client builds");
+        Arc::new(Podlet {
+            client,
+            world,
+            real_bin,
+            volumes_dir,
+            http,
+            used_ips: Mutex::new(BTreeSet::new()),
+            real_members: Mutex::new(BTreeMap::new()),
+        })
+    }
+
+    /// Watch every pod and give each its own worker.
+    pub async fn run(self: Arc<Self>) -> anyhow::Result<()> {
+        let pods: Api<Pod> = Api::all(self.client.clone());
+        let mut workers: HashMap<String, watch::Sender<Option<Pod>>> = HashMap::new();
+        let mut seen_in_init: BTreeSet<String> = BTreeSet::new();
+        let mut stream = watcher::watcher(pods, watcher::Config::default())
+            .default_backoff()
+            .boxed();
+        while let Some(ev) = stream.next().await {
+            let ev = match ev {
+                Ok(ev) => ev,
+                Err(e) => {
+                    warn!("pod watch: {e}");
+                    continue;
+                }
+            };
+            match ev {
+                Event::Init => seen_in_init.clear(),
+                Event::InitApply(pod) | Event::Apply(pod) => {
+                    let Some(uid) = pod.uid() else { continue };
+                    seen_in_init.insert(uid.clone());
+                    let alive = workers
+                        .get(&uid)
+                        .is_some_and(|tx| tx.send(Some(pod.clone())).is_ok());
+                    if !alive {
+                        let (tx, rx) = watch::channel(Some(pod));
+                        workers.insert(uid.clone(), tx);
+                        let me = self.clone();
+                        tokio::spawn(async move {
+                            if let Err(e) = me.clone().pod_worker(rx).await {
+                                warn!("pod {uid}: {e:#}");
+                            }
+                        });
+                    }
+                }
+                Event::Delete(pod) => {
+                    if let Some(tx) = pod.uid().and_then(|u| workers.remove(&u)) {
+                        let _ = tx.send(None);
+                    }
+                }
+                Event::InitDone => {
+                    workers.retain(|uid, tx| {
+                        let keep = seen_in_init.contains(uid);
+                        if !keep {
+                            let _ = tx.send(None);
+                        }
+                        keep
+                    });
+                }
+            }
+            workers.retain(|_, tx| !tx.is_closed());
+        }
+        Ok(())
+    }
+
+    async fn fake_node(&self, name: &str) -> anyhow::Result<Option<Node>> {
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        let node = nodes.get_opt(name).await?;
+        Ok(node.filter(|n| {
+            n.annotations()
+                .get(FAKE_NODE_ANNOTATION)
+                .is_some_and(|v| v == "fake")
+        }))
+    }
+
+    fn allocate_ip(&self, node: &Node, wanted: Option<Ipv4Addr>) -> anyhow::Result<Ipv4Addr> {
+        let (base, prefix) = match node.spec.as_ref().and_then(|s| s.pod_cidr.as_deref()) {
+            Some(cidr) => parse_cidr(cidr)?,
+            None => FALLBACK_POOL,
+        };
+        if !base.is_loopback() {
+            bail!(
+                "node {} has podCIDR {base}/{prefix}: the harness only assigns loopback pod IPs",
+                node.name_any()
+            );
+        }
+        let mut used = self.used_ips.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(ip) = wanted.filter(|ip| ip.is_loopback() && !used.contains(ip)) {
+            used.insert(ip);
+            return Ok(ip);
+        }
+        let size = 1u32 << (32 - u32::from(prefix));
+        let start = u32::from(base);
+        // Skip the network address and .1 of the range.
+        for off in 2..size.saturating_sub(1) {
+            let ip = Ipv4Addr::from(start + off);
+            if used.insert(ip) {
+                return Ok(ip);
+            }
+        }
+        bail!("no free pod IP in {base}/{prefix}")
+    }
+
+    fn free_ip(&self, ip: Ipv4Addr) {
+        self.used_ips
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&ip);
+    }
+
+    async fn pod_worker(
+        self: Arc<Self>,
+        mut rx: watch::Receiver<Option<Pod>>,
+    ) -> anyhow::Result<()> {
+        // Wait until the pod is scheduled to a fake node.
+        let (pod, node) = loop {
+            let cur = rx.borrow_and_update().clone();
+            let Some(pod) = cur else { return Ok(()) };
+            if let Some(node_name) = pod.spec.as_ref().and_then(|s| s.node_name.clone()) {
+                match self.fake_node(&node_name).await? {
+                    Some(node) => break (pod, node),
+                    None => return Ok(()), // a real node's kubelet owns it
+                }
+            }
+            if pod.metadata.deletion_timestamp.is_some() {
+                // Never started: nothing to stop.
+                self.delete_now(&pod).await?;
+                return Ok(());
+            }
+            if rx.changed().await.is_err() {
+                return Ok(());
+            }
+        };
+        let ns = pod.namespace().unwrap_or_default();
+        let name = pod.name_any();
+        let key = format!("{ns}/{name}");
+        let wanted_ip = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.pod_ip.as_deref())
+            .and_then(|ip| ip.parse().ok());
+        let ip = self.allocate_ip(&node, wanted_ip)?;
+        let result = self
+            .clone()
+            .run_pod(&mut rx, pod, node, key.clone(), ip)
+            .await;
+        self.free_ip(ip);
+        result
+    }
+
+    async fn run_pod(
+        self: Arc<Self>,
+        rx: &mut watch::Receiver<Option<Pod>>,
+        pod: Pod,
+        node: Node,
+        key: String,
+        ip: Ipv4Addr,
+    ) -> anyhow::Result<()> {
+        let pods: Api<Pod> =
+            Api::namespaced(self.client.clone(), &pod.namespace().unwrap_or_default());
+        let container = member_container(&pod).cloned();
+        let host_ip = node_ip(&node);
+        let started = Timestamp::now();
+        let mut restarts: i32 = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.container_statuses.as_ref())
+            .and_then(|cs| cs.first())
+            .map(|c| c.restart_count)
+            .unwrap_or(0);
+
+        let Some(container) = container else {
+            // Not a marekvs member: run it as a container without probes.
+            self.patch_status(&pods, &pod, ip, &host_ip, &started, true, restarts)
+                .await?;
+            info!(pod = %key, %ip, "running (not a marekvs member)");
+            return self.wait_and_finish_plain(rx, &pods, &pod).await;
+        };
+
+        let mut member = self.start_member(&pod, &container, &key, ip).await?;
+        self.patch_status(&pods, &pod, ip, &host_ip, &started, false, restarts)
+            .await?;
+        info!(pod = %key, %ip, "member started");
+
+        let probe = container.readiness_probe.clone();
+        let probe_get = probe.as_ref().and_then(|p| p.http_get.clone());
+        let period = Duration::from_secs(
+            probe
+                .as_ref()
+                .and_then(|p| p.period_seconds)
+                .unwrap_or(10)
+                .max(1) as u64,
+        );
+        let timeout = Duration::from_secs(
+            probe
+                .as_ref()
+                .and_then(|p| p.timeout_seconds)
+                .unwrap_or(1)
+                .max(1) as u64,
+        );
+        let success_threshold = probe
+            .as_ref()
+            .and_then(|p| p.success_threshold)
+            .unwrap_or(1)
+            .max(1);
+        let failure_threshold = probe
+            .as_ref()
+            .and_then(|p| p.failure_threshold)
+            .unwrap_or(3)
+            .max(1);
+        let initial_delay = Duration::from_secs(
+            probe
+                .as_ref()
+                .and_then(|p| p.initial_delay_seconds)
+                .unwrap_or(0)
+                .max(0) as u64,
+        );
+        let mut ready = false;
+        let mut successes = 0;
+        let mut failures = 0;
+        if probe_get.is_none() {
+            ready = true;
+            self.patch_ready(&pods, &pod, true, restarts).await?;
+        }
+
+        let mut probe_timer =
+            tokio::time::interval_at(tokio::time::Instant::now() + initial_delay, period);
+        let mut exit_check = tokio::time::interval(Duration::from_millis(200));
+        let mut terminating: Option<tokio::time::Instant> = None;
+
+        loop {
+            tokio::select! {
+                changed = rx.changed() => {
+                    let gone = changed.is_err() || rx.borrow().is_none();
+                    if gone {
+                        // Force-deleted from the API: the container is killed at once.
+                        member.kill(&self.world);
+                        self.forget_member(&key, &member);
+                        return Ok(());
+                    }
+                    let cur = rx.borrow().clone().expect("checked above");
+                    if terminating.is_none() && cur.metadata.deletion_timestamp.is_some() {
+                        let grace = cur.metadata.deletion_grace_period_seconds.unwrap_or(30).max(0) as u64;
+                        let deadline = tokio::time::Instant::now() + Duration::from_secs(grace);
+                        terminating = Some(deadline);
+                        info!(pod = %key, grace, "terminating: preStop, then SIGTERM");
+                        self.run_pre_stop(&container, ip, Duration::from_secs(grace)).await;
+                        member.terminate(&self.world).await;
+                    }
+                }
+                _ = probe_timer.tick(), if probe_get.is_some() => {
+                    let ok = self.probe(probe_get.as_ref().expect("guarded"), &container, ip, timeout).await;
+                    *self.world.lock().probes.entry(key.clone()).or_insert(0) += 1;
+                    if ok { successes += 1; failures = 0; } else { failures += 1; successes = 0; }
+                    let next = if ready { failures < failure_threshold } else { successes >= success_threshold };
+                    if next != ready {
+                        ready = next;
+                        debug!(pod = %key, ready, "readiness changed");
+                        self.patch_ready(&pods, &pod, ready, restarts).await?;
+                    }
+                }
+                _ = exit_check.tick() => {
+                    if let Some(deadline) = terminating {
+                        if member.exited(&self.world) {
+                            info!(pod = %key, "member exited; removing pod");
+                            self.forget_member(&key, &member);
+                            return self.delete_now(&pod).await;
+                        }
+                        if tokio::time::Instant::now() >= deadline {
+                            info!(pod = %key, "grace period over: SIGKILL");
+                            member.kill(&self.world);
+                            self.forget_member(&key, &member);
+                            return self.delete_now(&pod).await;
+                        }
+                    } else if member.exited(&self.world) {
+                        // Crashed: restart it in place, as restartPolicy Always does.
+                        restarts += 1;
+                        warn!(pod = %key, restarts, "member exited unexpectedly; restarting");
+                        if ready {
+                            ready = false;
+                        }
+                        successes = 0;
+                        failures = 0;
+                        self.patch_ready(&pods, &pod, false, restarts).await?;
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                        if self.world.lock().faults(&key).hold_down {
+                            continue;
+                        }
+                        self.forget_member(&key, &member);
+                        member = self.start_member(&pod, &container, &key, ip).await?;
+                    }
+                }
+            }
+        }
+    }
+
+    async fn wait_and_finish_plain(
+        &self,
+        rx: &mut watch::Receiver<Option<Pod>>,
+        _pods: &Api<Pod>,
+        pod: &Pod,
+    ) -> anyhow::Result<()> {
+        loop {
+            let deleting = match &*rx.borrow() {
+                None => return Ok(()),
+                Some(p) => p.metadata.deletion_timestamp.is_some(),
+            };
+            if deleting {
+                return self.delete_now(pod).await;
+            }
+            if rx.changed().await.is_err() {
+                return Ok(());
+            }
+        }
+    }
+
+    async fn start_member(
+        &self,
+        pod: &Pod,
+        container: &Container,
+        key: &str,
+        ip: Ipv4Addr,
+    ) -> anyhow::Result<MemberProcess> {
+        let ns = pod.namespace().unwrap_or_default();
+        let env = resolve_env(pod, container, ip);
+        let node_id = env
+            .get("MAREKVS_NODE_ID")
+            .cloned()
+            .unwrap_or_else(|| ordinal_of(pod));
+        let replicas_n: usize = env
+            .get("MAREKVS_REPLICAS_N")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(2);
+        let cluster = format!(
+            "{ns}/{}",
+            env.get("MAREKVS_SEEDS").cloned().unwrap_or_default()
+        );
+        let (volume, disk_bytes) = self.volume_of(pod).await?;
+
+        if let Some(bin) = &self.real_bin {
+            let seeds: Vec<String> = {
+                let mut reg = self.real_members.lock().unwrap_or_else(|e| e.into_inner());
+                let members = reg.entry(cluster.clone()).or_default();
+                let seeds = members
+                    .iter()
+                    .filter(|(k, _)| k.as_str() != key)
+                    .map(|(_, ip)| format!("{ip}:7946"))
+                    .collect();
+                members.insert(key.to_string(), ip);
+                seeds
+            };
+            let data_dir = self.volumes_dir.join(&volume);
+            std::fs::create_dir_all(&data_dir)
+                .with_context(|| format!("creating {}", data_dir.display()))?;
+            let mut env = env;
+            env.insert("MAREKVS_NODE_ID".into(), node_id);
+            env.insert("MAREKVS_ADVERTISE_IP".into(), ip.to_string());
+            env.insert("MAREKVS_DATA_DIR".into(), data_dir.display().to_string());
+            // Services have no endpoints for loopback pods and there is no cluster DNS here.
+            env.insert("MAREKVS_SEEDS".into(), seeds.join(","));
+            let node = RealNode::spawn(bin, &env, &container.args.clone().unwrap_or_default())?;
+            return Ok(MemberProcess::Real { node, cluster });
+        }
+
+        self.world.lock().start_member(
+            &cluster,
+            MemberSpec {
+                key: key.to_string(),
+                node_id,
+                replicas_n,
+                volume,
+                disk_bytes,
+                faults: Faults::default(),
+            },
+        );
+        let server = node_http::serve(self.world.clone(), key.to_string(), IpAddr::V4(ip))
+            .await
+            .with_context(|| format!("binding {ip}:{METRICS_PORT}"))?;
+        Ok(MemberProcess::Sim {
+            key: key.to_string(),
+            _server: server,
+        })
+    }
+
+    fn forget_member(&self, key: &str, member: &MemberProcess) {
+        match member {
+            MemberProcess::Sim { .. } => self.world.lock().remove_member(key),
+            MemberProcess::Real { cluster, .. } => {
+                let mut reg = self.real_members.lock().unwrap_or_else(|e| e.into_inner());
+                if let Some(m) = reg.get_mut(cluster) {
+                    m.remove(key);
+                }
+            }
+        }
+    }
+
+    /// The volume a member keeps its data on: its PVC's UID (an emptyDir lives as long as the pod).
+    async fn volume_of(&self, pod: &Pod) -> anyhow::Result<(String, u64)> {
+        let claim = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.volumes.as_ref())
+            .and_then(|vs| vs.iter().find_map(|v| v.persistent_volume_claim.as_ref()))
+            .map(|c| c.claim_name.clone());
+        let Some(claim) = claim else {
+            return Ok((format!("pod-{}", pod.uid().unwrap_or_default()), 1 << 30));
+        };
+        let pvcs: Api<PersistentVolumeClaim> =
+            Api::namespaced(self.client.clone(), &pod.namespace().unwrap_or_default());
+        let pvc = pvcs
+            .get(&claim)
+            .await
+            .with_context(|| format!("reading PVC {claim}"))?;
+        let bytes = pvc
+            .status
+            .as_ref()
+            .and_then(|s| s.capacity.as_ref())
+            .and_then(|c| c.get("storage"))
+            .and_then(quantity_bytes)
+            .unwrap_or(1 << 30);
+        Ok((
+            pvc.uid().ok_or_else(|| anyhow!("PVC {claim} has no uid"))?,
+            bytes,
+        ))
+    }
+
+    async fn run_pre_stop(&self, container: &Container, ip: Ipv4Addr, grace: Duration) {
+        let Some(get) = container
+            .lifecycle
+            .as_ref()
+            .and_then(|l| l.pre_stop.as_ref())
+            .and_then(|h| h.http_get.as_ref())
+        else {
+            return;
+        };
+        let Some(url) = probe_url(get, container, ip) else {
+            return;
+        };
+        match self
+            .http
+            .get(&url)
+            .timeout(grace.max(Duration::from_secs(1)))
+            .send()
+            .await
+        {
+            Ok(r) => info!(%url, status = %r.status(), "preStop hook"),
+            Err(e) => warn!(%url, "preStop hook failed: {e}"),
+        }
+    }
+
+    async fn probe(
+        &self,
+        get: &HTTPGetAction,
+        container: &Container,
+        ip: Ipv4Addr,
+        timeout: Duration,
+    ) -> bool {
+        let Some(url) = probe_url(get, container, ip) else {
+            return false;
+        };
+        match self.http.get(&url).timeout(timeout).send().await {
+            // As the kubelet: any 2xx or 3xx is success.
+            Ok(r) => r.status().is_success() || r.status().is_redirection(),
+            Err(_) => false,
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn patch_status(
+        &self,
+        pods: &Api<Pod>,
+        pod: &Pod,
+        ip: Ipv4Addr,
+        host_ip: &str,
+        started: &Timestamp,
+        ready: bool,
+        restarts: i32,
+    ) -> anyhow::Result<()> {
+        let now = Timestamp::now().to_string();
+        let ready_s = if ready { "True" } else { "False" };
+        let container_statuses = container_statuses(pod, ready, restarts, &started.to_string());
+        let patch = json!({
+            "status": {
+                "phase": "Running",
+                "podIP": ip.to_string(),
+                "podIPs": [{"ip": ip.to_string()}],
+                "hostIP": host_ip,
+                "hostIPs": [{"ip": host_ip}],
+                "startTime": started.to_string(),
+                "conditions": [
+                    {"type": "PodReadyToStartContainers", "status": "True", "lastTransitionTime": now},
+                    {"type": "Initialized", "status": "True", "lastTransitionTime": now},
+                    {"type": "ContainersReady", "status": ready_s, "lastTransitionTime": now},
+                    {"type": "Ready", "status": ready_s, "lastTransitionTime": now},
+                ],
+                "containerStatuses": container_statuses,
+            }
+        });
+        pods.patch_status(
+            &pod.name_any(),
+            &PatchParams::default(),
+            &Patch::Strategic(patch),
+        )
+        .await
+        .with_context(|| format!("patching status of {}", pod.name_any()))?;
+        Ok(())
+    }
+
+    async fn patch_ready(
+        &self,
+        pods: &Api<Pod>,
+        pod: &Pod,
+        ready: bool,
+        restarts: i32,
+    ) -> anyhow::Result<()> {
+        let now = Timestamp::now().to_string();
+        let ready_s = if ready { "True" } else { "False" };
+        let started = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.start_time.as_ref())
+            .map(|t| t.0.to_string())
+            .unwrap_or_else(|| now.clone());
+        let patch = json!({
+            "status": {
+                "conditions": [
+                    {"type": "ContainersReady", "status": ready_s, "lastTransitionTime": now},
+                    {"type": "Ready", "status": ready_s, "lastTransitionTime": now},
+                ],
+                "containerStatuses": container_statuses(pod, ready, restarts, &started),
+            }
+        });
+        match pods
+            .patch_status(
+                &pod.name_any(),
+                &PatchParams::default(),
+                &Patch::Strategic(patch),
+            )
+            .await
+        {
+            Ok(_) => Ok(()),
+            // The pod may be gone already; the watch will tell the worker.
+            Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    async fn delete_now(&self, pod: &Pod) -> anyhow::Result<()> {
+        let pods: Api<Pod> =
+            Api::namespaced(self.client.clone(), &pod.namespace().unwrap_or_default());
+        let dp = DeleteParams {
+            grace_period_seconds: Some(0),
+            preconditions: Some(Preconditions {
+                uid: pod.uid(),
+                resource_version: None,
+            }),
+            ..DeleteParams::default()
+        };
+        match pods.delete(&pod.name_any(), &dp).await {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+}
+
+/// The member process behind a pod.
+enum MemberProcess {
+    Sim { key: String, _server: NodeServer },
+    Real { node: RealNode, cluster: String },
+}
+
+impl MemberProcess {
+    async fn terminate(&mut self, world: &SharedWorld) {
+        match self {
+            MemberProcess::Sim { key, .. } => world.lock().terminate(key),
+            MemberProcess::Real { node, .. } => node.terminate().await,
+        }
+    }
+
+    fn kill(&mut self, world: &SharedWorld) {
+        match self {
+            MemberProcess::Sim { key, .. } => world.lock().kill(key),
+            MemberProcess::Real { node, .. } => node.kill(),
+        }
+    }
+
+    fn exited(&mut self, world: &SharedWorld) -> bool {
+        match self {
+            MemberProcess::Sim { key, .. } => !world.lock().is_running(key),
+            MemberProcess::Real { node, .. } => node.exited(),
+        }
+    }
+}
+
+/// The container that runs marekvs: it has `MAREKVS_REPLICAS_N` in its env or exposes 9121.
+fn member_container(pod: &Pod) -> Option<&Container> {
+    pod.spec.as_ref()?.containers.iter().find(|c| {
+        c.env
+            .as_ref()
+            .is_some_and(|env| env.iter().any(|e| e.name == "MAREKVS_REPLICAS_N"))
+            || c.ports.as_ref().is_some_and(|ps| {
+                ps.iter()
+                    .any(|p| p.container_port == i32::from(METRICS_PORT))
+            })
+    })
+}
+
+fn container_statuses(
+    pod: &Pod,
+    member_ready: bool,
+    restarts: i32,
+    started: &str,
+) -> serde_json::Value {
+    let member = member_container(pod).map(|c| c.name.clone());
+    let statuses: Vec<serde_json::Value> = pod
+        .spec
+        .as_ref()
+        .map(|s| s.containers.as_slice())
+        .unwrap_or_default()
+        .iter()
+        .map(|c| {
+            let is_member = Some(&c.name) == member.as_ref();
+            json!({
+                "name": c.name,
+                "image": c.image.clone().unwrap_or_default(),
+                "imageID": "",
+                "containerID": format!("marekvs-sim://{}/{}", pod.uid().unwrap_or_default(), c.name),
+                "ready": if is_member { member_ready } else { true },
+                "started": true,
+                "restartCount": if is_member { restarts } else { 0 },
+                "state": {"running": {"startedAt": started}},
+            })
+        })
+        .collect();
+    serde_json::Value::Array(statuses)
+}
+
+/// The node's InternalIP, which kwok reports (a loopback address in this harness).
+fn node_ip(node: &Node) -> String {
+    node.status
+        .as_ref()
+        .and_then(|s| s.addresses.as_ref())
+        .and_then(|a| a.iter().find(|a| a.type_ == "InternalIP"))
+        .map(|a| a.address.clone())
+        .unwrap_or_else(|| "127.0.0.1".into())
+}
+
+fn probe_url(get: &HTTPGetAction, container: &Container, ip: Ipv4Addr) -> Option<String> {
+    let port = match &get.port {
+        IntOrString::Int(p) => *p,
+        IntOrString::String(name) => {
+            container
+                .ports
+                .as_ref()?
+                .iter()
+                .find(|p| p.name.as_deref() == Some(name))?
+                .container_port
+        }
+    };
+    let host = get.host.clone().unwrap_or_else(|| ip.to_string());
+    let path = get.path.clone().unwrap_or_else(|| "/".into());
+    Some(format!("http://{host}:{port}{path}"))
+}
+
+/// The container's environment with the downward-API fields this harness can answer.
+fn resolve_env(pod: &Pod, container: &Container, ip: Ipv4Addr) -> BTreeMap<String, String> {
+    let mut env = BTreeMap::new();
+    for e in container.env.as_deref().unwrap_or_default() {
+        let value = if let Some(v) = &e.value {
+            Some(v.clone())
+        } else if let Some(f) = e.value_from.as_ref().and_then(|vf| vf.field_ref.as_ref()) {
+            match f.field_path.as_str() {
+                "metadata.name" => Some(pod.name_any()),
+                "metadata.namespace" => pod.namespace(),
+                "status.podIP" => Some(ip.to_string()),
+                "spec.nodeName" => pod.spec.as_ref().and_then(|s| s.node_name.clone()),
+                _ => None,
+            }
+        } else {
+            None
+        };
+        if let Some(v) = value {
+            env.insert(e.name.clone(), v);
+        }
+    }
+    env
+}
+
+/// Node id from the hostname ordinal (`demo-3` → `3`), as a real node derives it.
+fn ordinal_of(pod: &Pod) -> String {
+    let host = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.hostname.clone())
+        .unwrap_or_else(|| pod.name_any());
+    match host.rsplit_once('-') {
+        Some((_, ord)) if !ord.is_empty() && ord.chars().all(|c| c.is_ascii_digit()) => {
+            ord.to_string()
+        }
+        _ => host,
+    }
+}
+
+fn parse_cidr(cidr: &str) -> anyhow::Result<(Ipv4Addr, u8)> {
+    let (ip, prefix) = cidr
+        .split_once('/')
+        .ok_or_else(|| anyhow!("bad CIDR {cidr}"))?;
+    let prefix: u8 = prefix.parse()?;
+    if !(8..=30).contains(&prefix) {
+        bail!("CIDR {cidr}: prefix must be between /8 and /30");
+    }
+    Ok((ip.parse()?, prefix))
+}
+
+/// Bytes of a storage quantity (binary and decimal suffixes, as Kubernetes writes them).
+pub fn quantity_bytes(q: &Quantity) -> Option<u64> {
+    let s = q.0.trim();
+    let split = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(s.len());
+    let (num, suffix) = s.split_at(split);
+    let num: f64 = num.parse().ok()?;
+    let mult: f64 = match suffix {
+        "" => 1.0,
+        "Ki" => 1024.0,
+        "Mi" => 1024f64.powi(2),
+        "Gi" => 1024f64.powi(3),
+        "Ti" => 1024f64.powi(4),
+        "Pi" => 1024f64.powi(5),
+        "k" => 1e3,
+        "M" => 1e6,
+        "G" => 1e9,
+        "T" => 1e12,
+        "P" => 1e15,
+        _ => return None,
+    };
+    Some((num * mult) as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quantities_parse() {
+        assert_eq!(quantity_bytes(&Quantity("10Gi".into())), Some(10 << 30));
+        assert_eq!(quantity_bytes(&Quantity("1G".into())), Some(1_000_000_000));
+        assert_eq!(quantity_bytes(&Quantity("512".into())), Some(512));
+        assert_eq!(quantity_bytes(&Quantity("1.5Ki".into())), Some(1536));
+        assert_eq!(quantity_bytes(&Quantity("bogus".into())), None);
+    }
+
+    #[test]
+    fn cidrs_parse_and_refuse_silly_prefixes() {
+        assert_eq!(
+            parse_cidr("127.1.0.0/24").unwrap(),
+            (Ipv4Addr::new(127, 1, 0, 0), 24)
+        );
+        assert!(parse_cidr("127.1.0.0/32").is_err());
+        assert!(parse_cidr("127.1.0.0").is_err());
+    }
+
+    #[test]
+    fn node_id_is_the_hostname_ordinal() {
+        let mut pod = Pod::default();
+        pod.metadata.name = Some("demo-12".into());
+        assert_eq!(ordinal_of(&pod), "12");
+        pod.metadata.name = Some("standalone".into());
+        assert_eq!(ordinal_of(&pod), "standalone");
+    }
+}

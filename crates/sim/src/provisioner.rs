@@ -1,0 +1,189 @@
+//! A small dynamic provisioner for the harness StorageClass: every PVC of that class gets a
+//! PV made for it (pre-bound through `claimRef`, so kube-controller-manager's binder binds
+//! them), Released PVs with reclaim policy Delete are deleted, and a grown request is
+//! reflected in the PV and the PVC's status capacity (what an external resizer would do).
+
+use std::path::PathBuf;
+
+use anyhow::Context as _;
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::api::storage::v1::StorageClass;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, Event};
+use kube::{Client, ResourceExt};
+use serde_json::json;
+use tracing::{info, warn};
+
+use crate::podlet::quantity_bytes;
+
+/// The `provisioner` of the harness StorageClass (see `hack/cluster-up.sh`).
+pub const PROVISIONER: &str = "marekvs.io/sim-hostpath";
+
+pub struct Provisioner {
+    pub client: Client,
+    pub volumes_dir: PathBuf,
+}
+
+impl Provisioner {
+    pub async fn run(self) -> anyhow::Result<()> {
+        let pvcs = watcher::watcher(
+            Api::<PersistentVolumeClaim>::all(self.client.clone()),
+            watcher::Config::default(),
+        )
+        .default_backoff()
+        .applied_objects()
+        .boxed();
+        let pvs = watcher::watcher(
+            Api::<PersistentVolume>::all(self.client.clone()),
+            watcher::Config::default(),
+        )
+        .default_backoff()
+        .boxed();
+        let mut pvcs = pvcs;
+        let mut pvs = pvs;
+        loop {
+            tokio::select! {
+                Some(pvc) = pvcs.next() => match pvc {
+                    Ok(pvc) => if let Err(e) = self.on_claim(&pvc).await { warn!("PVC {}: {e:#}", pvc.name_any()) },
+                    Err(e) => warn!("PVC watch: {e}"),
+                },
+                Some(ev) = pvs.next() => match ev {
+                    Ok(Event::Apply(pv)) | Ok(Event::InitApply(pv)) => {
+                        if let Err(e) = self.on_volume(&pv).await { warn!("PV {}: {e:#}", pv.name_any()) }
+                    }
+                    Ok(_) => {}
+                    Err(e) => warn!("PV watch: {e}"),
+                },
+                else => return Ok(()),
+            }
+        }
+    }
+
+    async fn ours(&self, class: Option<&str>) -> anyhow::Result<Option<StorageClass>> {
+        let Some(class) = class else { return Ok(None) };
+        let sc = Api::<StorageClass>::all(self.client.clone())
+            .get_opt(class)
+            .await?;
+        Ok(sc.filter(|sc| sc.provisioner == PROVISIONER))
+    }
+
+    async fn on_claim(&self, pvc: &PersistentVolumeClaim) -> anyhow::Result<()> {
+        let Some(spec) = &pvc.spec else { return Ok(()) };
+        if pvc.metadata.deletion_timestamp.is_some()
+            || self
+                .ours(spec.storage_class_name.as_deref())
+                .await?
+                .is_none()
+        {
+            return Ok(());
+        }
+        let request = spec
+            .resources
+            .as_ref()
+            .and_then(|r| r.requests.as_ref())
+            .and_then(|r| r.get("storage"))
+            .cloned()
+            .unwrap_or_else(|| Quantity("1Gi".into()));
+        let pv_api = Api::<PersistentVolume>::all(self.client.clone());
+        match spec.volume_name.as_deref() {
+            None => {
+                let uid = pvc.uid().unwrap_or_default();
+                let name = format!("pvc-{uid}");
+                let dir = self.volumes_dir.join(&uid);
+                let pv: PersistentVolume = serde_json::from_value(json!({
+                    "metadata": {"name": name, "annotations": {"pv.kubernetes.io/provisioned-by": PROVISIONER}},
+                    "spec": {
+                        "capacity": {"storage": request.0},
+                        "accessModes": spec.access_modes.clone().unwrap_or_else(|| vec!["ReadWriteOnce".into()]),
+                        "persistentVolumeReclaimPolicy": "Delete",
+                        "storageClassName": spec.storage_class_name,
+                        "volumeMode": spec.volume_mode.clone().unwrap_or_else(|| "Filesystem".into()),
+                        "hostPath": {"path": dir.display().to_string(), "type": "DirectoryOrCreate"},
+                        "claimRef": {
+                            "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                            "namespace": pvc.namespace(), "name": pvc.name_any(), "uid": uid,
+                        },
+                    }
+                }))?;
+                match pv_api.create(&PostParams::default(), &pv).await {
+                    Ok(_) => {
+                        info!(pvc = %pvc.name_any(), pv = %name, size = %request.0, "provisioned")
+                    }
+                    Err(kube::Error::Api(e)) if e.code == 409 => {}
+                    Err(e) => return Err(e).context("creating PV"),
+                }
+            }
+            Some(pv_name) => {
+                // Expansion: the claim asks for more than its volume has.
+                let have = pvc
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.capacity.as_ref())
+                    .and_then(|c| c.get("storage"));
+                let grow = match (quantity_bytes(&request), have.and_then(quantity_bytes)) {
+                    (Some(want), Some(have)) => want > have,
+                    _ => false,
+                };
+                if grow {
+                    let pp = PatchParams::default();
+                    pv_api
+                        .patch(
+                            pv_name,
+                            &pp,
+                            &Patch::Merge(json!({"spec": {"capacity": {"storage": request.0}}})),
+                        )
+                        .await?;
+                    let claims: Api<PersistentVolumeClaim> =
+                        Api::namespaced(self.client.clone(), &pvc.namespace().unwrap_or_default());
+                    claims
+                        .patch_status(
+                            &pvc.name_any(),
+                            &pp,
+                            &Patch::Merge(json!({"status": {"capacity": {"storage": request.0}}})),
+                        )
+                        .await?;
+                    info!(pvc = %pvc.name_any(), size = %request.0, "expanded");
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn on_volume(&self, pv: &PersistentVolume) -> anyhow::Result<()> {
+        let ours = pv
+            .annotations()
+            .get("pv.kubernetes.io/provisioned-by")
+            .is_some_and(|p| p == PROVISIONER);
+        let released = pv.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Released");
+        let delete = pv
+            .spec
+            .as_ref()
+            .and_then(|s| s.persistent_volume_reclaim_policy.as_deref())
+            == Some("Delete");
+        if !(ours && released && delete) {
+            return Ok(());
+        }
+        if let Some(path) = pv
+            .spec
+            .as_ref()
+            .and_then(|s| s.host_path.as_ref())
+            .map(|h| PathBuf::from(&h.path))
+        {
+            if path.starts_with(&self.volumes_dir) {
+                let _ = std::fs::remove_dir_all(&path);
+            }
+        }
+        match Api::<PersistentVolume>::all(self.client.clone())
+            .delete(&pv.name_any(), &DeleteParams::default())
+            .await
+        {
+            Ok(_) => info!(pv = %pv.name_any(), "deleted released volume"),
+            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            Err(e) => return Err(e.into()),
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Shared helpers for the hack/ scripts. Source it; do not run it.
+# shellcheck disable=SC2034
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+. "$REPO/hack/versions.env"
+
+log() { printf '[%s] %s\n' "$(basename "$0" .sh)" "$*" >&2; }
+
+# cluster_env NAME: where the cluster NAME keeps its state, and its loopback ports.
+# Two clusters (demo and test) can run side by side.
+cluster_env() {
+  NAME=$1
+  case "$NAME" in
+    demo) PORT_BASE=16000 ;;
+    test) PORT_BASE=26000 ;;
+    *) echo "unknown cluster name '$NAME' (demo or test)" >&2; exit 2 ;;
+  esac
+  STATE=${MAREKVS_STATE_ROOT:-$REPO/.state}/$NAME
+  KUBECONFIG_PATH=$STATE/kubeconfig
+  API_PORT=$((PORT_BASE + 443))
+  ETCD_PORT=$((PORT_BASE + 379))
+  ETCD_PEER_PORT=$((PORT_BASE + 380))
+  KCM_PORT=$((PORT_BASE + 257))
+  SCHED_PORT=$((PORT_BASE + 259))
+  KWOK_PORT=$((PORT_BASE + 247))
+  SIM_CONTROL_PORT=$((PORT_BASE + 190))
+  SIM_CONTROL_URL=http://127.0.0.1:$SIM_CONTROL_PORT
+  # ClusterIPs are allocated from here but never dialled: nothing routes them.
+  SERVICE_CIDR=127.96.0.0/16
+}
+
+kc() { "$bin/kubectl" --kubeconfig "$KUBECONFIG_PATH" "$@"; }
+
+# start_bg NAME CMD...: run CMD in its own session, log to logs/NAME.log, pid in pids/NAME.pid.
+start_bg() {
+  local name=$1; shift
+  setsid "$@" >"$STATE/logs/$name.log" 2>&1 < /dev/null &
+  echo $! > "$STATE/pids/$name.pid"
+}
+
+# wait_for DESC SECONDS CMD...: retry CMD until it succeeds; on timeout show the logs.
+wait_for() {
+  local desc=$1 secs=$2; shift 2
+  local deadline=$(( $(date +%s) + secs ))
+  until "$@" >/dev/null 2>&1; do
+    if [ "$(date +%s)" -ge "$deadline" ]; then
+      log "timed out after ${secs}s waiting for $desc"
+      for f in "$STATE"/logs/*.log; do echo "--- $f" >&2; tail -n 20 "$f" >&2; done
+      return 1
+    fi
+    # Also fail fast when a process we started has died.
+    for p in "$STATE"/pids/*.pid; do
+      [ -f "$p" ] || continue
+      if ! kill -0 "$(cat "$p")" 2>/dev/null; then
+        log "$(basename "$p" .pid) exited while waiting for $desc:"
+        tail -n 30 "$STATE/logs/$(basename "$p" .pid).log" >&2
+        return 1
+      fi
+    done
+    sleep 0.5
+  done
+}
+
+# cluster_healthy: every process we started is alive and the API server is ready.
+cluster_healthy() {
+  local p
+  for p in etcd kube-apiserver kube-controller-manager kube-scheduler kwok; do
+    [ -f "$STATE/pids/$p.pid" ] && kill -0 "$(cat "$STATE/pids/$p.pid")" 2>/dev/null || return 1
+  done
+  [ -f "$KUBECONFIG_PATH" ] && kc get --raw /readyz >/dev/null 2>&1
+}

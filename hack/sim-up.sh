@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Starts marekvs-sim (pod runner, volume provisioner, simulated members, control API) against
+# the local cluster NAME. Idempotent. With MAREKVS_BIN=/path/to/marekvs-server, member pods
+# run that real binary instead of the simulator.
+#
+#   hack/sim-up.sh [NAME]          # prints the control API URL
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+. "$here/lib.sh"
+cluster_env "${1:-demo}"
+bin=$("$here/build-control-plane.sh")
+cluster_healthy || { log "cluster $NAME is not up: run hack/cluster-up.sh $NAME"; exit 1; }
+
+pidf="$STATE/pids/marekvs-sim.pid"
+if [ -f "$pidf" ] && kill -0 "$(cat "$pidf")" 2>/dev/null && curl -fsS "$SIM_CONTROL_URL/settings" >/dev/null 2>&1; then
+  log "marekvs-sim already running ($SIM_CONTROL_URL)"
+  echo "$SIM_CONTROL_URL"
+  exit 0
+fi
+(cd "$REPO" && cargo build -q -p marekvs-sim)
+sim="${CARGO_TARGET_DIR:-$REPO/target}/debug/marekvs-sim"
+args=(--control "127.0.0.1:$SIM_CONTROL_PORT" --volumes-dir "$STATE/volumes")
+[ -n "${MAREKVS_BIN:-}" ] && args+=(--real-bin "$MAREKVS_BIN")
+KUBECONFIG="$KUBECONFIG_PATH" start_bg marekvs-sim "$sim" "${args[@]}"
+wait_for "marekvs-sim control API" 60 curl -fsS "$SIM_CONTROL_URL/settings"
+log "marekvs-sim running; control API $SIM_CONTROL_URL"
+echo "$SIM_CONTROL_URL"
