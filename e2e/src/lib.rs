@@ -1,1 +1,256 @@
-//! placeholder
+//! Helpers for end-to-end tests against a real Kubernetes API server.
+//!
+//! Every test gets its own namespace ([`TestEnv::new`]) and waits on conditions, never on
+//! fixed sleeps. The cluster comes from `KUBECONFIG` (`make test` brings up the local control
+//! plane and sets it). Tests that need the simulator's control API (`MAREKVS_SIM_CONTROL_URL`)
+//! use [`Sim::from_env`] and are skipped where it is absent (a kind cluster with real nodes).
+#![forbid(unsafe_code)]
+
+use std::fmt::Debug;
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, anyhow, bail};
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use kube::api::{Api, DeleteParams, PostParams};
+use kube::{Client, ResourceExt};
+use serde_json::{Value, json};
+
+/// A namespace of its own for one test; [`TestEnv::cleanup`] deletes it.
+pub struct TestEnv {
+    pub client: Client,
+    pub namespace: String,
+}
+
+impl TestEnv {
+    pub async fn new(prefix: &str) -> anyhow::Result<Self> {
+        if std::env::var_os("KUBECONFIG").is_none() {
+            bail!(
+                "KUBECONFIG is not set: run the e2e tests through `make test` (or point KUBECONFIG at a cluster)"
+            );
+        }
+        let client = Client::try_default()
+            .await
+            .context("connecting to the cluster in KUBECONFIG")?;
+        let suffix = format!("{:08x}", rand_u32());
+        let namespace = format!("e2e-{prefix}-{suffix}");
+        let ns: Namespace = serde_json::from_value(json!({
+            "metadata": {"name": namespace, "labels": {"marekvs.io/e2e": "true"}}
+        }))?;
+        Api::<Namespace>::all(client.clone())
+            .create(&PostParams::default(), &ns)
+            .await?;
+        // Pods are refused until the namespace's default ServiceAccount exists.
+        let sa: Api<k8s_openapi::api::core::v1::ServiceAccount> =
+            Api::namespaced(client.clone(), &namespace);
+        wait_until(
+            "default service account",
+            Duration::from_secs(60),
+            || async { Ok(sa.get_opt("default").await?.map(|_| ())) },
+        )
+        .await?;
+        Ok(TestEnv { client, namespace })
+    }
+
+    pub fn api<K>(&self) -> Api<K>
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+        <K as kube::Resource>::DynamicType: Default,
+    {
+        Api::namespaced(self.client.clone(), &self.namespace)
+    }
+
+    /// Create an object from JSON in this namespace.
+    pub async fn create<K>(&self, value: Value) -> anyhow::Result<K>
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
+            + Clone
+            + Debug
+            + serde::de::DeserializeOwned
+            + serde::Serialize,
+        <K as kube::Resource>::DynamicType: Default,
+    {
+        let obj: K = serde_json::from_value(value)?;
+        Ok(self.api::<K>().create(&PostParams::default(), &obj).await?)
+    }
+
+    pub async fn cleanup(self) -> anyhow::Result<()> {
+        Api::<Namespace>::all(self.client.clone())
+            .delete(&self.namespace, &DeleteParams::default())
+            .await?;
+        Ok(())
+    }
+}
+
+fn rand_u32() -> u32 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    nanos ^ std::process::id().rotate_left(16)
+}
+
+/// Poll `check` until it yields `Some`, or fail after `timeout` with what it last said.
+/// The interval is short and fixed; the wait ends on the condition, not on the clock.
+pub async fn wait_until<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> anyhow::Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = anyhow::Result<Option<T>>>,
+{
+    let start = Instant::now();
+    let mut last_err = None;
+    loop {
+        match check().await {
+            Ok(Some(v)) => return Ok(v),
+            Ok(None) => {}
+            Err(e) => last_err = Some(e),
+        }
+        if start.elapsed() > timeout {
+            return Err(match last_err {
+                Some(e) => e.context(format!("timed out after {timeout:?} waiting for {what}")),
+                None => anyhow!("timed out after {timeout:?} waiting for {what}"),
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// The pod's condition `type_` is `True`.
+pub fn pod_condition(pod: &Pod, type_: &str) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == type_ && c.status == "True"))
+}
+
+pub fn pod_ip(pod: &Pod) -> Option<std::net::Ipv4Addr> {
+    pod.status.as_ref()?.pod_ip.as_deref()?.parse().ok()
+}
+
+pub fn pod_running(pod: &Pod) -> bool {
+    pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+}
+
+pub fn restart_count(pod: &Pod) -> i32 {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .and_then(|cs| cs.first())
+        .map(|c| c.restart_count)
+        .unwrap_or(0)
+}
+
+/// Plain HTTP client for member endpoints (pod IPs are reached directly).
+pub fn http() -> reqwest::Client {
+    reqwest::Client::builder()
+        .no_proxy()
+        .timeout(Duration::from_secs(2))
+        .build()
+        .expect("client builds")
+}
+
+/// GET `http://{ip}:9121{path}`: status code and body.
+pub async fn member_get(ip: std::net::Ipv4Addr, path: &str) -> anyhow::Result<(u16, String)> {
+    let r = http().get(format!("http://{ip}:9121{path}")).send().await?;
+    let status = r.status().as_u16();
+    Ok((status, r.text().await?))
+}
+
+/// Value of an unlabelled sample in Prometheus text.
+pub fn metric(text: &str, name: &str) -> Option<f64> {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
+/// The simulator's control API, present only on the local control plane.
+pub struct Sim {
+    base: String,
+    http: reqwest::Client,
+}
+
+impl Sim {
+    /// `None` where no simulator runs (e.g. kind with the real image): such tests are skipped.
+    pub fn from_env() -> Option<Sim> {
+        let base = std::env::var("MAREKVS_SIM_CONTROL_URL").ok()?;
+        Some(Sim { base, http: http() })
+    }
+
+    pub async fn state(&self) -> anyhow::Result<Value> {
+        Ok(self
+            .http
+            .get(format!("{}/state", self.base))
+            .send()
+            .await?
+            .error_for_status()?
+            .json()
+            .await?)
+    }
+
+    /// One member's report (`None` until its pod has run).
+    pub async fn member(&self, ns: &str, pod: &str) -> anyhow::Result<Option<Value>> {
+        let r = self
+            .http
+            .get(format!("{}/members/{ns}/{pod}", self.base))
+            .send()
+            .await?;
+        if r.status() == reqwest::StatusCode::NOT_FOUND {
+            return Ok(None);
+        }
+        Ok(Some(r.error_for_status()?.json().await?))
+    }
+
+    pub async fn set_faults(&self, ns: &str, pod: &str, faults: Value) -> anyhow::Result<()> {
+        self.http
+            .patch(format!("{}/members/{ns}/{pod}/faults", self.base))
+            .json(&faults)
+            .send()
+            .await?
+            .error_for_status()?;
+        Ok(())
+    }
+
+    pub async fn crash(&self, ns: &str, pod: &str) -> anyhow::Result<()> {
+        self.http
+            .post(format!("{}/members/{ns}/{pod}/crash", self.base))
+            .send()
+            .await?
+            .error_for_status()?;
+        Ok(())
+    }
+
+    pub async fn patch_settings(&self, settings: Value) -> anyhow::Result<Value> {
+        Ok(self
+            .http
+            .patch(format!("{}/settings", self.base))
+            .json(&settings)
+            .send()
+            .await?
+            .error_for_status()?
+            .json()
+            .await?)
+    }
+
+    /// Partitions whose every copy vanished, summed over the clusters in `ns`.
+    pub async fn lost_partitions(&self, ns: &str) -> anyhow::Result<u64> {
+        let state = self.state().await?;
+        Ok(state["clusters"]
+            .as_array()
+            .map(|cs| {
+                cs.iter()
+                    .filter(|c| {
+                        c["key"]
+                            .as_str()
+                            .is_some_and(|k| k.starts_with(&format!("{ns}/")))
+                    })
+                    .filter_map(|c| c["lost_partitions_total"].as_u64())
+                    .sum()
+            })
+            .unwrap_or(0))
+    }
+}
+
+/// Name of a pod, for messages.
+pub fn name_of(pod: &Pod) -> String {
+    pod.name_any()
+}

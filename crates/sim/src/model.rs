@@ -375,10 +375,10 @@ impl Cluster {
     /// SIGTERM: the member keeps serving while it flushes, then exits.
     pub fn terminate(&mut self, now: Duration, key: &str) {
         let until_ms = ms(now) + self.settings.flush_ms;
-        if let Some(m) = self.members.get_mut(key) {
-            if m.process == Process::Running {
-                m.process = Process::Flushing { until_ms };
-            }
+        if let Some(m) = self.members.get_mut(key)
+            && m.process == Process::Running
+        {
+            m.process = Process::Flushing { until_ms };
         }
     }
 
@@ -416,7 +416,7 @@ impl Cluster {
 
     /// The members a view counts as placement candidates: those it sees Active, plus the
     /// viewer itself while it is Joining (for its own join gate).
-    fn candidates<'a>(view: &'a BTreeMap<String, PeerState>) -> Vec<&'a str> {
+    fn candidates(view: &BTreeMap<String, PeerState>) -> Vec<&str> {
         view.iter()
             .filter(|(_, s)| s.phase == NodePhase::Active)
             .map(|(k, _)| k.as_str())

@@ -37,7 +37,18 @@ impl Drop for NodeServer {
 /// Serve the node contract for member `key` on `ip:9121`.
 pub async fn serve(world: SharedWorld, key: String, ip: IpAddr) -> anyhow::Result<NodeServer> {
     let addr = SocketAddr::new(ip, METRICS_PORT);
-    let listener = tokio::net::TcpListener::bind(addr).await?;
+    // A restarted member binds the address its previous process is still releasing.
+    let mut tries = 0;
+    let listener = loop {
+        match tokio::net::TcpListener::bind(addr).await {
+            Ok(l) => break l,
+            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse && tries < 50 => {
+                tries += 1;
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => return Err(e.into()),
+        }
+    };
     let app = Router::new()
         .route("/ready", get(ready))
         .route("/alive", get(alive))

@@ -358,6 +358,7 @@ impl Podlet {
                             continue;
                         }
                         self.forget_member(&key, &member);
+                        drop(member); // frees its port before the new process binds it
                         member = self.start_member(&pod, &container, &key, ip).await?;
                     }
                 }

@@ -171,10 +171,9 @@ impl Provisioner {
             .as_ref()
             .and_then(|s| s.host_path.as_ref())
             .map(|h| PathBuf::from(&h.path))
+            && path.starts_with(&self.volumes_dir)
         {
-            if path.starts_with(&self.volumes_dir) {
-                let _ = std::fs::remove_dir_all(&path);
-            }
+            let _ = std::fs::remove_dir_all(&path);
         }
         match Api::<PersistentVolume>::all(self.client.clone())
             .delete(&pv.name_any(), &DeleteParams::default())

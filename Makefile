@@ -1,0 +1,35 @@
+# marekvs-operator: see README.md. Everything runs on loopback.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+.PHONY: help build test unit e2e lint control-plane demo demo-down kubeconfig
+
+help: ## List the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
+
+build: ## Build every crate
+	cargo build --workspace
+
+unit: ## Unit and property tests (no cluster needed)
+	cargo test --workspace --exclude marekvs-e2e
+
+e2e: ## e2e tests on a fresh local control plane (started and torn down here)
+	hack/test-e2e.sh
+
+test: unit e2e ## Unit, property, simulation and e2e tests, from a fresh clone
+
+lint: ## rustfmt and clippy, warnings are errors
+	cargo fmt --all --check
+	cargo clippy --workspace --all-targets -- -D warnings
+
+control-plane: ## Build (or reuse) the pinned upstream control-plane binaries
+	@hack/build-control-plane.sh
+
+demo: ## Bring up the local cluster, the simulator and a demo MarekvsCluster
+	@hack/demo.sh
+
+demo-down: ## Stop everything `make demo` started and remove its state
+	@hack/cluster-down.sh demo
+
+kubeconfig: ## Print the kubeconfig path of the running demo cluster
+	@. hack/lib.sh && cluster_env demo && if [ -f "$$KUBECONFIG_PATH" ]; then echo "$$KUBECONFIG_PATH"; else echo "no demo cluster: run make demo" >&2; exit 1; fi

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# The e2e half of `make test`: brings up the `test` cluster and the simulator, runs the e2e
+# suite against them, tears everything down and fails if any process is left behind.
+# Extra arguments go to the test binary (e.g. a test name filter).
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+. "$here/lib.sh"
+cluster_env test
+
+finish() {
+  local rc=$?
+  if [ $rc -ne 0 ] && [ -d "$STATE/logs" ]; then
+    for f in "$STATE"/logs/{marekvs-sim,operator}.log; do
+      [ -f "$f" ] && { echo "--- last lines of $f" >&2; tail -n 60 "$f" >&2; }
+    done
+  fi
+  "$here/cluster-down.sh" test >/dev/null 2>&1 || true
+  if pgrep -f -- "$STATE/" >/dev/null; then
+    log "processes left behind:"; pgrep -af -- "$STATE/" >&2
+    exit 1
+  fi
+  log "torn down; no process left behind"
+  exit $rc
+}
+trap finish EXIT
+
+"$here/cluster-up.sh" test >/dev/null
+"$here/sim-up.sh" test >/dev/null
+export KUBECONFIG=$KUBECONFIG_PATH MAREKVS_SIM_CONTROL_URL=$SIM_CONTROL_URL
+(cd "$REPO" && cargo test -p marekvs-e2e -- "$@")
