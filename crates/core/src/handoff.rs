@@ -1,0 +1,169 @@
+//! The hand-off gate: has the cluster finished re-replicating after the last change?
+//!
+//! On real marekvs the under-replication gauge is computed from membership alone and reads 0
+//! while data is still moving, so it is necessary but never sufficient. The gate passes only
+//! when, for every member that must carry the data:
+//! 1. its pod exists and is Ready, and its metrics were actually read;
+//! 2. it reports 0 under-replicated and 0 join-gate-pending partitions;
+//! 3. its membership view holds exactly the expected number of members;
+//! 4. its bootstrap and repair counters have not moved for the settle window, counted from
+//!    the later of their last change and `since` (the start of the step being gated).
+
+use std::collections::BTreeMap;
+
+use crate::types::{BlockReason, Blocked, MemberObs, Millis, Sample};
+
+pub struct Gate<'a> {
+    /// The members that must carry the data, by ordinal.
+    pub members: Vec<(u32, &'a MemberObs)>,
+    pub samples: &'a BTreeMap<u32, Sample>,
+    /// How many members every view must hold.
+    pub expected_view: u64,
+    pub since: Option<Millis>,
+    pub now: Millis,
+    pub settle_ms: Millis,
+    /// For messages.
+    pub name: &'a str,
+}
+
+impl Gate<'_> {
+    pub fn check(&self) -> Result<(), Blocked> {
+        let who = |ords: Vec<u32>| -> String {
+            ords.iter()
+                .map(|o| format!("{}-{o}", self.name))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let fail = |reason, message: String| Err(Blocked { reason, message });
+
+        let not_ready: Vec<u32> = self
+            .members
+            .iter()
+            .filter(|(_, m)| !m.pod.as_ref().is_some_and(|p| p.ready && !p.terminating))
+            .map(|(o, _)| *o)
+            .collect();
+        if !not_ready.is_empty() {
+            return fail(
+                BlockReason::NotAllReady,
+                format!("not ready: {}", who(not_ready)),
+            );
+        }
+        let unscraped: Vec<u32> = self
+            .members
+            .iter()
+            .filter(|(_, m)| m.scrape.is_none())
+            .map(|(o, _)| *o)
+            .collect();
+        if !unscraped.is_empty() {
+            return fail(
+                BlockReason::MetricsUnavailable,
+                format!("metrics not read from: {}", who(unscraped)),
+            );
+        }
+        let scrapes: Vec<(u32, &crate::types::Scrape)> = self
+            .members
+            .iter()
+            .filter_map(|(o, m)| m.scrape.as_ref().map(|s| (*o, s)))
+            .collect();
+        let worst = scrapes
+            .iter()
+            .map(|(_, s)| s.underreplicated)
+            .max()
+            .unwrap_or(0);
+        if worst > 0 {
+            return fail(
+                BlockReason::Underreplicated,
+                format!("{worst} partitions under-replicated (max over members)"),
+            );
+        }
+        let joining: Vec<u32> = scrapes
+            .iter()
+            .filter(|(_, s)| s.join_pending > 0)
+            .map(|(o, _)| *o)
+            .collect();
+        if !joining.is_empty() {
+            return fail(
+                BlockReason::JoinPending,
+                format!("still bootstrapping partitions: {}", who(joining)),
+            );
+        }
+        let diverged: Vec<String> = scrapes
+            .iter()
+            .filter(|(_, s)| s.view_members != self.expected_view)
+            .map(|(o, s)| format!("{}-{o} sees {}", self.name, s.view_members))
+            .collect();
+        if !diverged.is_empty() {
+            return fail(
+                BlockReason::ViewsNotConverged,
+                format!(
+                    "views not converged on {} members: {}",
+                    self.expected_view,
+                    diverged.join(", ")
+                ),
+            );
+        }
+        let mut moving: Vec<u32> = Vec::new();
+        let mut quiet_for = Millis::MAX;
+        for (o, _) in &scrapes {
+            let changed = self
+                .samples
+                .get(o)
+                .map(|s| s.changed_at)
+                .unwrap_or(self.now);
+            let start = changed.max(self.since.unwrap_or(Millis::MIN));
+            let q = self.now - start;
+            if q < self.settle_ms {
+                moving.push(*o);
+            }
+            quiet_for = quiet_for.min(q);
+        }
+        if !moving.is_empty() {
+            return fail(
+                BlockReason::RepairInProgress,
+                format!(
+                    "re-replication not settled: counters quiet for {:.1}s of {:.1}s on {}",
+                    quiet_for.max(0) as f64 / 1000.0,
+                    self.settle_ms as f64 / 1000.0,
+                    who(moving)
+                ),
+            );
+        }
+        Ok(())
+    }
+}
+
+/// Update the counter samples with this round's scrapes: a counter that moved (or was never
+/// seen) restarts its quiet time now; a member not scraped keeps its old sample.
+pub fn update_samples(
+    prev: &BTreeMap<u32, Sample>,
+    observed: &BTreeMap<u32, MemberObs>,
+    now: Millis,
+) -> BTreeMap<u32, Sample> {
+    let mut next = BTreeMap::new();
+    for (o, m) in observed {
+        let prev_s = prev.get(o);
+        match (&m.scrape, prev_s) {
+            (Some(s), Some(p))
+                if p.bootstraps_total == s.bootstraps_total
+                    && p.repairs_total == s.repairs_total =>
+            {
+                next.insert(*o, *p);
+            }
+            (Some(s), _) => {
+                next.insert(
+                    *o,
+                    Sample {
+                        bootstraps_total: s.bootstraps_total,
+                        repairs_total: s.repairs_total,
+                        changed_at: now,
+                    },
+                );
+            }
+            (None, Some(p)) => {
+                next.insert(*o, *p);
+            }
+            (None, None) => {}
+        }
+    }
+    next
+}

@@ -1,0 +1,12 @@
+//! The pure core of the marekvs operator: the safety runbook as functions over plain data.
+//! No Kubernetes types, no I/O, no clock (time is passed in).
+#![forbid(unsafe_code)]
+
+pub mod handoff;
+pub mod metrics;
+pub mod plan;
+pub mod stepper;
+pub mod types;
+
+pub use stepper::{Input, decide};
+pub use types::*;

@@ -1,0 +1,501 @@
+//! The runbook as one pure function: from what was observed and what was remembered, decide
+//! what to remember, what to do, and how to report it.
+//!
+//! - Scale up: every missing member at once, lowest free ordinals first (adding members never
+//!   removes copies).
+//! - Scale down: one member at a time, never below replicationFactor + 1, and only while every
+//!   member is ready, scraped, and the hand-off gate passes. The victim is recorded (in the
+//!   returned memory, which the shell writes to status first) before anything is done to it;
+//!   then: drain → hand-off gate (victim still serving) → delete its pod → hand-off gate
+//!   (views without it, re-replication quiet) → drop it from the members.
+//! - Replacement: a member without a pod gets a new pod on its PVC; without a PVC, a fresh
+//!   PVC (it rejoins empty). A PVC that is still terminating delays the re-creation.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::handoff::{Gate, update_samples};
+use crate::plan::{choose_victim, free_ordinals};
+use crate::types::*;
+
+/// Look again soon while something is in progress; otherwise poll health at a slower pace.
+pub const REQUEUE_BUSY_MS: Millis = 1_000;
+pub const REQUEUE_IDLE_MS: Millis = 10_000;
+
+pub struct Input<'a> {
+    pub spec: &'a ClusterSpec,
+    pub memory: &'a Memory,
+    /// Every ordinal that has a pod or a PVC, or is remembered as a member.
+    pub observed: &'a BTreeMap<u32, MemberObs>,
+    pub now: Millis,
+}
+
+pub fn decide(input: &Input) -> Decision {
+    let Input {
+        spec,
+        memory,
+        observed,
+        now,
+    } = *input;
+    let now = now.max(0);
+    let empty = MemberObs::default();
+    let obs = |o: u32| observed.get(&o).unwrap_or(&empty);
+    let mut notes: Vec<Note> = Vec::new();
+    let mut actions: BTreeSet<Action> = BTreeSet::new();
+    let mut progress: Vec<String> = Vec::new();
+    let samples = update_samples(&memory.samples, observed, now);
+
+    // Members: what status remembers, plus any ordinal that has a pod (adopted: a running
+    // node is part of the data plane whatever the status says).
+    let mut members: BTreeSet<u32> = memory.members.clone();
+    for (o, m) in observed {
+        if m.pod.is_some() && !members.contains(o) {
+            members.insert(*o);
+            notes.push(Note {
+                kind: EventKind::Normal,
+                reason: "MemberAdopted",
+                message: format!("adopted {} (its pod exists)", spec.member_name(*o)),
+            });
+        }
+    }
+    let mut removal = memory.removal.clone();
+    if let Some(r) = &removal
+        && !members.contains(&r.ordinal)
+    {
+        removal = None; // stale record
+    }
+    let target = spec.target() as usize;
+
+    // Cancel a removal when the spec grew back: the victim stays. A drained node cannot be
+    // un-drained, so its pod is recycled below (it restarts on its own PVC and rejoins).
+    if let Some(r) = &removal
+        && members.len() <= target
+    {
+        notes.push(Note {
+            kind: EventKind::Normal,
+            reason: "RemovalCancelled",
+            message: format!(
+                "spec.nodes grew back to {}: {} stays; if it was drained it restarts on its own volume",
+                spec.nodes,
+                spec.member_name(r.ordinal)
+            ),
+        });
+        removal = None;
+    }
+
+    // Scale up: all missing members at once, lowest free ordinals first.
+    let mut created: BTreeSet<u32> = BTreeSet::new();
+    if removal.is_none() && members.len() < target {
+        let want = target - members.len();
+        let taken: BTreeSet<u32> = members
+            .iter()
+            .copied()
+            .chain(observed.keys().filter(|o| obs(**o).pod.is_some()).copied())
+            .collect();
+        for o in free_ordinals(&taken, &spec.remove_first, want) {
+            members.insert(o);
+            created.insert(o);
+            notes.push(Note {
+                kind: EventKind::Normal,
+                reason: "MemberCreated",
+                message: format!(
+                    "creating {}{}",
+                    spec.member_name(o),
+                    if obs(o).pvc.is_some() {
+                        " on its existing volume"
+                    } else {
+                        ""
+                    }
+                ),
+            });
+        }
+    }
+
+    let victim = removal.as_ref().map(|r| r.ordinal);
+
+    // Children of every member: PVC first, then the pod on it.
+    let mut recycle: Vec<u32> = Vec::new();
+    for &o in &members {
+        let m = obs(o);
+        let is_victim = Some(o) == victim;
+        if is_victim {
+            continue; // the victim's pod is never re-created
+        }
+        let pvc_ok = match &m.pvc {
+            None => {
+                actions.insert(Action::CreatePvc(o));
+                true
+            }
+            Some(p) => !p.terminating,
+        };
+        match &m.pod {
+            None if pvc_ok => {
+                actions.insert(Action::CreatePod(o));
+            }
+            None => progress.push(format!(
+                "waiting for the old volume of {} to be deleted",
+                spec.member_name(o)
+            )),
+            Some(p) if p.drained && !p.terminating => recycle.push(o),
+            Some(_) => {}
+        }
+        if m.pod.is_none()
+            && !created.contains(&o)
+            && !matches!(
+                memory.phases.get(&o),
+                Some(MemberPhase::Replacing | MemberPhase::Joining)
+            )
+        {
+            notes.push(Note {
+                kind: EventKind::Normal,
+                reason: "MemberReplaced",
+                message: format!(
+                    "{} has no pod: re-creating it {}",
+                    spec.member_name(o),
+                    if m.pvc.is_some() {
+                        "on its volume"
+                    } else {
+                        "with a fresh volume"
+                    }
+                ),
+            });
+        }
+    }
+
+    // A drained member that is no longer leaving (the removal was cancelled) is restarted so
+    // it rejoins Active on its own volume: one at a time, never beside another pod going away.
+    let other_terminating = members
+        .iter()
+        .any(|o| obs(*o).pod.as_ref().is_some_and(|p| p.terminating));
+    if removal.is_none()
+        && !other_terminating
+        && let Some(o) = recycle.first()
+    {
+        actions.insert(Action::DeletePod(*o));
+        progress.push(format!(
+            "restarting {}: it was drained for a removal that was cancelled",
+            spec.member_name(*o)
+        ));
+    }
+
+    // Member phases.
+    let mut phases: BTreeMap<u32, MemberPhase> = BTreeMap::new();
+    for &o in &members {
+        let m = obs(o);
+        let prev = memory.phases.get(&o).copied();
+        let phase = if let Some(r) = removal.as_ref().filter(|r| r.ordinal == o) {
+            if r.step <= RemovalStep::HandingOff {
+                MemberPhase::Draining
+            } else {
+                MemberPhase::Leaving
+            }
+        } else if created.contains(&o) {
+            MemberPhase::Joining
+        } else {
+            match &m.pod {
+                None if prev == Some(MemberPhase::Joining) => MemberPhase::Joining,
+                None => MemberPhase::Replacing,
+                Some(p) if p.terminating || p.drained => MemberPhase::Replacing,
+                Some(p) if p.ready && m.scrape.is_some() => MemberPhase::Active,
+                Some(_) => match prev {
+                    Some(MemberPhase::Joining) => MemberPhase::Joining,
+                    Some(MemberPhase::Replacing) => MemberPhase::Replacing,
+                    _ if m.pvc.is_none() => MemberPhase::Replacing,
+                    _ => MemberPhase::Unready,
+                },
+            }
+        };
+        phases.insert(o, phase);
+    }
+    let replacing = phases.values().any(|p| *p == MemberPhase::Replacing);
+    let joining = phases.values().any(|p| *p == MemberPhase::Joining);
+
+    let mut blocked: Option<Blocked> = None;
+    let mut completed: Option<u32> = None;
+
+    // Advance the removal in progress.
+    if let Some(r) = removal.as_mut() {
+        let v = r.ordinal;
+        let vm = obs(v);
+        let name = spec.member_name(v);
+        let remaining: Vec<(u32, &MemberObs)> = members
+            .iter()
+            .filter(|o| **o != v)
+            .map(|o| (*o, obs(*o)))
+            .collect();
+        let step_age = now - r.step_started_at;
+        let advance = |r: &mut Removal, step: RemovalStep| {
+            r.step = step;
+            r.step_started_at = now;
+        };
+        match r.step {
+            RemovalStep::Draining => match &vm.pod {
+                None => advance(r, RemovalStep::Settling),
+                Some(p) if p.drained => {
+                    notes.push(Note {
+                        kind: EventKind::Normal,
+                        reason: "Draining",
+                        message: format!("{name} drained: handing its data off"),
+                    });
+                    advance(r, RemovalStep::HandingOff);
+                }
+                Some(_) => {
+                    actions.insert(Action::Drain(v));
+                    progress.push(format!("draining {name}"));
+                }
+            },
+            RemovalStep::HandingOff => {
+                if vm.pod.is_none() {
+                    advance(r, RemovalStep::Settling);
+                } else {
+                    let gate = Gate {
+                        members: remaining.clone(),
+                        samples: &samples,
+                        expected_view: members.len() as u64,
+                        since: Some(r.step_started_at),
+                        now,
+                        settle_ms: spec.settle_ms,
+                        name: &spec.name,
+                    };
+                    match gate.check() {
+                        Ok(()) => {
+                            advance(r, RemovalStep::Deleting);
+                            actions.insert(Action::DeletePod(v));
+                        }
+                        Err(b) => {
+                            progress.push(format!("handing off {name}: {}", b.message));
+                            if step_age > spec.handoff_timeout_ms {
+                                blocked = Some(timeout(
+                                    &name,
+                                    "hand-off before deleting its pod",
+                                    step_age,
+                                    &b,
+                                ));
+                            }
+                        }
+                    }
+                }
+            }
+            RemovalStep::Deleting => match &vm.pod {
+                None => advance(r, RemovalStep::Settling),
+                Some(p) => {
+                    if !p.terminating {
+                        actions.insert(Action::DeletePod(v));
+                    }
+                    progress.push(format!("waiting for {name} to flush and exit"));
+                }
+            },
+            RemovalStep::Settling => {
+                let gate = Gate {
+                    members: remaining.clone(),
+                    samples: &samples,
+                    expected_view: remaining.len() as u64,
+                    since: Some(r.step_started_at),
+                    now,
+                    settle_ms: spec.settle_ms,
+                    name: &spec.name,
+                };
+                match gate.check() {
+                    Ok(()) => completed = Some(v),
+                    Err(b) => {
+                        progress.push(format!("settling after {name} left: {}", b.message));
+                        if step_age > spec.handoff_timeout_ms {
+                            blocked = Some(timeout(
+                                &name,
+                                "hand-off after its pod was deleted",
+                                step_age,
+                                &b,
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    if let Some(v) = completed {
+        members.remove(&v);
+        phases.remove(&v);
+        removal = None;
+        notes.push(Note {
+            kind: EventKind::Normal,
+            reason: "MemberRemoved",
+            message: format!(
+                "{} removed; every remaining view converged and re-replication settled{}",
+                spec.member_name(v),
+                if spec.reclaim_pvcs {
+                    "; deleting its volume"
+                } else {
+                    "; its volume is kept"
+                }
+            ),
+        });
+        if spec.reclaim_pvcs && obs(v).pvc.is_some() {
+            actions.insert(Action::DeletePvc(v));
+        }
+    }
+
+    // Start the next removal, if one is wanted and every precondition holds.
+    if removal.is_none() && completed.is_none() && members.len() > target {
+        let all: Vec<(u32, &MemberObs)> = members.iter().map(|o| (*o, obs(*o))).collect();
+        let pre = if !created.is_empty()
+            || actions
+                .iter()
+                .any(|a| matches!(a, Action::CreatePod(_) | Action::CreatePvc(_)))
+        {
+            Err(Blocked {
+                reason: BlockReason::Replacing,
+                message: "members are being (re-)created".into(),
+            })
+        } else if replacing {
+            Err(Blocked {
+                reason: BlockReason::Replacing,
+                message: "a member is being replaced; waiting until it is Active and the cluster fully replicated".into(),
+            })
+        } else {
+            Gate {
+                members: all,
+                samples: &samples,
+                expected_view: members.len() as u64,
+                since: None,
+                now,
+                settle_ms: spec.settle_ms,
+                name: &spec.name,
+            }
+            .check()
+        };
+        match pre {
+            Ok(()) => {
+                let (o, reason) = choose_victim(&members, &spec.remove_first, |o| {
+                    obs(o)
+                        .pod
+                        .as_ref()
+                        .is_some_and(|p| p.ready && !p.terminating)
+                });
+                removal = Some(Removal {
+                    ordinal: o,
+                    reason,
+                    step: RemovalStep::Draining,
+                    started_at: now,
+                    step_started_at: now,
+                });
+                phases.insert(o, MemberPhase::Draining);
+                notes.push(Note {
+                    kind: EventKind::Normal,
+                    reason: "ScaleDownStarted",
+                    message: format!(
+                        "removing {} ({}): {} → {} members",
+                        spec.member_name(o),
+                        match reason {
+                            VictimReason::UserChosen => "listed in spec.removeMembers",
+                            VictimReason::NotReady => "not ready",
+                            VictimReason::HighestOrdinal => "highest ordinal",
+                        },
+                        members.len(),
+                        members.len() - 1
+                    ),
+                });
+            }
+            Err(b) => blocked = Some(b),
+        }
+    }
+
+    // Reclaim volumes of ordinals that are not members, once the cluster is fully replicated.
+    if spec.reclaim_pvcs && removal.is_none() && members.len() == target && !replacing && !joining {
+        let all: Vec<(u32, &MemberObs)> = members.iter().map(|o| (*o, obs(*o))).collect();
+        let healthy = Gate {
+            members: all,
+            samples: &samples,
+            expected_view: members.len() as u64,
+            since: None,
+            now,
+            settle_ms: spec.settle_ms,
+            name: &spec.name,
+        }
+        .check()
+        .is_ok();
+        if healthy {
+            for (o, m) in observed {
+                if !members.contains(o)
+                    && m.pod.is_none()
+                    && m.pvc.as_ref().is_some_and(|p| !p.terminating)
+                {
+                    actions.insert(Action::DeletePvc(*o));
+                }
+            }
+        }
+    }
+
+    // Report.
+    if let Some(b) = &blocked
+        && memory.blocked != Some(b.reason)
+    {
+        notes.push(Note {
+            kind: EventKind::Warning,
+            reason: "ScaleDownBlocked",
+            message: format!("{}: {}", b.reason.as_str(), b.message),
+        });
+    }
+    if blocked.is_none() && memory.blocked.is_some() {
+        notes.push(Note {
+            kind: EventKind::Normal,
+            reason: "ScaleDownUnblocked",
+            message: "the scale-down may proceed".into(),
+        });
+    }
+    let all_active = phases.values().all(|p| *p == MemberPhase::Active);
+    let phase = if blocked.is_some() {
+        ClusterPhase::Blocked
+    } else if removal.is_some() || completed.is_some() {
+        ClusterPhase::ScalingDown
+    } else if replacing {
+        ClusterPhase::Replacing
+    } else if joining || !created.is_empty() {
+        ClusterPhase::ScalingUp
+    } else if all_active && members.len() == target {
+        ClusterPhase::Healthy
+    } else {
+        ClusterPhase::Reconciling
+    };
+    if phase == ClusterPhase::Healthy && actions.is_empty() && progress.is_empty() {
+        // Healthy: nothing to say.
+    } else if progress.is_empty() {
+        match phase {
+            ClusterPhase::ScalingUp => progress.push("new members are joining".into()),
+            ClusterPhase::Replacing => progress.push("a member is being replaced".into()),
+            ClusterPhase::Reconciling => {
+                progress.push("waiting for members to become ready".into())
+            }
+            _ => {}
+        }
+    }
+    let busy = phase != ClusterPhase::Healthy || !actions.is_empty();
+    Decision {
+        memory: Memory {
+            members,
+            removal,
+            samples,
+            phases,
+            blocked: blocked.as_ref().map(|b| b.reason),
+        },
+        actions: actions.into_iter().collect(),
+        phase,
+        blocked,
+        progress: (!progress.is_empty()).then(|| progress.join("; ")),
+        notes,
+        requeue_ms: if busy {
+            REQUEUE_BUSY_MS
+        } else {
+            REQUEUE_IDLE_MS
+        },
+    }
+}
+
+fn timeout(name: &str, what: &str, age: Millis, cause: &Blocked) -> Blocked {
+    Blocked {
+        reason: BlockReason::HandoffTimeout,
+        message: format!(
+            "removing {name}: {what} has not settled after {}s ({}); not proceeding",
+            age / 1000,
+            cause.message
+        ),
+    }
+}

@@ -1,0 +1,243 @@
+//! Plain data: what the operator observed, what it remembers (in the object's status), and
+//! what it decided. Nothing here knows Kubernetes.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Milliseconds since the Unix epoch. The clock is always passed in.
+pub type Millis = i64;
+
+/// Figures read from one member's `/metrics`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Scrape {
+    /// `marekvs_cluster_members`: members in this node's own view.
+    pub view_members: u64,
+    /// `marekvs_cluster_underreplicated_partitions`.
+    pub underreplicated: u64,
+    /// `marekvs_join_gate_pending_pids`.
+    pub join_pending: u64,
+    /// `marekvs_bootstraps_completed_total`.
+    pub bootstraps_total: u64,
+    /// `marekvs_ae_repair_ops_total`.
+    pub repairs_total: u64,
+    /// Sum of `marekvs_commands_total` over its series.
+    pub commands_total: u64,
+}
+
+/// The desired state, from the object's spec (already validated).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ClusterSpec {
+    pub name: String,
+    pub nodes: u32,
+    pub replication_factor: u32,
+    /// Ordinals the user asked to remove first (from `spec.removeMembers`).
+    pub remove_first: BTreeSet<u32>,
+    pub reclaim_pvcs: bool,
+    /// Re-replication counters must stay still this long before a step counts as settled.
+    pub settle_ms: Millis,
+    /// A hand-off step that has not settled after this long blocks the cluster.
+    pub handoff_timeout_ms: Millis,
+}
+
+impl ClusterSpec {
+    /// Never fewer than replicationFactor + 1 members.
+    pub fn floor(&self) -> u32 {
+        self.replication_factor + 1
+    }
+
+    /// How many members the cluster should have.
+    pub fn target(&self) -> u32 {
+        self.nodes.max(self.floor())
+    }
+
+    pub fn member_name(&self, ordinal: u32) -> String {
+        format!("{}-{ordinal}", self.name)
+    }
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PodObs {
+    pub ready: bool,
+    /// Has a deletion timestamp.
+    pub terminating: bool,
+    /// The operator has drained this pod's node (`/drain` answered 200); recorded on the pod.
+    pub drained: bool,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PvcObs {
+    pub uid: String,
+    pub terminating: bool,
+}
+
+/// Everything observed about one ordinal.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MemberObs {
+    pub pod: Option<PodObs>,
+    pub pvc: Option<PvcObs>,
+    /// `None`: no pod IP, or the scrape failed or timed out.
+    pub scrape: Option<Scrape>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum RemovalStep {
+    /// Calling `/drain` on the victim until it answers 200.
+    Draining,
+    /// The victim is Leaving and still serving; waiting for the others to take over its data.
+    HandingOff,
+    /// Deleting the victim's pod; its node flushes and exits on SIGTERM.
+    Deleting,
+    /// The pod is gone; waiting for every view to drop it and re-replication to go quiet.
+    Settling,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum VictimReason {
+    /// Listed in `spec.removeMembers`.
+    UserChosen,
+    /// Had no pod or was not ready.
+    NotReady,
+    /// The highest ordinal.
+    HighestOrdinal,
+}
+
+/// The member being removed: written to status before anything is done to it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Removal {
+    pub ordinal: u32,
+    pub reason: VictimReason,
+    pub step: RemovalStep,
+    pub started_at: Millis,
+    pub step_started_at: Millis,
+}
+
+/// Re-replication counters of one member as last seen, and when they last moved.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Sample {
+    pub bootstraps_total: u64,
+    pub repairs_total: u64,
+    pub changed_at: Millis,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum MemberPhase {
+    /// A new member bootstrapping (not ready yet).
+    Joining,
+    Active,
+    /// Its pod exists but is not ready (e.g. after a crash).
+    Unready,
+    /// Its pod (and maybe its PVC) is being re-created, or it is rejoining after that.
+    Replacing,
+    /// Chosen for removal: drained, handing its data off while still serving.
+    Draining,
+    /// Its pod is being deleted or is gone; waiting for the hand-off to settle.
+    Leaving,
+}
+
+/// What the operator keeps in the object's status between reconciles.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Memory {
+    /// Ordinals that belong to the cluster (`status.instanceNames`).
+    pub members: BTreeSet<u32>,
+    pub removal: Option<Removal>,
+    pub samples: BTreeMap<u32, Sample>,
+    pub phases: BTreeMap<u32, MemberPhase>,
+    /// The blocking reason last reported, so events fire only on transitions.
+    pub blocked: Option<BlockReason>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum BlockReason {
+    NotAllReady,
+    MetricsUnavailable,
+    Underreplicated,
+    JoinPending,
+    ViewsNotConverged,
+    RepairInProgress,
+    Replacing,
+    HandoffTimeout,
+}
+
+impl BlockReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BlockReason::NotAllReady => "NotAllReady",
+            BlockReason::MetricsUnavailable => "MetricsUnavailable",
+            BlockReason::Underreplicated => "Underreplicated",
+            BlockReason::JoinPending => "JoinPending",
+            BlockReason::ViewsNotConverged => "ViewsNotConverged",
+            BlockReason::RepairInProgress => "RepairInProgress",
+            BlockReason::Replacing => "Replacing",
+            BlockReason::HandoffTimeout => "HandoffTimeout",
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ClusterPhase {
+    Reconciling,
+    Healthy,
+    ScalingUp,
+    ScalingDown,
+    Replacing,
+    Blocked,
+}
+
+impl ClusterPhase {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ClusterPhase::Reconciling => "Reconciling",
+            ClusterPhase::Healthy => "Healthy",
+            ClusterPhase::ScalingUp => "ScalingUp",
+            ClusterPhase::ScalingDown => "ScalingDown",
+            ClusterPhase::Replacing => "Replacing",
+            ClusterPhase::Blocked => "Blocked",
+        }
+    }
+}
+
+/// Something to do to the world. Every action is idempotent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Action {
+    CreatePvc(u32),
+    CreatePod(u32),
+    /// Call `/drain` on the member; on 200 record it on the pod.
+    Drain(u32),
+    DeletePod(u32),
+    DeletePvc(u32),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EventKind {
+    Normal,
+    Warning,
+}
+
+/// A transition worth an Event.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Note {
+    pub kind: EventKind,
+    pub reason: &'static str,
+    pub message: String,
+}
+
+/// Why the cluster is waiting, in words.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Blocked {
+    pub reason: BlockReason,
+    pub message: String,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Decision {
+    /// The memory to write to status *before* any action is taken.
+    pub memory: Memory,
+    pub actions: Vec<Action>,
+    pub phase: ClusterPhase,
+    /// Set when a scale-down is wanted but may not happen now.
+    pub blocked: Option<Blocked>,
+    /// What is in progress, in words (Progressing condition).
+    pub progress: Option<String>,
+    pub notes: Vec<Note>,
+    /// When to look again.
+    pub requeue_ms: Millis,
+}
