@@ -116,6 +116,7 @@ start_bg kwok "$bin/kwok" \
   --manage-all-nodes=false \
   --manage-nodes-with-annotation-selector kwok.x-k8s.io/node=fake \
   --node-ip 127.0.0.1 --cidr 127.250.0.0/16 \
+  --node-lease-duration-seconds 40 \
   --server-address "127.0.0.1:$KWOK_PORT"
 
 wait_for "default service account" 60 kc -n default get serviceaccount default

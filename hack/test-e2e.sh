@@ -10,8 +10,8 @@ cluster_env test
 finish() {
   local rc=$?
   if [ $rc -ne 0 ] && [ -d "$STATE/logs" ]; then
-    for f in "$STATE"/logs/{marekvs-sim,operator}.log; do
-      [ -f "$f" ] && { echo "--- last lines of $f" >&2; tail -n 60 "$f" >&2; }
+    for f in "$STATE"/logs/marekvs-sim.log "$STATE"/logs/operator-*.log; do
+      [ -f "$f" ] && { echo "--- last lines of $f" >&2; tail -n 40 "$f" >&2; }
     done
   fi
   "$here/cluster-down.sh" test >/dev/null 2>&1 || true
@@ -26,5 +26,12 @@ trap finish EXIT
 
 "$here/cluster-up.sh" test >/dev/null
 "$here/sim-up.sh" test >/dev/null
+bin=$("$here/build-control-plane.sh")
+(cd "$REPO" && cargo build -q -p marekvs-operator)
+kc apply -f "$REPO/deploy/crd/marekvs.io_marekvsclusters.yaml" >/dev/null
+kc wait --for=condition=Established crd/marekvsclusters.marekvs.io --timeout=60s >/dev/null
+# Each test runs its own operator process, scoped to the test's namespace.
 export KUBECONFIG=$KUBECONFIG_PATH MAREKVS_SIM_CONTROL_URL=$SIM_CONTROL_URL
-(cd "$REPO" && cargo test -p marekvs-e2e -- "$@")
+export MAREKVS_OPERATOR_BIN=${CARGO_TARGET_DIR:-$REPO/target}/debug/marekvs-operator
+export MAREKVS_E2E_LOG_DIR=$STATE/logs
+(cd "$REPO" && cargo test -p marekvs-e2e -- --test-threads "${E2E_THREADS:-4}" "$@")

@@ -254,3 +254,140 @@ impl Sim {
 pub fn name_of(pod: &Pod) -> String {
     pod.name_any()
 }
+
+/// The operator under test, scoped to one namespace, as its own process (so a test can kill
+/// and restart it). Where `MAREKVS_E2E_EXTERNAL_OPERATOR` is set (a cluster with the operator
+/// deployed), nothing is started and [`Operator::kill`] is unavailable.
+pub struct Operator {
+    namespace: String,
+    child: Option<tokio::process::Child>,
+}
+
+impl Operator {
+    pub fn external() -> bool {
+        std::env::var_os("MAREKVS_E2E_EXTERNAL_OPERATOR").is_some()
+    }
+
+    pub fn start(namespace: &str) -> anyhow::Result<Operator> {
+        let mut op = Operator {
+            namespace: namespace.to_string(),
+            child: None,
+        };
+        if !Self::external() {
+            op.spawn()?;
+        }
+        Ok(op)
+    }
+
+    fn spawn(&mut self) -> anyhow::Result<()> {
+        let bin = std::env::var("MAREKVS_OPERATOR_BIN")
+            .context("MAREKVS_OPERATOR_BIN is not set (make test sets it; or set MAREKVS_E2E_EXTERNAL_OPERATOR)")?;
+        let log_dir = std::env::var("MAREKVS_E2E_LOG_DIR")
+            .unwrap_or_else(|_| std::env::temp_dir().display().to_string());
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(format!("{log_dir}/operator-{}.log", self.namespace))?;
+        let child = tokio::process::Command::new(bin)
+            .args(["run", "--namespace", &self.namespace])
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .kill_on_drop(true)
+            .spawn()?;
+        self.child = Some(child);
+        Ok(())
+    }
+
+    /// SIGKILL, as a crashed or evicted operator.
+    pub async fn kill(&mut self) -> anyhow::Result<()> {
+        let mut child = self.child.take().context("no operator process to kill")?;
+        child.kill().await?;
+        Ok(())
+    }
+
+    pub fn restart(&mut self) -> anyhow::Result<()> {
+        anyhow::ensure!(self.child.is_none(), "still running");
+        self.spawn()
+    }
+}
+
+pub use marekvs_api::{MarekvsCluster, MarekvsClusterStatus};
+
+/// A MarekvsCluster from its spec JSON.
+pub fn cluster(name: &str, spec: Value) -> anyhow::Result<MarekvsCluster> {
+    Ok(serde_json::from_value(json!({
+        "apiVersion": "marekvs.io/v1alpha1", "kind": "MarekvsCluster",
+        "metadata": {"name": name}, "spec": spec,
+    }))?)
+}
+
+/// The image the member pods use: any string on the simulator, the real image on kind.
+pub fn image() -> String {
+    std::env::var("MAREKVS_IMAGE").unwrap_or_else(|_| "ghcr.io/yannick/marekvs:latest".into())
+}
+
+pub fn status_of(c: &MarekvsCluster) -> MarekvsClusterStatus {
+    c.status.clone().unwrap_or_default()
+}
+
+/// Wait until the cluster's status satisfies `pred`; returns that object.
+pub async fn wait_cluster(
+    api: &Api<MarekvsCluster>,
+    name: &str,
+    what: &str,
+    timeout: Duration,
+    pred: impl Fn(&MarekvsClusterStatus) -> bool,
+) -> anyhow::Result<MarekvsCluster> {
+    wait_until(what, timeout, || async {
+        let c = api.get(name).await?;
+        let s = status_of(&c);
+        if pred(&s) {
+            Ok(Some(c))
+        } else {
+            Err(anyhow!(
+                "last seen: phase {:?}, members {:?}, removal {:?}",
+                s.phase,
+                s.instance_names,
+                s.removal.as_ref().map(|r| (&r.member, &r.step))
+            ))
+        }
+    })
+    .await
+}
+
+/// Healthy, with exactly these members, for the current generation.
+pub async fn wait_healthy(
+    api: &Api<MarekvsCluster>,
+    name: &str,
+    members: &[&str],
+    timeout: Duration,
+) -> anyhow::Result<MarekvsCluster> {
+    let want: Vec<String> = members.iter().map(|m| m.to_string()).collect();
+    let generation = api.get(name).await?.metadata.generation;
+    wait_cluster(api, name, &format!("Healthy with {want:?}"), timeout, |s| {
+        s.phase.as_deref() == Some("Healthy")
+            && s.instance_names == want
+            && s.observed_generation == generation
+    })
+    .await
+}
+
+pub fn condition<'a>(
+    s: &'a MarekvsClusterStatus,
+    type_: &str,
+) -> Option<&'a k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition> {
+    s.conditions.iter().find(|c| c.type_ == type_)
+}
+
+/// Reasons of the Events recorded for an object in `ns`.
+pub async fn event_reasons(client: &Client, ns: &str, name: &str) -> anyhow::Result<Vec<String>> {
+    let api: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(client.clone(), ns);
+    Ok(api
+        .list(&Default::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
+        .filter_map(|e| e.reason)
+        .collect())
+}

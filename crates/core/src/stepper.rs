@@ -130,6 +130,21 @@ pub fn decide(input: &Input) -> Decision {
         match &m.pod {
             None if pvc_ok => {
                 actions.insert(Action::CreatePod(o));
+                if !created.contains(&o) {
+                    notes.push(Note {
+                        kind: EventKind::Normal,
+                        reason: "MemberReplaced",
+                        message: format!(
+                            "{} has no pod: re-creating it {}",
+                            spec.member_name(o),
+                            if m.pvc.is_some() {
+                                "on its own volume"
+                            } else {
+                                "on a fresh volume (it rejoins empty)"
+                            }
+                        ),
+                    });
+                }
             }
             None => progress.push(format!(
                 "waiting for the old volume of {} to be deleted",
@@ -137,27 +152,6 @@ pub fn decide(input: &Input) -> Decision {
             )),
             Some(p) if p.drained && !p.terminating => recycle.push(o),
             Some(_) => {}
-        }
-        if m.pod.is_none()
-            && !created.contains(&o)
-            && !matches!(
-                memory.phases.get(&o),
-                Some(MemberPhase::Replacing | MemberPhase::Joining)
-            )
-        {
-            notes.push(Note {
-                kind: EventKind::Normal,
-                reason: "MemberReplaced",
-                message: format!(
-                    "{} has no pod: re-creating it {}",
-                    spec.member_name(o),
-                    if m.pvc.is_some() {
-                        "on its volume"
-                    } else {
-                        "with a fresh volume"
-                    }
-                ),
-            });
         }
     }
 

@@ -291,6 +291,7 @@ fn a_deleted_pod_comes_back_on_its_volume_and_a_deleted_pvc_is_replaced() {
     let ds = drive(&s, &mut w, &mut mem, 100_000, 60);
     assert_eq!(ds[0].actions, vec![Action::CreatePod(1)]);
     assert_eq!(ds[0].phase, ClusterPhase::Replacing);
+    assert!(ds[0].notes.iter().any(|n| n.reason == "MemberReplaced"));
     assert_eq!(w.obs[&1].pvc.clone().unwrap().uid, uid, "same volume");
 
     // Pod and PVC deleted; the PVC lingers Terminating first: nothing is created on it.

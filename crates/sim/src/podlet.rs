@@ -84,6 +84,8 @@ impl Podlet {
         let pods: Api<Pod> = Api::all(self.client.clone());
         let mut workers: HashMap<String, watch::Sender<Option<Pod>>> = HashMap::new();
         let mut seen_in_init: BTreeSet<String> = BTreeSet::new();
+        // Pods whose worker has finished (deleted, or never ours): late events must not revive them.
+        let finished: Arc<Mutex<BTreeSet<String>>> = Arc::new(Mutex::new(BTreeSet::new()));
         let mut stream = watcher::watcher(pods, watcher::Config::default())
             .default_backoff()
             .boxed();
@@ -103,14 +105,23 @@ impl Podlet {
                     let alive = workers
                         .get(&uid)
                         .is_some_and(|tx| tx.send(Some(pod.clone())).is_ok());
-                    if !alive {
+                    let done = finished
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .contains(&uid);
+                    if !alive && !done {
                         let (tx, rx) = watch::channel(Some(pod));
                         workers.insert(uid.clone(), tx);
                         let me = self.clone();
+                        let finished = finished.clone();
                         tokio::spawn(async move {
                             if let Err(e) = me.clone().pod_worker(rx).await {
                                 warn!("pod {uid}: {e:#}");
                             }
+                            finished
+                                .lock()
+                                .unwrap_or_else(|e| e.into_inner())
+                                .insert(uid);
                         });
                     }
                 }
@@ -187,16 +198,16 @@ impl Podlet {
         let (pod, node) = loop {
             let cur = rx.borrow_and_update().clone();
             let Some(pod) = cur else { return Ok(()) };
+            if pod.metadata.deletion_timestamp.is_some() {
+                // Not started here (or already finished): nothing to stop.
+                self.delete_now(&pod).await?;
+                return Ok(());
+            }
             if let Some(node_name) = pod.spec.as_ref().and_then(|s| s.node_name.clone()) {
                 match self.fake_node(&node_name).await? {
                     Some(node) => break (pod, node),
                     None => return Ok(()), // a real node's kubelet owns it
                 }
-            }
-            if pod.metadata.deletion_timestamp.is_some() {
-                // Never started: nothing to stop.
-                self.delete_now(&pod).await?;
-                return Ok(());
             }
             if rx.changed().await.is_err() {
                 return Ok(());
@@ -248,9 +259,10 @@ impl Podlet {
             return self.wait_and_finish_plain(rx, &pods, &pod).await;
         };
 
-        let mut member = self.start_member(&pod, &container, &key, ip).await?;
+        // Report the pod Running first: if it is gone already, no member is started for it.
         self.patch_status(&pods, &pod, ip, &host_ip, &started, false, restarts)
             .await?;
+        let mut member = self.start_member(&pod, &container, &key, ip).await?;
         info!(pod = %key, %ip, "member started");
 
         let probe = container.readiness_probe.clone();
@@ -310,6 +322,14 @@ impl Podlet {
                         return Ok(());
                     }
                     let cur = rx.borrow().clone().expect("checked above");
+                    if terminating.is_none()
+                        && cur.metadata.deletion_timestamp.is_none()
+                        && pod_ready_condition(&cur).is_some_and(|r| r != ready)
+                    {
+                        // Someone else changed Ready (the node lifecycle controller, after a
+                        // missed heartbeat): report what the probe says, as a kubelet would.
+                        self.patch_ready(&pods, &pod, ready, restarts).await?;
+                    }
                     if terminating.is_none() && cur.metadata.deletion_timestamp.is_some() {
                         let grace = cur.metadata.deletion_grace_period_seconds.unwrap_or(30).max(0) as u64;
                         let deadline = tokio::time::Instant::now() + Duration::from_secs(grace);
@@ -663,6 +683,16 @@ impl MemberProcess {
             MemberProcess::Real { node, .. } => node.exited(),
         }
     }
+}
+
+fn pod_ready_condition(pod: &Pod) -> Option<bool> {
+    pod.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == "Ready")
+        .map(|c| c.status == "True")
 }
 
 /// The container that runs marekvs: it has `MAREKVS_REPLICAS_N` in its env or exposes 9121.

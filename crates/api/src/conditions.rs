@@ -1,0 +1,81 @@
+//! Condition types and reasons, as constants (metav1.Condition shape).
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+
+/// Cluster: every member is Active, the count matches, nothing is under-replicated.
+pub const READY: &str = "Ready";
+/// Cluster: members are being created, replaced or removed.
+pub const PROGRESSING: &str = "Progressing";
+/// Cluster: a scale-down is wanted but may not happen now (the reason says why).
+pub const SCALE_DOWN_BLOCKED: &str = "ScaleDownBlocked";
+/// Cluster: whether every entry of spec.removeMembers names a current member.
+pub const REMOVAL_CHOICES: &str = "RemovalChoices";
+
+/// Member: its pod is Ready.
+pub const MEMBER_READY: &str = "Ready";
+/// Member: its /metrics was read in the last reconcile.
+pub const MEMBER_SCRAPED: &str = "Scraped";
+/// Member: it is being removed.
+pub const MEMBER_DRAINING: &str = "Draining";
+
+pub const REASON_HEALTHY: &str = "Healthy";
+pub const REASON_NOT_READY: &str = "NotReady";
+pub const REASON_IDLE: &str = "Idle";
+pub const REASON_SCALING_UP: &str = "ScalingUp";
+pub const REASON_SCALING_DOWN: &str = "ScalingDown";
+pub const REASON_REPLACING: &str = "Replacing";
+pub const REASON_RECONCILING: &str = "Reconciling";
+pub const REASON_NOT_BLOCKED: &str = "NotBlocked";
+pub const REASON_VALID: &str = "Valid";
+pub const REASON_UNKNOWN_MEMBER: &str = "UnknownMember";
+pub const REASON_POD_READY: &str = "PodReady";
+pub const REASON_POD_NOT_READY: &str = "PodNotReady";
+pub const REASON_NO_POD: &str = "NoPod";
+pub const REASON_SCRAPED: &str = "Scraped";
+pub const REASON_SCRAPE_FAILED: &str = "ScrapeFailed";
+pub const REASON_NOT_REMOVING: &str = "NotRemoving";
+
+/// Set a condition in `conds`, keeping its lastTransitionTime unless its status changed.
+pub fn set_condition(
+    conds: &mut Vec<Condition>,
+    type_: &str,
+    status: bool,
+    reason: &str,
+    message: &str,
+    now: &Time,
+    generation: Option<i64>,
+) {
+    let status_s = if status { "True" } else { "False" };
+    let next = |ltt: Time| Condition {
+        type_: type_.to_string(),
+        status: status_s.to_string(),
+        reason: reason.to_string(),
+        message: message.chars().take(32_000).collect(),
+        last_transition_time: ltt,
+        observed_generation: generation,
+    };
+    match conds.iter_mut().find(|c| c.type_ == type_) {
+        Some(c) if c.status == status_s => *c = next(c.last_transition_time.clone()),
+        Some(c) => *c = next(now.clone()),
+        None => conds.push(next(now.clone())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn transition_time_moves_only_when_status_changes() {
+        let t0 = Time(k8s_openapi::jiff::Timestamp::from_second(1_000).unwrap());
+        let t1 = Time(k8s_openapi::jiff::Timestamp::from_second(2_000).unwrap());
+        let mut c = Vec::new();
+        set_condition(&mut c, READY, false, REASON_NOT_READY, "a", &t0, Some(1));
+        set_condition(&mut c, READY, false, REASON_NOT_READY, "b", &t1, Some(2));
+        assert_eq!(c[0].last_transition_time, t0);
+        assert_eq!(c[0].message, "b");
+        set_condition(&mut c, READY, true, REASON_HEALTHY, "", &t1, Some(2));
+        assert_eq!(c[0].last_transition_time, t1);
+        assert_eq!(c.len(), 1);
+    }
+}

@@ -1,0 +1,367 @@
+//! The `MarekvsCluster` custom resource (`marekvs.io/v1alpha1`), its validation rules, and the
+//! condition types and reasons the operator reports.
+//!
+//! Field names follow marekvs's own operator so its users can move over; the additions
+//! (`removeMembers`, `scaleDown`, scheduling fields) are documented on each field.
+#![forbid(unsafe_code)]
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{Affinity, Toleration, TopologySpreadConstraint};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+pub mod conditions;
+
+/// A marekvs cluster: its members' Pods and PVCs are created by the operator, with ordinal
+/// identity (`<name>-<ordinal>`), and scaled down one chosen, drained member at a time.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "marekvs.io",
+    version = "v1alpha1",
+    kind = "MarekvsCluster",
+    namespaced,
+    shortname = "mkv",
+    status = "MarekvsClusterStatus",
+    category = "all",
+    printcolumn = r#"{"name":"Desired","type":"integer","description":"Members the cluster should have","jsonPath":".status.desiredNodes"}"#,
+    printcolumn = r#"{"name":"Ready","type":"integer","description":"Members ready","jsonPath":".status.readyNodes"}"#,
+    printcolumn = r#"{"name":"Underrep","type":"integer","description":"Under-replicated partitions (max over members)","jsonPath":".status.underreplicatedPartitions"}"#,
+    printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
+    validation = Rule::new("size(self.metadata.name) <= 52")
+        .message("metadata.name must be at most 52 characters: member pods are <name>-<ordinal> and their hostname must fit in 63"),
+    validation = Rule::new("!has(self.spec.removeMembers) || self.spec.removeMembers.all(m, m.startsWith(self.metadata.name + '-'))")
+        .message("spec.removeMembers: each entry must name a member of this cluster, <metadata.name>-<ordinal> (e.g. demo-1)")
+)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("self.nodes >= self.replicationFactor + 1")
+    .message("spec.nodes must be at least replicationFactor + 1: with fewer members, a single failure leaves partitions under-replicated"))]
+pub struct MarekvsClusterSpec {
+    /// Container image for the marekvs nodes.
+    #[schemars(length(min = 1, max = 512))]
+    pub image: String,
+
+    /// Number of members. With `autoscale` set upstream this is only the initial size; this
+    /// operator does not autoscale yet and always uses `nodes`. Never below
+    /// `replicationFactor + 1`.
+    #[serde(default = "default_nodes")]
+    #[schemars(range(min = 2, max = 1000))]
+    pub nodes: i32,
+
+    /// Home replicas per partition (`MAREKVS_REPLICAS_N`). Cannot be changed once the cluster
+    /// exists.
+    #[serde(default = "default_replication_factor")]
+    #[schemars(range(min = 1, max = 16))]
+    #[x_kube(validation = Rule::new("self == oldSelf").message("replicationFactor cannot be changed on an existing cluster"))]
+    pub replication_factor: i32,
+
+    /// The volume of each member.
+    #[serde(default)]
+    pub storage: StorageSpec,
+
+    /// CPU and memory of each member.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<ResourcesSpec>,
+
+    /// Autoscaling settings of marekvs's own operator. Accepted so manifests carry over, but not
+    /// acted on yet: the cluster keeps `nodes` members (reported in the `Ready` condition).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub autoscale: Option<AutoscaleSpec>,
+
+    /// Delete the PVC of a removed member once the cluster is fully replicated again. By
+    /// default volumes are kept, so a later scale-up of that ordinal resumes from its data.
+    #[serde(default)]
+    pub reclaim_pvcs: bool,
+
+    /// Extra environment for the marekvs container (e.g. `RUST_LOG: info`). The variables the
+    /// operator manages (`MAREKVS_SEEDS`, `MAREKVS_REPLICAS_N`, `MAREKVS_DATA_DIR`,
+    /// `MAREKVS_ADVERTISE_IP`, `MAREKVS_NODE_ID`) cannot be set here.
+    #[serde(default)]
+    #[schemars(length(max = 64))]
+    #[x_kube(validation = Rule::new("!('MAREKVS_SEEDS' in self) && !('MAREKVS_REPLICAS_N' in self) && !('MAREKVS_DATA_DIR' in self) && !('MAREKVS_ADVERTISE_IP' in self) && !('MAREKVS_NODE_ID' in self)")
+        .message("extraEnv cannot set MAREKVS_SEEDS, MAREKVS_REPLICAS_N, MAREKVS_DATA_DIR, MAREKVS_ADVERTISE_IP or MAREKVS_NODE_ID: the operator manages them"))]
+    pub extra_env: BTreeMap<String, String>,
+
+    /// Node labels a member's pod must match.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_selector: Option<BTreeMap<String, String>>,
+
+    /// Tolerations of the members' pods.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tolerations: Option<Vec<Toleration>>,
+
+    /// Affinity of the members' pods.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub affinity: Option<Affinity>,
+
+    /// Topology spread of the members' pods. Their label selector may use
+    /// `app.kubernetes.io/instance: <name>`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topology_spread_constraints: Option<Vec<TopologySpreadConstraint>>,
+
+    /// Members to remove first when `nodes` is lowered, e.g. `[demo-1]`. Each entry must be
+    /// `<metadata.name>-<ordinal>`. Listing a member does not remove it by itself: only lowering
+    /// `nodes` does, one member at a time, listed members first (lowest ordinal first), then the
+    /// highest ordinal. An entry that is not a current member is ignored and reported (Warning
+    /// event, `RemovalChoices` condition). Scale-ups skip listed ordinals. At most 10 entries.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 10), inner(length(max = 63), regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?-(0|[1-9][0-9]*)$")), extend("x-kubernetes-list-type" = "set"))]
+    pub remove_members: Vec<String>,
+
+    /// How a scale-down step decides that a hand-off is over.
+    #[serde(default)]
+    pub scale_down: ScaleDownSpec,
+}
+
+fn default_nodes() -> i32 {
+    3
+}
+fn default_replication_factor() -> i32 {
+    2
+}
+
+/// The volume of each member (one PVC `data-<name>-<ordinal>` per member).
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("has(self.className) == has(oldSelf.className) && (!has(self.className) || self.className == oldSelf.className)")
+    .message("storage.className cannot be changed: existing volumes cannot move to another class"))]
+pub struct StorageSpec {
+    /// Size of each member's volume, a Kubernetes quantity (e.g. `10Gi`). May grow (existing
+    /// PVCs are expanded if their StorageClass allows it) but not shrink.
+    #[serde(default = "default_size")]
+    #[schemars(length(max = 64))]
+    #[x_kube(validation = Rule::new("isQuantity(self) && quantity(self).isGreaterThan(quantity('0'))").message("storage.size must be a positive quantity, e.g. 10Gi"))]
+    #[x_kube(validation = Rule::new("!isQuantity(self) || !isQuantity(oldSelf) || quantity(self).compareTo(quantity(oldSelf)) >= 0").message("storage.size cannot shrink"))]
+    pub size: String,
+
+    /// StorageClass of the volumes; the cluster's default class when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 253))]
+    pub class_name: Option<String>,
+}
+
+fn default_size() -> String {
+    "10Gi".into()
+}
+
+impl Default for StorageSpec {
+    fn default() -> Self {
+        StorageSpec {
+            size: default_size(),
+            class_name: None,
+        }
+    }
+}
+
+/// CPU and memory of each member. CPU is a request only (no limit: throttling hurts tail
+/// latency); memory is both request and limit (no burst-OOM).
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct ResourcesSpec {
+    /// CPU request, a quantity (e.g. `"1"`, `500m`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 64))]
+    #[x_kube(validation = Rule::new("isQuantity(self) && quantity(self).isGreaterThan(quantity('0'))").message("resources.cpu must be a positive quantity, e.g. 500m"))]
+    pub cpu: Option<String>,
+
+    /// Memory request and limit, a quantity (e.g. `1Gi`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 64))]
+    #[x_kube(validation = Rule::new("isQuantity(self) && quantity(self).isGreaterThan(quantity('0'))").message("resources.memory must be a positive quantity, e.g. 1Gi"))]
+    pub memory: Option<String>,
+}
+
+/// Autoscaling as marekvs's own operator defines it (accepted, not acted on yet).
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("self.minNodes <= self.maxNodes").message("autoscale.minNodes must not exceed autoscale.maxNodes"))]
+pub struct AutoscaleSpec {
+    /// Smallest cluster size.
+    #[schemars(range(min = 2, max = 1000))]
+    pub min_nodes: i32,
+    /// Largest cluster size.
+    #[schemars(range(min = 2, max = 1000))]
+    pub max_nodes: i32,
+    /// Commands per second one member should serve.
+    #[schemars(range(min = 1))]
+    pub target_ops_per_node: i64,
+    /// At most one scale-down per this many seconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub scale_down_stabilization_seconds: Option<i32>,
+    /// Wait this long after a scale before scaling up again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub scale_up_cooldown_seconds: Option<i32>,
+}
+
+/// The hand-off gate of a scale-down step (see docs/scale-down.md).
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ScaleDownSpec {
+    /// Every member's bootstrap and repair counters must stay still this many seconds (across
+    /// consecutive scrapes) before a step counts as settled.
+    #[serde(default = "default_settle")]
+    #[schemars(range(min = 1, max = 3600))]
+    pub settle_seconds: i32,
+    /// A hand-off that has not settled after this many seconds blocks the cluster (phase
+    /// Blocked, reason HandoffTimeout); it never proceeds blindly.
+    #[serde(default = "default_handoff_timeout")]
+    #[schemars(range(min = 10, max = 86400))]
+    pub handoff_timeout_seconds: i32,
+}
+
+fn default_settle() -> i32 {
+    10
+}
+fn default_handoff_timeout() -> i32 {
+    600
+}
+
+impl Default for ScaleDownSpec {
+    fn default() -> Self {
+        ScaleDownSpec {
+            settle_seconds: default_settle(),
+            handoff_timeout_seconds: default_handoff_timeout(),
+        }
+    }
+}
+
+/// Observed state, written by the operator through the status subresource.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MarekvsClusterStatus {
+    /// Reconciling, Healthy, ScalingUp, ScalingDown, Replacing or Blocked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<String>,
+    /// Ready, Progressing, ScaleDownBlocked, RemovalChoices.
+    #[serde(default)]
+    pub conditions: Vec<Condition>,
+    /// The spec generation this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Members the cluster should have (spec.nodes, never below replicationFactor + 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub desired_nodes: Option<i32>,
+    /// Members whose pod is Ready.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready_nodes: Option<i32>,
+    /// The maximum of `marekvs_cluster_underreplicated_partitions` over the members scraped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub underreplicated_partitions: Option<i64>,
+    /// The members that belong to the cluster, in ordinal order.
+    #[serde(default)]
+    pub instance_names: Vec<String>,
+    /// Per-member state.
+    #[serde(default)]
+    pub members: Vec<MemberStatus>,
+    /// The member being removed, written before anything is done to it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub removal: Option<RemovalStatus>,
+}
+
+/// One member's state.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MemberStatus {
+    /// `<cluster>-<ordinal>`: the pod name and the node's hostname.
+    pub name: String,
+    pub ordinal: i32,
+    /// Its pod, when one exists.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod: Option<String>,
+    /// Its PVC (`data-<name>`), when one exists.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pvc: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pvc_uid: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_ip: Option<String>,
+    /// Joining, Active, Unready, Replacing, Draining or Leaving.
+    pub phase: String,
+    /// Its pod is Ready.
+    pub ready: bool,
+    /// Figures of the last successful scrape of its /metrics.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metrics: Option<MemberMetrics>,
+    /// When its bootstrap/repair counters last moved (the hand-off gate's settle clock).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub counters_changed_at: Option<Time>,
+    /// Ready, Scraped, Draining.
+    #[serde(default)]
+    pub conditions: Vec<Condition>,
+}
+
+/// Figures read from a member's /metrics.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MemberMetrics {
+    pub scraped_at: Time,
+    /// Members in this node's view.
+    pub view_members: i64,
+    pub underreplicated_partitions: i64,
+    pub join_gate_pending: i64,
+    pub bootstraps_completed_total: i64,
+    pub ae_repair_ops_total: i64,
+    pub commands_total: i64,
+}
+
+/// The member being removed and the step it is at.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RemovalStatus {
+    pub member: String,
+    pub ordinal: i32,
+    /// UserChosen, NotReady or HighestOrdinal.
+    pub reason: String,
+    /// Draining, HandingOff, Deleting or Settling.
+    pub step: String,
+    pub started_at: Time,
+    pub step_started_at: Time,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::CustomResourceExt;
+
+    #[test]
+    fn the_crd_carries_the_validation_rules_and_printer_columns() {
+        let crd = serde_json::to_string(&MarekvsCluster::crd()).unwrap();
+        for needle in [
+            "self.nodes >= self.replicationFactor + 1",
+            "replicationFactor cannot be changed",
+            "isQuantity(self)",
+            "storage.size cannot shrink",
+            "spec.removeMembers: each entry must name a member",
+            "\"shortNames\":[\"mkv\"]",
+            "\"name\":\"Underrep\"",
+            "\"subresources\":{\"status\":{}}",
+        ] {
+            assert!(crd.contains(needle), "CRD lacks {needle}");
+        }
+    }
+
+    #[test]
+    fn defaults_match_marekvs_own_operator() {
+        let spec: MarekvsClusterSpec =
+            serde_json::from_value(serde_json::json!({"image": "marekvs:1"})).unwrap();
+        assert_eq!(spec.nodes, 3);
+        assert_eq!(spec.replication_factor, 2);
+        assert_eq!(spec.storage.size, "10Gi");
+        assert!(!spec.reclaim_pvcs);
+        // The upstream example manifest deserializes unchanged.
+        let upstream = serde_json::json!({
+            "image": "ghcr.io/yannick/marekvs:latest", "replicationFactor": 2,
+            "storage": {"size": "10Gi"}, "resources": {"cpu": "1", "memory": "1Gi"},
+            "autoscale": {"minNodes": 3, "maxNodes": 8, "targetOpsPerNode": 5000,
+                          "scaleDownStabilizationSeconds": 300, "scaleUpCooldownSeconds": 60},
+            "reclaimPvcs": false, "extraEnv": {"RUST_LOG": "info"}
+        });
+        let spec: MarekvsClusterSpec = serde_json::from_value(upstream).unwrap();
+        assert_eq!(spec.autoscale.unwrap().max_nodes, 8);
+    }
+}

@@ -1,0 +1,341 @@
+//! Desired child objects of a MarekvsCluster, built as plain values (no I/O): the headless
+//! and client Services, the PodDisruptionBudget, and each member's PVC and Pod.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Service};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use kube::{Resource, ResourceExt};
+use marekvs_api::MarekvsCluster;
+use serde_json::{Value, json};
+
+pub const MANAGER: &str = "marekvs-operator";
+pub const LABEL_NAME: &str = "app.kubernetes.io/name";
+pub const LABEL_INSTANCE: &str = "app.kubernetes.io/instance";
+pub const LABEL_MANAGED_BY: &str = "app.kubernetes.io/managed-by";
+pub const LABEL_ORDINAL: &str = "marekvs.io/ordinal";
+/// Set on a member's pod once its node answered `/drain` with 200.
+pub const ANNOTATION_DRAINED_AT: &str = "marekvs.io/drained-at";
+
+pub const PORT_RESP: i32 = 6379;
+pub const PORT_MESH: i32 = 7373;
+pub const PORT_GOSSIP: i32 = 7946;
+pub const PORT_METRICS: i32 = 9121;
+/// The image runs as nobody (uid/gid 65534), from scratch.
+const NOBODY: i64 = 65534;
+
+pub fn selector_labels(cr: &MarekvsCluster) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (LABEL_NAME.into(), "marekvs".into()),
+        (LABEL_INSTANCE.into(), cr.name_any()),
+    ])
+}
+
+/// `app.kubernetes.io/name=marekvs,app.kubernetes.io/instance=<name>`
+pub fn selector_string(cr: &MarekvsCluster) -> String {
+    selector_labels(cr)
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+fn labels(cr: &MarekvsCluster, ordinal: Option<u32>) -> BTreeMap<String, String> {
+    let mut l = selector_labels(cr);
+    l.insert(LABEL_MANAGED_BY.into(), MANAGER.into());
+    if let Some(o) = ordinal {
+        l.insert(LABEL_ORDINAL.into(), o.to_string());
+    }
+    l
+}
+
+pub fn headless_service_name(cr: &MarekvsCluster) -> String {
+    format!("{}-headless", cr.name_any())
+}
+
+pub fn member_name(cr: &MarekvsCluster, ordinal: u32) -> String {
+    format!("{}-{ordinal}", cr.name_any())
+}
+
+pub fn pvc_name(cr: &MarekvsCluster, ordinal: u32) -> String {
+    format!("data-{}-{ordinal}", cr.name_any())
+}
+
+fn owner_refs(cr: &MarekvsCluster) -> Value {
+    json!([cr
+        .controller_owner_ref(&())
+        .expect("a stored object has a uid")])
+}
+
+fn ports() -> Value {
+    json!([
+        {"name": "resp", "port": PORT_RESP, "targetPort": PORT_RESP, "protocol": "TCP"},
+        {"name": "mesh", "port": PORT_MESH, "targetPort": PORT_MESH, "protocol": "TCP"},
+        {"name": "gossip", "port": PORT_GOSSIP, "targetPort": PORT_GOSSIP, "protocol": "UDP"},
+        {"name": "metrics", "port": PORT_METRICS, "targetPort": PORT_METRICS, "protocol": "TCP"},
+    ])
+}
+
+/// Headless Service for member DNS (`<name>-<ordinal>.<name>-headless.<ns>.svc`) and gossip
+/// seeds; it publishes not-ready addresses because a Joining node is unready by design yet must
+/// resolve its peers.
+pub fn headless_service(cr: &MarekvsCluster) -> Service {
+    serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": headless_service_name(cr), "namespace": cr.namespace(), "labels": labels(cr, None), "ownerReferences": owner_refs(cr)},
+        "spec": {"clusterIP": "None", "publishNotReadyAddresses": true, "selector": selector_labels(cr), "ports": ports()},
+    }))
+    .expect("valid Service")
+}
+
+/// Client Service: the Redis protocol port of ready members.
+pub fn client_service(cr: &MarekvsCluster) -> Service {
+    serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": cr.name_any(), "namespace": cr.namespace(), "labels": labels(cr, None), "ownerReferences": owner_refs(cr)},
+        "spec": {"selector": selector_labels(cr), "ports": [{"name": "resp", "port": PORT_RESP, "targetPort": PORT_RESP, "protocol": "TCP"}]},
+    }))
+    .expect("valid Service")
+}
+
+/// minAvailable = replicationFactor: voluntary evictions never take the last copy.
+pub fn pdb(cr: &MarekvsCluster) -> PodDisruptionBudget {
+    serde_json::from_value(json!({
+        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+        "metadata": {"name": cr.name_any(), "namespace": cr.namespace(), "labels": labels(cr, None), "ownerReferences": owner_refs(cr)},
+        "spec": {"minAvailable": cr.spec.replication_factor, "selector": {"matchLabels": selector_labels(cr)}},
+    }))
+    .expect("valid PDB")
+}
+
+/// A member's volume. No owner reference: data outlives the custom resource on purpose, and a
+/// resource re-created with the same name adopts it.
+pub fn pvc(cr: &MarekvsCluster, ordinal: u32) -> PersistentVolumeClaim {
+    let mut spec = json!({
+        "accessModes": ["ReadWriteOnce"],
+        "resources": {"requests": {"storage": cr.spec.storage.size}},
+    });
+    if let Some(class) = &cr.spec.storage.class_name {
+        spec["storageClassName"] = json!(class);
+    }
+    serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+        "metadata": {"name": pvc_name(cr, ordinal), "namespace": cr.namespace(), "labels": labels(cr, Some(ordinal))},
+        "spec": spec,
+    }))
+    .expect("valid PVC")
+}
+
+/// A member's pod: the same hostname and subdomain a StatefulSet would give it, so DNS names
+/// and node ids are unchanged; probes and the preStop hook are HTTP (the image has no shell).
+pub fn pod(cr: &MarekvsCluster, ordinal: u32, cluster_domain: &str) -> Pod {
+    let name = member_name(cr, ordinal);
+    let ns = cr.namespace().unwrap_or_default();
+    let spec = &cr.spec;
+    let mut env = vec![
+        json!({"name": "MAREKVS_SEEDS", "value": format!("{}.{ns}.svc.{cluster_domain}:{PORT_GOSSIP}", headless_service_name(cr))}),
+        json!({"name": "MAREKVS_REPLICAS_N", "value": spec.replication_factor.to_string()}),
+        json!({"name": "MAREKVS_ADVERTISE_IP", "value": "auto"}),
+        json!({"name": "MAREKVS_DATA_DIR", "value": "/data"}),
+    ];
+    for (k, v) in &spec.extra_env {
+        env.push(json!({"name": k, "value": v}));
+    }
+    let mut resources = json!({});
+    if let Some(r) = &spec.resources {
+        if let Some(cpu) = &r.cpu {
+            resources["requests"]["cpu"] = json!(cpu);
+        }
+        if let Some(mem) = &r.memory {
+            resources["requests"]["memory"] = json!(mem);
+            resources["limits"]["memory"] = json!(mem);
+        }
+    }
+    let probe = |path: &str, period: i32, failures: i32| json!({"httpGet": {"path": path, "port": "metrics"}, "periodSeconds": period, "timeoutSeconds": 1, "failureThreshold": failures});
+    let mut pod_spec = json!({
+        "hostname": name,
+        "subdomain": headless_service_name(cr),
+        "terminationGracePeriodSeconds": 60,
+        "enableServiceLinks": false,
+        "securityContext": {"runAsUser": NOBODY, "runAsGroup": NOBODY, "runAsNonRoot": true, "fsGroup": NOBODY},
+        "containers": [{
+            "name": "marekvs",
+            "image": spec.image,
+            "env": env,
+            "ports": [
+                {"name": "resp", "containerPort": PORT_RESP, "protocol": "TCP"},
+                {"name": "mesh", "containerPort": PORT_MESH, "protocol": "TCP"},
+                {"name": "gossip", "containerPort": PORT_GOSSIP, "protocol": "UDP"},
+                {"name": "metrics", "containerPort": PORT_METRICS, "protocol": "TCP"},
+            ],
+            // A joining node bootstraps its partitions before /ready answers 200: allow it an hour.
+            "startupProbe": probe("/ready", 2, 1800),
+            "readinessProbe": probe("/ready", 2, 2),
+            "livenessProbe": probe("/alive", 10, 6),
+            "lifecycle": {"preStop": {"httpGet": {"path": "/drain", "port": "metrics"}}},
+            "resources": resources,
+            "volumeMounts": [{"name": "data", "mountPath": "/data"}],
+            "securityContext": {"allowPrivilegeEscalation": false, "readOnlyRootFilesystem": true, "capabilities": {"drop": ["ALL"]}},
+        }],
+        "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": pvc_name(cr, ordinal)}}],
+    });
+    if let Some(ns) = &spec.node_selector {
+        pod_spec["nodeSelector"] = json!(ns);
+    }
+    if let Some(t) = &spec.tolerations {
+        pod_spec["tolerations"] = serde_json::to_value(t).expect("serializable");
+    }
+    if let Some(a) = &spec.affinity {
+        pod_spec["affinity"] = serde_json::to_value(a).expect("serializable");
+    }
+    if let Some(t) = &spec.topology_spread_constraints {
+        pod_spec["topologySpreadConstraints"] = serde_json::to_value(t).expect("serializable");
+    }
+    serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": ns, "labels": labels(cr, Some(ordinal)), "ownerReferences": owner_refs(cr)},
+        "spec": pod_spec,
+    }))
+    .expect("valid Pod")
+}
+
+/// Ordinal from `<cluster>-<n>` (or `data-<cluster>-<n>` with `prefix = "data-"`).
+pub fn ordinal_from_name(cr_name: &str, prefix: &str, name: &str) -> Option<u32> {
+    let rest = name
+        .strip_prefix(prefix)?
+        .strip_prefix(cr_name)?
+        .strip_prefix('-')?;
+    if rest.is_empty()
+        || (rest.len() > 1 && rest.starts_with('0'))
+        || !rest.chars().all(|c| c.is_ascii_digit())
+    {
+        return None;
+    }
+    rest.parse().ok()
+}
+
+/// Bytes of a quantity such as `10Gi` or `500M` (None if it does not parse).
+pub fn quantity_bytes(q: &Quantity) -> Option<u128> {
+    let s = q.0.trim();
+    let split = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(s.len());
+    let (num, suffix) = s.split_at(split);
+    let num: f64 = num.parse().ok()?;
+    let mult: f64 = match suffix {
+        "" => 1.0,
+        "Ki" => 1024.0,
+        "Mi" => 1024f64.powi(2),
+        "Gi" => 1024f64.powi(3),
+        "Ti" => 1024f64.powi(4),
+        "Pi" => 1024f64.powi(5),
+        "Ei" => 1024f64.powi(6),
+        "k" => 1e3,
+        "M" => 1e6,
+        "G" => 1e9,
+        "T" => 1e12,
+        "P" => 1e15,
+        "E" => 1e18,
+        _ => return None,
+    };
+    Some((num * mult) as u128)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use marekvs_api::MarekvsClusterSpec;
+
+    fn cr() -> MarekvsCluster {
+        let spec: MarekvsClusterSpec = serde_json::from_value(json!({
+            "image": "marekvs:1", "replicationFactor": 2, "storage": {"size": "5Gi", "className": "fast"},
+            "resources": {"cpu": "1", "memory": "1Gi"}, "extraEnv": {"RUST_LOG": "debug"},
+            "nodeSelector": {"disk": "ssd"}
+        }))
+        .unwrap();
+        let mut cr = MarekvsCluster::new("demo", spec);
+        cr.metadata.namespace = Some("ns".into());
+        cr.metadata.uid = Some("uid-1".into());
+        cr
+    }
+
+    #[test]
+    fn pod_has_statefulset_identity_and_the_node_contract() {
+        let p = serde_json::to_value(pod(&cr(), 3, "cluster.local")).unwrap();
+        assert_eq!(p["metadata"]["name"], "demo-3");
+        assert_eq!(p["spec"]["hostname"], "demo-3");
+        assert_eq!(p["spec"]["subdomain"], "demo-headless");
+        assert_eq!(p["spec"]["securityContext"]["fsGroup"], 65534);
+        assert_eq!(
+            p["metadata"]["ownerReferences"][0]["kind"],
+            "MarekvsCluster"
+        );
+        assert_eq!(p["metadata"]["ownerReferences"][0]["controller"], true);
+        let c = &p["spec"]["containers"][0];
+        assert_eq!(c["readinessProbe"]["httpGet"]["path"], "/ready");
+        assert_eq!(c["livenessProbe"]["httpGet"]["path"], "/alive");
+        assert_eq!(c["lifecycle"]["preStop"]["httpGet"]["path"], "/drain");
+        assert_eq!(c["resources"]["requests"]["cpu"], "1");
+        assert!(
+            c["resources"]["limits"].get("cpu").is_none(),
+            "no CPU limit"
+        );
+        assert_eq!(c["resources"]["limits"]["memory"], "1Gi");
+        let env: BTreeMap<String, String> = c["env"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| {
+                (
+                    e["name"].as_str().unwrap().into(),
+                    e["value"].as_str().unwrap().into(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            env["MAREKVS_SEEDS"],
+            "demo-headless.ns.svc.cluster.local:7946"
+        );
+        assert_eq!(env["MAREKVS_REPLICAS_N"], "2");
+        assert_eq!(env["MAREKVS_DATA_DIR"], "/data");
+        assert_eq!(env["RUST_LOG"], "debug");
+        assert!(
+            !env.contains_key("MAREKVS_NODE_ID"),
+            "the node id comes from the hostname ordinal"
+        );
+        assert_eq!(
+            p["spec"]["volumes"][0]["persistentVolumeClaim"]["claimName"],
+            "data-demo-3"
+        );
+        assert_eq!(p["spec"]["nodeSelector"]["disk"], "ssd");
+    }
+
+    #[test]
+    fn pvc_outlives_the_cluster_object() {
+        let v = serde_json::to_value(pvc(&cr(), 0)).unwrap();
+        assert_eq!(v["metadata"]["name"], "data-demo-0");
+        assert!(v["metadata"].get("ownerReferences").is_none());
+        assert_eq!(v["spec"]["storageClassName"], "fast");
+        assert_eq!(v["spec"]["resources"]["requests"]["storage"], "5Gi");
+    }
+
+    #[test]
+    fn services_and_pdb() {
+        let h = serde_json::to_value(headless_service(&cr())).unwrap();
+        assert_eq!(h["spec"]["clusterIP"], "None");
+        assert_eq!(h["spec"]["publishNotReadyAddresses"], true);
+        let p = serde_json::to_value(pdb(&cr())).unwrap();
+        assert_eq!(p["spec"]["minAvailable"], 2);
+    }
+
+    #[test]
+    fn ordinals_parse_strictly() {
+        assert_eq!(ordinal_from_name("demo", "", "demo-3"), Some(3));
+        assert_eq!(ordinal_from_name("demo", "data-", "data-demo-12"), Some(12));
+        assert_eq!(ordinal_from_name("demo", "", "demo-03"), None);
+        assert_eq!(ordinal_from_name("demo", "", "demo-x"), None);
+        assert_eq!(ordinal_from_name("demo", "", "demo2-1"), None);
+        assert_eq!(ordinal_from_name("demo", "", "demo-"), None);
+    }
+}

@@ -1,0 +1,806 @@
+//! The reconcile pipeline: observe → decide (pure core) → record → act → report.
+//!
+//! Level-triggered and idempotent: every pass re-reads the pods, PVCs and member metrics, and
+//! the only memory is the object's status (members, the removal record, counter samples). The
+//! decision's memory is written to status before any action, so an operator restarted at any
+//! point re-derives the same next step.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::join_all;
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::runtime::controller::Action as Requeue;
+use kube::runtime::events::{Event, EventType, Recorder};
+use kube::{Client, Resource, ResourceExt};
+use marekvs_api::conditions::*;
+use marekvs_api::{
+    MarekvsCluster, MarekvsClusterStatus, MemberMetrics, MemberStatus, RemovalStatus,
+};
+use marekvs_core::{
+    Action, BlockReason, ClusterPhase, ClusterSpec, Decision, EventKind, Input, MemberObs,
+    MemberPhase, Memory, Millis, PodObs, PvcObs, Removal, RemovalStep, Sample, Scrape,
+    VictimReason, decide,
+};
+use serde_json::json;
+use tracing::{info, warn};
+
+use crate::build::{self, ANNOTATION_DRAINED_AT, MANAGER};
+use crate::scrape::MemberClient;
+
+pub struct Ctx {
+    pub client: Client,
+    pub recorder: Recorder,
+    pub members: MemberClient,
+    pub cluster_domain: String,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    #[error("{0}")]
+    Invalid(String),
+}
+
+fn now_ms() -> Millis {
+    Timestamp::now().as_millisecond()
+}
+
+fn to_time(ms: Millis) -> Time {
+    Time(Timestamp::from_millisecond(ms).unwrap_or(Timestamp::UNIX_EPOCH))
+}
+
+fn from_time(t: &Time) -> Millis {
+    t.0.as_millisecond()
+}
+
+pub async fn reconcile(cr: Arc<MarekvsCluster>, ctx: Arc<Ctx>) -> Result<Requeue, Error> {
+    if cr.metadata.deletion_timestamp.is_some() {
+        // Pods and Services go with it (owner references); PVCs stay on purpose.
+        return Ok(Requeue::await_change());
+    }
+    let ns = cr
+        .namespace()
+        .ok_or_else(|| Error::Invalid("MarekvsCluster must be namespaced".into()))?;
+    let name = cr.name_any();
+    let spec = core_spec(&cr)?;
+
+    // Children that do not depend on the runbook: server-side apply, one field manager.
+    let apply = PatchParams::apply(MANAGER).force();
+    Api::<k8s_openapi::api::core::v1::Service>::namespaced(ctx.client.clone(), &ns)
+        .patch(
+            &build::headless_service_name(&cr),
+            &apply,
+            &Patch::Apply(build::headless_service(&cr)),
+        )
+        .await?;
+    Api::<k8s_openapi::api::core::v1::Service>::namespaced(ctx.client.clone(), &ns)
+        .patch(&name, &apply, &Patch::Apply(build::client_service(&cr)))
+        .await?;
+    Api::<k8s_openapi::api::policy::v1::PodDisruptionBudget>::namespaced(ctx.client.clone(), &ns)
+        .patch(&name, &apply, &Patch::Apply(build::pdb(&cr)))
+        .await?;
+
+    // Observe.
+    let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+    let pvcs_api: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
+    let lp = ListParams::default().labels(&build::selector_string(&cr));
+    let pods: BTreeMap<u32, Pod> = pods_api
+        .list(&lp)
+        .await?
+        .items
+        .into_iter()
+        .filter_map(|p| build::ordinal_from_name(&name, "", &p.name_any()).map(|o| (o, p)))
+        .collect();
+    let pvcs: BTreeMap<u32, PersistentVolumeClaim> = pvcs_api
+        .list(&lp)
+        .await?
+        .items
+        .into_iter()
+        .filter_map(|p| build::ordinal_from_name(&name, "data-", &p.name_any()).map(|o| (o, p)))
+        .collect();
+    let scrapes = scrape_all(&ctx.members, &pods).await;
+    let status = cr.status.clone().unwrap_or_default();
+    let memory = memory_from_status(&name, &status);
+    let mut observed: BTreeMap<u32, MemberObs> = BTreeMap::new();
+    for o in pods.keys().chain(pvcs.keys()).chain(memory.members.iter()) {
+        let m = observed.entry(*o).or_default();
+        m.pod = pods.get(o).map(pod_obs);
+        m.pvc = pvcs.get(o).map(|p| PvcObs {
+            uid: p.uid().unwrap_or_default(),
+            terminating: p.metadata.deletion_timestamp.is_some(),
+        });
+        m.scrape = scrapes.get(o).cloned().flatten();
+    }
+
+    // Decide.
+    let now = now_ms();
+    let decision = decide(&Input {
+        spec: &spec,
+        memory: &memory,
+        observed: &observed,
+        now,
+    });
+
+    // Record, before acting.
+    let unknown_choices: Vec<String> = cr
+        .spec
+        .remove_members
+        .iter()
+        .filter(|m| {
+            build::ordinal_from_name(&name, "", m).is_none_or(|o| {
+                !decision.memory.members.contains(&o) && !memory.members.contains(&o)
+            })
+        })
+        .cloned()
+        .collect();
+    let new_status = status_from(
+        &cr,
+        &status,
+        &decision,
+        &observed,
+        &pods,
+        &pvcs,
+        &unknown_choices,
+        now,
+    );
+    patch_status(&ctx.client, &cr, &new_status).await?;
+
+    // Events, on transitions only.
+    let reference = cr.object_ref(&());
+    for note in &decision.notes {
+        publish(
+            &ctx.recorder,
+            &reference,
+            note.kind,
+            note.reason,
+            &note.message,
+        )
+        .await;
+    }
+    let choices_were_valid = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == REMOVAL_CHOICES)
+        .is_none_or(|c| c.status == "True");
+    if !unknown_choices.is_empty() && choices_were_valid {
+        publish(
+            &ctx.recorder,
+            &reference,
+            EventKind::Warning,
+            "UnknownRemovalChoice",
+            &format!(
+                "spec.removeMembers names no current member: {} (ignored)",
+                unknown_choices.join(", ")
+            ),
+        )
+        .await;
+    }
+
+    // Act.
+    for action in &decision.actions {
+        if let Err(e) = act(&ctx, &cr, *action, &pods, &pvcs).await {
+            warn!(cluster = %name, ?action, "action failed: {e}");
+            publish(
+                &ctx.recorder,
+                &reference,
+                EventKind::Warning,
+                "ActionFailed",
+                &format!("{action:?}: {e}"),
+            )
+            .await;
+            return Err(e);
+        }
+    }
+    grow_volumes(&ctx, &cr, &pvcs).await;
+
+    let requeue = if decision.memory.removal.is_some()
+        && decision.memory.removal.as_ref().map(|r| r.step)
+            != memory.removal.as_ref().map(|r| r.step)
+    {
+        // A new step was recorded: act on it at once.
+        Duration::from_millis(50)
+    } else {
+        Duration::from_millis(decision.requeue_ms.max(50) as u64)
+    };
+    Ok(Requeue::requeue(requeue))
+}
+
+pub fn error_policy(_cr: Arc<MarekvsCluster>, err: &Error, _ctx: Arc<Ctx>) -> Requeue {
+    warn!("reconcile failed: {err}");
+    Requeue::requeue(Duration::from_secs(3))
+}
+
+fn core_spec(cr: &MarekvsCluster) -> Result<ClusterSpec, Error> {
+    let s = &cr.spec;
+    if s.replication_factor < 1 || s.nodes < 1 {
+        return Err(Error::Invalid(
+            "replicationFactor and nodes must be positive".into(),
+        ));
+    }
+    let name = cr.name_any();
+    Ok(ClusterSpec {
+        name: name.clone(),
+        nodes: s.nodes as u32,
+        replication_factor: s.replication_factor as u32,
+        remove_first: s
+            .remove_members
+            .iter()
+            .filter_map(|m| build::ordinal_from_name(&name, "", m))
+            .collect(),
+        reclaim_pvcs: s.reclaim_pvcs,
+        settle_ms: i64::from(s.scale_down.settle_seconds.max(1)) * 1000,
+        handoff_timeout_ms: i64::from(s.scale_down.handoff_timeout_seconds.max(1)) * 1000,
+    })
+}
+
+fn pod_obs(p: &Pod) -> PodObs {
+    PodObs {
+        ready: p
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True")),
+        terminating: p.metadata.deletion_timestamp.is_some(),
+        drained: p.annotations().contains_key(ANNOTATION_DRAINED_AT),
+    }
+}
+
+async fn scrape_all(
+    client: &MemberClient,
+    pods: &BTreeMap<u32, Pod>,
+) -> BTreeMap<u32, Option<Scrape>> {
+    // Concurrently, each with its own short timeout: k dead members cost one timeout, not k.
+    let futs = pods.iter().map(|(o, p)| {
+        let ip = p.status.as_ref().and_then(|s| s.pod_ip.clone());
+        async move {
+            let s = match ip {
+                Some(ip) => client.scrape(&ip).await,
+                None => None,
+            };
+            (*o, s)
+        }
+    });
+    join_all(futs).await.into_iter().collect()
+}
+
+fn phase_str(p: MemberPhase) -> &'static str {
+    match p {
+        MemberPhase::Joining => "Joining",
+        MemberPhase::Active => "Active",
+        MemberPhase::Unready => "Unready",
+        MemberPhase::Replacing => "Replacing",
+        MemberPhase::Draining => "Draining",
+        MemberPhase::Leaving => "Leaving",
+    }
+}
+
+fn parse_phase(s: &str) -> Option<MemberPhase> {
+    Some(match s {
+        "Joining" => MemberPhase::Joining,
+        "Active" => MemberPhase::Active,
+        "Unready" => MemberPhase::Unready,
+        "Replacing" => MemberPhase::Replacing,
+        "Draining" => MemberPhase::Draining,
+        "Leaving" => MemberPhase::Leaving,
+        _ => return None,
+    })
+}
+
+fn step_str(s: RemovalStep) -> &'static str {
+    match s {
+        RemovalStep::Draining => "Draining",
+        RemovalStep::HandingOff => "HandingOff",
+        RemovalStep::Deleting => "Deleting",
+        RemovalStep::Settling => "Settling",
+    }
+}
+
+fn reason_str(r: VictimReason) -> &'static str {
+    match r {
+        VictimReason::UserChosen => "UserChosen",
+        VictimReason::NotReady => "NotReady",
+        VictimReason::HighestOrdinal => "HighestOrdinal",
+    }
+}
+
+fn parse_block(s: &str) -> Option<BlockReason> {
+    [
+        BlockReason::NotAllReady,
+        BlockReason::MetricsUnavailable,
+        BlockReason::Underreplicated,
+        BlockReason::JoinPending,
+        BlockReason::ViewsNotConverged,
+        BlockReason::RepairInProgress,
+        BlockReason::Replacing,
+        BlockReason::HandoffTimeout,
+    ]
+    .into_iter()
+    .find(|r| r.as_str() == s)
+}
+
+/// What the operator remembers, read back from status.
+pub fn memory_from_status(name: &str, status: &MarekvsClusterStatus) -> Memory {
+    let members: BTreeSet<u32> = status
+        .instance_names
+        .iter()
+        .filter_map(|n| build::ordinal_from_name(name, "", n))
+        .collect();
+    let removal = status.removal.as_ref().and_then(|r| {
+        Some(Removal {
+            ordinal: u32::try_from(r.ordinal).ok()?,
+            reason: match r.reason.as_str() {
+                "UserChosen" => VictimReason::UserChosen,
+                "NotReady" => VictimReason::NotReady,
+                _ => VictimReason::HighestOrdinal,
+            },
+            step: match r.step.as_str() {
+                "Draining" => RemovalStep::Draining,
+                "HandingOff" => RemovalStep::HandingOff,
+                "Deleting" => RemovalStep::Deleting,
+                "Settling" => RemovalStep::Settling,
+                _ => return None,
+            },
+            started_at: from_time(&r.started_at),
+            step_started_at: from_time(&r.step_started_at),
+        })
+    });
+    let mut samples = BTreeMap::new();
+    let mut phases = BTreeMap::new();
+    for m in &status.members {
+        let Ok(o) = u32::try_from(m.ordinal) else {
+            continue;
+        };
+        if let (Some(metrics), Some(changed)) = (&m.metrics, &m.counters_changed_at) {
+            samples.insert(
+                o,
+                Sample {
+                    bootstraps_total: metrics.bootstraps_completed_total.max(0) as u64,
+                    repairs_total: metrics.ae_repair_ops_total.max(0) as u64,
+                    changed_at: from_time(changed),
+                },
+            );
+        }
+        if let Some(p) = parse_phase(&m.phase) {
+            phases.insert(o, p);
+        }
+    }
+    let blocked = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == SCALE_DOWN_BLOCKED && c.status == "True")
+        .and_then(|c| parse_block(&c.reason));
+    Memory {
+        members,
+        removal,
+        samples,
+        phases,
+        blocked,
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn status_from(
+    cr: &MarekvsCluster,
+    prev: &MarekvsClusterStatus,
+    d: &Decision,
+    observed: &BTreeMap<u32, MemberObs>,
+    pods: &BTreeMap<u32, Pod>,
+    pvcs: &BTreeMap<u32, PersistentVolumeClaim>,
+    unknown_choices: &[String],
+    now: Millis,
+) -> MarekvsClusterStatus {
+    let name = cr.name_any();
+    let gen_ = cr.metadata.generation;
+    let t = to_time(now);
+    let mut members = Vec::new();
+    let mut ready_nodes = 0;
+    let mut max_underrep: Option<u64> = None;
+    for o in &d.memory.members {
+        let m = observed.get(o).cloned().unwrap_or_default();
+        let pod = pods.get(o);
+        let ready = m.pod.as_ref().is_some_and(|p| p.ready);
+        if ready {
+            ready_nodes += 1;
+        }
+        if let Some(s) = &m.scrape {
+            max_underrep = Some(max_underrep.unwrap_or(0).max(s.underreplicated));
+        }
+        let prev_m = prev.members.iter().find(|pm| pm.ordinal == *o as i32);
+        let mut conditions = prev_m.map(|pm| pm.conditions.clone()).unwrap_or_default();
+        let (r_status, r_reason, r_msg) = match &m.pod {
+            None => (false, REASON_NO_POD, "no pod".to_string()),
+            Some(p) if p.ready => (true, REASON_POD_READY, String::new()),
+            Some(_) => (
+                false,
+                REASON_POD_NOT_READY,
+                "the pod's readiness probe (/ready) does not pass".to_string(),
+            ),
+        };
+        set_condition(
+            &mut conditions,
+            MEMBER_READY,
+            r_status,
+            r_reason,
+            &r_msg,
+            &t,
+            gen_,
+        );
+        match &m.scrape {
+            Some(_) => set_condition(
+                &mut conditions,
+                MEMBER_SCRAPED,
+                true,
+                REASON_SCRAPED,
+                "",
+                &t,
+                gen_,
+            ),
+            None => set_condition(
+                &mut conditions,
+                MEMBER_SCRAPED,
+                false,
+                REASON_SCRAPE_FAILED,
+                "its /metrics could not be read",
+                &t,
+                gen_,
+            ),
+        }
+        match d.memory.removal.as_ref().filter(|r| r.ordinal == *o) {
+            Some(r) => set_condition(
+                &mut conditions,
+                MEMBER_DRAINING,
+                true,
+                step_str(r.step),
+                "chosen for removal",
+                &t,
+                gen_,
+            ),
+            None => set_condition(
+                &mut conditions,
+                MEMBER_DRAINING,
+                false,
+                REASON_NOT_REMOVING,
+                "",
+                &t,
+                gen_,
+            ),
+        }
+        let metrics = match &m.scrape {
+            Some(s) => Some(MemberMetrics {
+                scraped_at: t.clone(),
+                view_members: s.view_members as i64,
+                underreplicated_partitions: s.underreplicated as i64,
+                join_gate_pending: s.join_pending as i64,
+                bootstraps_completed_total: s.bootstraps_total as i64,
+                ae_repair_ops_total: s.repairs_total as i64,
+                commands_total: s.commands_total as i64,
+            }),
+            None => prev_m.and_then(|pm| pm.metrics.clone()),
+        };
+        members.push(MemberStatus {
+            name: format!("{name}-{o}"),
+            ordinal: *o as i32,
+            pod: pod.map(|p| p.name_any()),
+            pvc: pvcs.get(o).map(|p| p.name_any()),
+            pvc_uid: m.pvc.as_ref().map(|p| p.uid.clone()),
+            pod_ip: pod
+                .and_then(|p| p.status.as_ref())
+                .and_then(|s| s.pod_ip.clone()),
+            phase: d
+                .memory
+                .phases
+                .get(o)
+                .map(|p| phase_str(*p))
+                .unwrap_or("Joining")
+                .into(),
+            ready,
+            metrics,
+            counters_changed_at: d.memory.samples.get(o).map(|s| to_time(s.changed_at)),
+            conditions,
+        });
+    }
+
+    let mut conditions = prev.conditions.clone();
+    let healthy = d.phase == ClusterPhase::Healthy;
+    let ready_msg = if healthy {
+        format!(
+            "{} members Active, fully replicated",
+            d.memory.members.len()
+        )
+    } else {
+        format!(
+            "phase {}: {}",
+            d.phase.as_str(),
+            d.progress
+                .clone()
+                .or_else(|| d.blocked.as_ref().map(|b| b.message.clone()))
+                .unwrap_or_default()
+        )
+    };
+    set_condition(
+        &mut conditions,
+        READY,
+        healthy,
+        if healthy {
+            REASON_HEALTHY
+        } else {
+            REASON_NOT_READY
+        },
+        &ready_msg,
+        &t,
+        gen_,
+    );
+    let (p_status, p_reason) = match d.phase {
+        ClusterPhase::ScalingUp => (true, REASON_SCALING_UP),
+        ClusterPhase::ScalingDown => (true, REASON_SCALING_DOWN),
+        ClusterPhase::Replacing => (true, REASON_REPLACING),
+        ClusterPhase::Reconciling => (true, REASON_RECONCILING),
+        ClusterPhase::Blocked => (false, "Blocked"),
+        ClusterPhase::Healthy => (false, REASON_IDLE),
+    };
+    set_condition(
+        &mut conditions,
+        PROGRESSING,
+        p_status,
+        p_reason,
+        &d.progress.clone().unwrap_or_default(),
+        &t,
+        gen_,
+    );
+    match &d.blocked {
+        Some(b) => set_condition(
+            &mut conditions,
+            SCALE_DOWN_BLOCKED,
+            true,
+            b.reason.as_str(),
+            &b.message,
+            &t,
+            gen_,
+        ),
+        None => set_condition(
+            &mut conditions,
+            SCALE_DOWN_BLOCKED,
+            false,
+            REASON_NOT_BLOCKED,
+            "",
+            &t,
+            gen_,
+        ),
+    }
+    if unknown_choices.is_empty() {
+        set_condition(
+            &mut conditions,
+            REMOVAL_CHOICES,
+            true,
+            REASON_VALID,
+            "",
+            &t,
+            gen_,
+        );
+    } else {
+        set_condition(
+            &mut conditions,
+            REMOVAL_CHOICES,
+            false,
+            REASON_UNKNOWN_MEMBER,
+            &format!(
+                "not current members (ignored): {}",
+                unknown_choices.join(", ")
+            ),
+            &t,
+            gen_,
+        );
+    }
+    if cr.spec.autoscale.is_some() {
+        set_condition(
+            &mut conditions,
+            "Autoscaling",
+            false,
+            "NotImplemented",
+            "spec.autoscale is accepted but not acted on yet: the cluster keeps spec.nodes members",
+            &t,
+            gen_,
+        );
+    } else {
+        conditions.retain(|c| c.type_ != "Autoscaling");
+    }
+
+    MarekvsClusterStatus {
+        phase: Some(d.phase.as_str().into()),
+        conditions,
+        observed_generation: gen_,
+        desired_nodes: Some(cr.spec.nodes.max(cr.spec.replication_factor + 1)),
+        ready_nodes: Some(ready_nodes),
+        underreplicated_partitions: max_underrep.map(|u| u as i64),
+        instance_names: d
+            .memory
+            .members
+            .iter()
+            .map(|o| format!("{name}-{o}"))
+            .collect(),
+        members,
+        removal: d.memory.removal.as_ref().map(|r| RemovalStatus {
+            member: format!("{name}-{}", r.ordinal),
+            ordinal: r.ordinal as i32,
+            reason: reason_str(r.reason).into(),
+            step: step_str(r.step).into(),
+            started_at: to_time(r.started_at),
+            step_started_at: to_time(r.step_started_at),
+        }),
+    }
+}
+
+async fn patch_status(
+    client: &Client,
+    cr: &MarekvsCluster,
+    status: &MarekvsClusterStatus,
+) -> Result<(), Error> {
+    let api: Api<MarekvsCluster> =
+        Api::namespaced(client.clone(), &cr.namespace().unwrap_or_default());
+    let body =
+        json!({"apiVersion": "marekvs.io/v1alpha1", "kind": "MarekvsCluster", "status": status});
+    api.patch_status(
+        &cr.name_any(),
+        &PatchParams::apply(MANAGER).force(),
+        &Patch::Apply(body),
+    )
+    .await?;
+    Ok(())
+}
+
+async fn publish(
+    recorder: &Recorder,
+    reference: &k8s_openapi::api::core::v1::ObjectReference,
+    kind: EventKind,
+    reason: &str,
+    message: &str,
+) {
+    let ev = Event {
+        type_: match kind {
+            EventKind::Normal => EventType::Normal,
+            EventKind::Warning => EventType::Warning,
+        },
+        reason: reason.into(),
+        note: Some(message.chars().take(1000).collect()),
+        action: reason.into(),
+        secondary: None,
+    };
+    info!(reason, message, "event");
+    if let Err(e) = recorder.publish(&ev, reference).await {
+        warn!("publishing event {reason}: {e}");
+    }
+}
+
+async fn act(
+    ctx: &Ctx,
+    cr: &MarekvsCluster,
+    action: Action,
+    pods: &BTreeMap<u32, Pod>,
+    pvcs: &BTreeMap<u32, PersistentVolumeClaim>,
+) -> Result<(), Error> {
+    let ns = cr.namespace().unwrap_or_default();
+    let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+    let pvcs_api: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
+    let pp = PostParams {
+        field_manager: Some(MANAGER.into()),
+        ..PostParams::default()
+    };
+    let ok_if = |r: Result<(), kube::Error>, codes: &[u16]| match r {
+        Err(kube::Error::Api(e)) if codes.contains(&e.code) => Ok(()),
+        other => other,
+    };
+    match action {
+        Action::CreatePvc(o) => {
+            let r = pvcs_api.create(&pp, &build::pvc(cr, o)).await.map(|_| ());
+            ok_if(r, &[409])?;
+        }
+        Action::CreatePod(o) => {
+            let r = pods_api
+                .create(&pp, &build::pod(cr, o, &ctx.cluster_domain))
+                .await
+                .map(|_| ());
+            ok_if(r, &[409])?;
+        }
+        Action::Drain(o) => {
+            let Some(pod) = pods.get(&o) else {
+                return Ok(());
+            };
+            let Some(ip) = pod.status.as_ref().and_then(|s| s.pod_ip.clone()) else {
+                return Ok(());
+            };
+            if ctx.members.drain(&ip).await {
+                // Recorded on the pod, so the next pass (or a restarted operator) knows.
+                let patch = json!({"metadata": {"annotations": {ANNOTATION_DRAINED_AT: Timestamp::now().to_string()}}});
+                let r = pods_api
+                    .patch(
+                        &pod.name_any(),
+                        &PatchParams::default(),
+                        &Patch::Merge(patch),
+                    )
+                    .await
+                    .map(|_| ());
+                ok_if(r, &[404])?;
+            }
+        }
+        Action::DeletePod(o) => {
+            let Some(pod) = pods.get(&o) else {
+                return Ok(());
+            };
+            let dp = DeleteParams {
+                preconditions: Some(Preconditions {
+                    uid: pod.uid(),
+                    resource_version: None,
+                }),
+                ..DeleteParams::default()
+            };
+            let r = pods_api.delete(&pod.name_any(), &dp).await.map(|_| ());
+            ok_if(r, &[404, 409])?;
+        }
+        Action::DeletePvc(o) => {
+            let Some(pvc) = pvcs.get(&o) else {
+                return Ok(());
+            };
+            let dp = DeleteParams {
+                preconditions: Some(Preconditions {
+                    uid: pvc.uid(),
+                    resource_version: None,
+                }),
+                ..DeleteParams::default()
+            };
+            let r = pvcs_api.delete(&pvc.name_any(), &dp).await.map(|_| ());
+            ok_if(r, &[404, 409])?;
+        }
+    }
+    Ok(())
+}
+
+/// Expand existing volumes when spec.storage.size grew (the CRD refuses shrinking).
+async fn grow_volumes(ctx: &Ctx, cr: &MarekvsCluster, pvcs: &BTreeMap<u32, PersistentVolumeClaim>) {
+    let want =
+        k8s_openapi::apimachinery::pkg::api::resource::Quantity(cr.spec.storage.size.clone());
+    let Some(want_b) = build::quantity_bytes(&want) else {
+        return;
+    };
+    let api: Api<PersistentVolumeClaim> =
+        Api::namespaced(ctx.client.clone(), &cr.namespace().unwrap_or_default());
+    for pvc in pvcs.values() {
+        let have = pvc
+            .spec
+            .as_ref()
+            .and_then(|s| s.resources.as_ref())
+            .and_then(|r| r.requests.as_ref())
+            .and_then(|r| r.get("storage"));
+        if pvc.metadata.deletion_timestamp.is_some()
+            || have
+                .and_then(build::quantity_bytes)
+                .is_none_or(|h| h >= want_b)
+        {
+            continue;
+        }
+        let patch = json!({"spec": {"resources": {"requests": {"storage": want.0}}}});
+        if let Err(e) = api
+            .patch(
+                &pvc.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(patch),
+            )
+            .await
+        {
+            warn!(pvc = %pvc.name_any(), "expanding volume: {e}");
+            publish(
+                &ctx.recorder,
+                &cr.object_ref(&()),
+                EventKind::Warning,
+                "VolumeExpansionFailed",
+                &format!("{}: {e}", pvc.name_any()),
+            )
+            .await;
+        }
+    }
+}

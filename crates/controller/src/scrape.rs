@@ -1,0 +1,69 @@
+//! HTTP to a member's port 9121, straight at its pod IP (no Service, no API-server proxy).
+
+use std::time::Duration;
+
+use marekvs_core::Scrape;
+use marekvs_core::metrics::parse_scrape;
+use tracing::debug;
+
+use crate::build::PORT_METRICS;
+
+#[derive(Clone)]
+pub struct MemberClient {
+    http: reqwest::Client,
+    timeout: Duration,
+}
+
+impl MemberClient {
+    pub fn new(timeout: Duration) -> Self {
+        let http = reqwest::Client::builder()
+            .no_proxy()
+            .connect_timeout(timeout)
+            .timeout(timeout)
+            .build()
+            .expect("plain HTTP client builds");
+        MemberClient { http, timeout }
+    }
+
+    fn url(ip: &str, path: &str) -> String {
+        if ip.contains(':') {
+            format!("http://[{ip}]:{PORT_METRICS}{path}")
+        } else {
+            format!("http://{ip}:{PORT_METRICS}{path}")
+        }
+    }
+
+    /// `/metrics`, parsed; `None` on any failure (unknown is never safe).
+    pub async fn scrape(&self, ip: &str) -> Option<Scrape> {
+        let r = match self.http.get(Self::url(ip, "/metrics")).send().await {
+            Ok(r) if r.status().is_success() => r,
+            Ok(r) => {
+                debug!(ip, status = %r.status(), "scrape refused");
+                return None;
+            }
+            Err(e) => {
+                debug!(ip, "scrape failed: {e}");
+                return None;
+            }
+        };
+        parse_scrape(&r.text().await.ok()?)
+    }
+
+    /// `/drain`: true once the node answered 200 (it is Leaving).
+    pub async fn drain(&self, ip: &str) -> bool {
+        // Draining may take a moment longer than a scrape.
+        match self
+            .http
+            .get(Self::url(ip, "/drain"))
+            .timeout(self.timeout * 5)
+            .send()
+            .await
+        {
+            Ok(r) => r.status().is_success(),
+            Err(e) => {
+                debug!(ip, "drain failed: {e}");
+                false
+            }
+        }
+    }
+}

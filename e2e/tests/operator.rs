@@ -1,0 +1,568 @@
+//! The member controller end to end: MarekvsCluster → Pods and PVCs with ordinal identity,
+//! safe scaling of the chosen member, replacement, status and events.
+//!
+//! Tests that inject faults into the data plane need the simulator and skip themselves without
+//! it; the others also run against a cluster with real marekvs nodes.
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Service};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use marekvs_e2e::*;
+use serde_json::{Value, json};
+
+const T: Duration = Duration::from_secs(120);
+
+fn spec(nodes: u32) -> Value {
+    json!({
+        "image": image(), "nodes": nodes, "replicationFactor": 2,
+        "storage": {"size": "1Gi"},
+        "scaleDown": {"settleSeconds": 2, "handoffTimeoutSeconds": 600},
+    })
+}
+
+async fn create(env: &TestEnv, name: &str, spec: Value) -> anyhow::Result<Api<MarekvsCluster>> {
+    let api: Api<MarekvsCluster> = env.api();
+    api.create(&PostParams::default(), &cluster(name, spec)?)
+        .await?;
+    Ok(api)
+}
+
+async fn patch_spec(api: &Api<MarekvsCluster>, name: &str, spec: Value) -> anyhow::Result<()> {
+    api.patch(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": spec})),
+    )
+    .await?;
+    Ok(())
+}
+
+async fn pvc_uid(env: &TestEnv, name: &str) -> anyhow::Result<String> {
+    Ok(env
+        .api::<PersistentVolumeClaim>()
+        .get(name)
+        .await?
+        .metadata
+        .uid
+        .unwrap())
+}
+
+async fn assert_no_loss(sim: &Option<Sim>, ns: &str) -> anyhow::Result<()> {
+    if let Some(sim) = sim {
+        assert_eq!(
+            sim.lost_partitions(ns).await?,
+            0,
+            "the simulator counted lost partitions"
+        );
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn creates_members_then_scales_3_5_3_removing_the_chosen_member_first() -> anyhow::Result<()>
+{
+    let env = TestEnv::new("scale").await?;
+    let _op = Operator::start(&env.namespace)?;
+    let sim = Sim::from_env();
+    let api = create(&env, "demo", spec(3)).await?;
+    let c = wait_healthy(&api, "demo", &["demo-0", "demo-1", "demo-2"], T).await?;
+    let s = status_of(&c);
+    assert_eq!(s.desired_nodes, Some(3));
+    assert_eq!(s.ready_nodes, Some(3));
+    assert_eq!(s.underreplicated_partitions, Some(0));
+    assert_eq!(s.members.len(), 3);
+    for m in &s.members {
+        assert_eq!(m.phase, "Active");
+        for t in ["Ready", "Scraped"] {
+            let cond = m
+                .conditions
+                .iter()
+                .find(|c| c.type_ == t)
+                .expect("member condition");
+            assert_eq!(cond.status, "True", "{} {t}", m.name);
+        }
+    }
+    assert_eq!(
+        condition(&s, "Ready").map(|c| c.status.as_str()),
+        Some("True")
+    );
+
+    // Children: StatefulSet-shaped identity, services, PDB.
+    let pod: Pod = env.api().get("demo-1").await?;
+    let ps = pod.spec.as_ref().unwrap();
+    assert_eq!(ps.hostname.as_deref(), Some("demo-1"));
+    assert_eq!(ps.subdomain.as_deref(), Some("demo-headless"));
+    let headless: Service = env.api().get("demo-headless").await?;
+    assert_eq!(
+        headless.spec.as_ref().unwrap().publish_not_ready_addresses,
+        Some(true)
+    );
+    let _client: Service = env.api().get("demo").await?;
+    let pdb: PodDisruptionBudget = env.api().get("demo").await?;
+    assert_eq!(
+        pdb.spec.unwrap().min_available,
+        Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(2))
+    );
+
+    // Up: all at once.
+    patch_spec(&api, "demo", json!({"nodes": 5})).await?;
+    wait_healthy(
+        &api,
+        "demo",
+        &["demo-0", "demo-1", "demo-2", "demo-3", "demo-4"],
+        T,
+    )
+    .await?;
+    let uid_1 = pvc_uid(&env, "data-demo-1").await?;
+
+    // Down to 3, demo-1 first: watch every removal and check no two members leave at once.
+    patch_spec(
+        &api,
+        "demo",
+        json!({"nodes": 3, "removeMembers": ["demo-1"]}),
+    )
+    .await?;
+    let mut victims: Vec<String> = Vec::new();
+    let pods: Api<Pod> = env.api();
+    let start = Instant::now();
+    loop {
+        let s = status_of(&api.get("demo").await?);
+        if let Some(r) = &s.removal
+            && victims.last() != Some(&r.member)
+        {
+            victims.push(r.member.clone());
+        }
+        // At most one member without a live, non-terminating pod.
+        let live: BTreeSet<String> = pods
+            .list(&Default::default())
+            .await?
+            .items
+            .into_iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .filter_map(|p| p.metadata.name)
+            .collect();
+        let gone = s
+            .instance_names
+            .iter()
+            .filter(|n| !live.contains(*n))
+            .count();
+        assert!(
+            gone <= 1,
+            "two members away at once: {:?} vs live {live:?}",
+            s.instance_names
+        );
+        if s.phase.as_deref() == Some("Healthy")
+            && s.instance_names == ["demo-0", "demo-2", "demo-3"]
+        {
+            break;
+        }
+        assert!(
+            start.elapsed() < T * 2,
+            "scale-down did not finish: {:?}",
+            s.removal
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    assert_eq!(
+        victims,
+        ["demo-1", "demo-4"],
+        "the chosen member first, then the highest ordinal"
+    );
+    // Volumes are kept by default; the same one is still there.
+    assert_eq!(pvc_uid(&env, "data-demo-1").await?, uid_1);
+    let reasons = event_reasons(&env.client, &env.namespace, "demo").await?;
+    for r in [
+        "MemberCreated",
+        "ScaleDownStarted",
+        "Draining",
+        "MemberRemoved",
+    ] {
+        assert!(
+            reasons.iter().any(|x| x == r),
+            "no {r} event in {reasons:?}"
+        );
+    }
+    assert_no_loss(&sim, &env.namespace).await?;
+    env.cleanup().await
+}
+
+#[tokio::test]
+async fn a_scale_down_is_blocked_while_a_member_reports_underreplication() -> anyhow::Result<()> {
+    let Some(sim) = Sim::from_env() else {
+        eprintln!("skipped: simulator-only test");
+        return Ok(());
+    };
+    let env = TestEnv::new("blocked").await?;
+    let ns = env.namespace.clone();
+    let _op = Operator::start(&ns)?;
+    let api = create(&env, "demo", spec(4)).await?;
+    wait_healthy(&api, "demo", &["demo-0", "demo-1", "demo-2", "demo-3"], T).await?;
+
+    sim.set_faults(&ns, "demo-2", json!({"report_underreplicated": 17}))
+        .await?;
+    patch_spec(&api, "demo", json!({"nodes": 3})).await?;
+    let c = wait_cluster(&api, "demo", "Blocked on Underreplicated", T, |s| {
+        s.phase.as_deref() == Some("Blocked")
+            && condition(s, "ScaleDownBlocked")
+                .is_some_and(|c| c.status == "True" && c.reason == "Underreplicated")
+    })
+    .await?;
+    let s = status_of(&c);
+    assert!(s.removal.is_none(), "nothing was started");
+    assert_eq!(s.instance_names.len(), 4);
+    assert_eq!(
+        s.underreplicated_partitions,
+        Some(17),
+        "the maximum over members"
+    );
+    assert!(
+        event_reasons(&env.client, &ns, "demo")
+            .await?
+            .iter()
+            .any(|r| r == "ScaleDownBlocked")
+    );
+
+    sim.set_faults(&ns, "demo-2", json!({"report_underreplicated": null}))
+        .await?;
+    wait_healthy(&api, "demo", &["demo-0", "demo-1", "demo-2"], T).await?;
+    assert_no_loss(&Some(sim), &ns).await?;
+    env.cleanup().await
+}
+
+#[tokio::test]
+async fn the_next_step_waits_while_data_is_still_copying_although_every_gauge_reads_zero()
+-> anyhow::Result<()> {
+    let Some(sim) = Sim::from_env() else {
+        eprintln!("skipped: simulator-only test");
+        return Ok(());
+    };
+    let env = TestEnv::new("copying").await?;
+    let ns = env.namespace.clone();
+    let _op = Operator::start(&ns)?;
+    let api = create(&env, "demo", spec(5)).await?;
+    wait_healthy(
+        &api,
+        "demo",
+        &["demo-0", "demo-1", "demo-2", "demo-3", "demo-4"],
+        T,
+    )
+    .await?;
+    // Slow re-replication: a hand-off now takes seconds, during which every gauge reads 0.
+    for i in 0..5 {
+        sim.set_faults(
+            &ns,
+            &format!("demo-{i}"),
+            json!({"copy_rate_per_sec": 150.0}),
+        )
+        .await?;
+    }
+    patch_spec(&api, "demo", json!({"nodes": 3})).await?;
+
+    let mut last_moving: Option<Instant> = None;
+    let mut zero_while_moving = 0;
+    let mut prev_repairs: Option<u64> = None;
+    let mut step_starts: Vec<(String, String, Instant)> = Vec::new();
+    let start = Instant::now();
+    loop {
+        let state = sim.state().await?;
+        let members: Vec<&Value> = state["clusters"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|c| c["key"].as_str().unwrap().starts_with(&format!("{ns}/")))
+            .flat_map(|c| c["members"].as_array().unwrap())
+            .filter(|m| m["running"] == true)
+            .collect();
+        let repairs: u64 = members
+            .iter()
+            .map(|m| m["figures"]["ae_repair_ops_total"].as_u64().unwrap_or(0))
+            .sum();
+        let gauges_zero = members.iter().all(|m| {
+            m["figures"]["underreplicated_partitions"] == 0
+                && m["figures"]["join_gate_pending_pids"] == 0
+        });
+        let moving = prev_repairs.is_some_and(|p| repairs > p);
+        prev_repairs = Some(repairs);
+        if moving {
+            last_moving = Some(Instant::now());
+            if gauges_zero {
+                zero_while_moving += 1;
+            }
+        }
+        let s = status_of(&api.get("demo").await?);
+        if let Some(r) = &s.removal
+            && step_starts
+                .last()
+                .is_none_or(|(m, st, _)| m != &r.member || st != &r.step)
+        {
+            // A step that hands data off or starts a new removal must not begin while copying.
+            if r.step == "Deleting" || (r.step == "Draining" && !step_starts.is_empty()) {
+                let quiet = last_moving.map(|t| t.elapsed()).unwrap_or(Duration::MAX);
+                assert!(
+                    quiet >= Duration::from_millis(1000),
+                    "{} {} began only {quiet:?} after data last moved",
+                    r.member,
+                    r.step
+                );
+            }
+            step_starts.push((r.member.clone(), r.step.clone(), Instant::now()));
+        }
+        if s.phase.as_deref() == Some("Healthy") && s.instance_names.len() == 3 {
+            break;
+        }
+        assert!(start.elapsed() < T * 3, "did not finish: {:?}", s.removal);
+        tokio::time::sleep(Duration::from_millis(150)).await;
+    }
+    assert!(
+        zero_while_moving > 0,
+        "the trap was exercised: data moved while every gauge read 0"
+    );
+    let victims: BTreeSet<&String> = step_starts.iter().map(|(m, _, _)| m).collect();
+    assert_eq!(victims.len(), 2);
+    assert_no_loss(&Some(sim), &ns).await?;
+    env.cleanup().await
+}
+
+#[tokio::test]
+async fn bad_specs_are_refused_at_apply_time() -> anyhow::Result<()> {
+    let env = TestEnv::new("validation").await?;
+    let api: Api<MarekvsCluster> = env.api();
+    let refused = |spec: Value, name: &'static str| {
+        let api = api.clone();
+        async move {
+            match api
+                .create(&PostParams::default(), &cluster(name, spec)?)
+                .await
+            {
+                Err(kube::Error::Api(e)) if e.code == 422 => Ok::<String, anyhow::Error>(e.message),
+                other => anyhow::bail!("expected 422, got {other:?}"),
+            }
+        }
+    };
+    let floor = refused(
+        json!({"image": "x", "nodes": 2, "replicationFactor": 2}),
+        "floor",
+    )
+    .await?;
+    assert!(floor.contains("at least replicationFactor + 1"), "{floor}");
+    let rf0 = refused(
+        json!({"image": "x", "nodes": 3, "replicationFactor": 0}),
+        "rf",
+    )
+    .await?;
+    assert!(rf0.contains("replicationFactor"), "{rf0}");
+    let size = refused(
+        json!({"image": "x", "storage": {"size": "ten gigs"}}),
+        "size",
+    )
+    .await?;
+    assert!(size.contains("positive quantity"), "{size}");
+    let cpu = refused(json!({"image": "x", "resources": {"cpu": "lots"}}), "cpu").await?;
+    assert!(cpu.contains("resources.cpu"), "{cpu}");
+    let other = refused(json!({"image": "x", "removeMembers": ["other-1"]}), "mine").await?;
+    assert!(other.contains("removeMembers"), "{other}");
+    let env_ = refused(
+        json!({"image": "x", "extraEnv": {"MAREKVS_SEEDS": "x"}}),
+        "env",
+    )
+    .await?;
+    assert!(env_.contains("extraEnv"), "{env_}");
+    let no_image = refused(json!({"nodes": 3}), "noimage").await;
+    assert!(no_image.is_err() || no_image.unwrap().contains("image"));
+
+    // Updates: the floor, replicationFactor and shrinking storage are refused too.
+    api.create(
+        &PostParams::default(),
+        &cluster("ok", json!({"image": "x", "nodes": 3}))?,
+    )
+    .await?;
+    for (patch, needle) in [
+        (json!({"nodes": 2}), "at least replicationFactor + 1"),
+        (
+            json!({"replicationFactor": 1}),
+            "replicationFactor cannot be changed",
+        ),
+        (json!({"storage": {"size": "1Gi"}}), "cannot shrink"),
+    ] {
+        match api
+            .patch(
+                "ok",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": patch.clone()})),
+            )
+            .await
+        {
+            Err(kube::Error::Api(e)) if e.code == 422 => {
+                assert!(e.message.contains(needle), "{}", e.message)
+            }
+            other => anyhow::bail!("{patch} should be refused, got {other:?}"),
+        }
+    }
+    env.cleanup().await
+}
+
+#[tokio::test]
+async fn a_deleted_pod_returns_on_its_volume_and_a_deleted_pod_and_pvc_rejoin_fresh()
+-> anyhow::Result<()> {
+    let env = TestEnv::new("replace").await?;
+    let _op = Operator::start(&env.namespace)?;
+    let sim = Sim::from_env();
+    let api = create(&env, "demo", spec(3)).await?;
+    let all = ["demo-0", "demo-1", "demo-2"];
+    wait_healthy(&api, "demo", &all, T).await?;
+    let pods: Api<Pod> = env.api();
+    let pvcs: Api<PersistentVolumeClaim> = env.api();
+
+    // Pod only: same ordinal, same PVC.
+    let uid_1 = pvc_uid(&env, "data-demo-1").await?;
+    let old_pod = pods.get("demo-1").await?.metadata.uid;
+    pods.delete("demo-1", &DeleteParams::default()).await?;
+    wait_until("demo-1 re-created", T, || async {
+        Ok(pods
+            .get_opt("demo-1")
+            .await?
+            .filter(|p| p.metadata.uid != old_pod && pod_condition(p, "Ready"))
+            .map(|_| ()))
+    })
+    .await?;
+    wait_healthy(&api, "demo", &all, T).await?;
+    assert_eq!(
+        pvc_uid(&env, "data-demo-1").await?,
+        uid_1,
+        "the member resumed on its own volume"
+    );
+
+    // Pod and PVC: a fresh volume; the cluster is Replacing until the member is back.
+    let uid_2 = pvc_uid(&env, "data-demo-2").await?;
+    pvcs.delete("data-demo-2", &DeleteParams::default()).await?;
+    pods.delete("demo-2", &DeleteParams::default()).await?;
+    wait_cluster(&api, "demo", "Replacing", T, |s| {
+        s.phase.as_deref() == Some("Replacing")
+    })
+    .await?;
+    let c = wait_healthy(&api, "demo", &all, T).await?;
+    let new_uid = pvc_uid(&env, "data-demo-2").await?;
+    assert_ne!(new_uid, uid_2, "a fresh volume");
+    let m2 = status_of(&c)
+        .members
+        .into_iter()
+        .find(|m| m.name == "demo-2")
+        .unwrap();
+    assert_eq!(m2.pvc_uid.as_deref(), Some(new_uid.as_str()));
+    assert!(
+        event_reasons(&env.client, &env.namespace, "demo")
+            .await?
+            .iter()
+            .any(|r| r == "MemberReplaced")
+    );
+    assert_no_loss(&sim, &env.namespace).await?;
+    env.cleanup().await
+}
+
+#[tokio::test]
+async fn deleting_the_cluster_keeps_volumes_and_a_new_one_adopts_them() -> anyhow::Result<()> {
+    let env = TestEnv::new("adopt").await?;
+    let _op = Operator::start(&env.namespace)?;
+    let api = create(&env, "demo", spec(3)).await?;
+    let all = ["demo-0", "demo-1", "demo-2"];
+    wait_healthy(&api, "demo", &all, T).await?;
+    let mut uids = Vec::new();
+    for i in 0..3 {
+        uids.push(pvc_uid(&env, &format!("data-demo-{i}")).await?);
+    }
+    api.delete("demo", &DeleteParams::default()).await?;
+    let pods: Api<Pod> = env.api();
+    wait_until("pods garbage-collected", T, || async {
+        Ok(pods
+            .list(&Default::default())
+            .await?
+            .items
+            .is_empty()
+            .then_some(()))
+    })
+    .await?;
+    wait_until("cluster object gone", T, || async {
+        Ok(api.get_opt("demo").await?.is_none().then_some(()))
+    })
+    .await?;
+    for (i, uid) in uids.iter().enumerate() {
+        assert_eq!(
+            &pvc_uid(&env, &format!("data-demo-{i}")).await?,
+            uid,
+            "volume kept"
+        );
+    }
+    create(&env, "demo", spec(3)).await?;
+    wait_healthy(&api, "demo", &all, T).await?;
+    for (i, uid) in uids.iter().enumerate() {
+        assert_eq!(
+            &pvc_uid(&env, &format!("data-demo-{i}")).await?,
+            uid,
+            "volume re-adopted"
+        );
+    }
+    env.cleanup().await
+}
+
+#[tokio::test]
+async fn an_operator_killed_mid_drain_continues_without_a_second_member_leaving()
+-> anyhow::Result<()> {
+    let Some(sim) = Sim::from_env() else {
+        eprintln!("skipped: needs the simulator and an operator process it can kill");
+        return Ok(());
+    };
+    if Operator::external() {
+        eprintln!("skipped: the operator is not a local process");
+        return Ok(());
+    }
+    let env = TestEnv::new("restart").await?;
+    let ns = env.namespace.clone();
+    let mut op = Operator::start(&ns)?;
+    let api = create(&env, "demo", spec(4)).await?;
+    wait_healthy(&api, "demo", &["demo-0", "demo-1", "demo-2", "demo-3"], T).await?;
+    for i in 0..4 {
+        sim.set_faults(
+            &ns,
+            &format!("demo-{i}"),
+            json!({"copy_rate_per_sec": 100.0}),
+        )
+        .await?;
+    }
+    patch_spec(&api, "demo", json!({"nodes": 3})).await?;
+    let c = wait_cluster(&api, "demo", "handing off", T, |s| {
+        s.removal.as_ref().is_some_and(|r| r.step == "HandingOff")
+    })
+    .await?;
+    let victim = status_of(&c).removal.unwrap().member;
+    op.kill().await?;
+
+    // Nothing in memory is lost: the restarted operator finishes the same removal.
+    op.restart()?;
+    let pods: Api<Pod> = env.api();
+    let start = Instant::now();
+    loop {
+        let s = status_of(&api.get("demo").await?);
+        if let Some(r) = &s.removal {
+            assert_eq!(r.member, victim, "the same member, never a second one");
+        }
+        let live = pods
+            .list(&Default::default())
+            .await?
+            .items
+            .iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .count();
+        assert!(live >= 3, "a second member left");
+        if s.phase.as_deref() == Some("Healthy") && s.instance_names.len() == 3 {
+            assert!(!s.instance_names.contains(&victim));
+            break;
+        }
+        assert!(start.elapsed() < T * 2, "did not finish after the restart");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    assert_no_loss(&Some(sim), &ns).await?;
+    env.cleanup().await
+}
