@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
 
-.PHONY: help build test unit e2e lint control-plane demo demo-down kubeconfig
+.PHONY: help build test unit e2e lint crd crd-check control-plane demo demo-down kubeconfig
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -18,9 +18,17 @@ e2e: ## e2e tests on a fresh local control plane (started and torn down here)
 
 test: unit e2e ## Unit, property, simulation and e2e tests, from a fresh clone
 
-lint: ## rustfmt and clippy, warnings are errors
+lint: crd-check ## rustfmt, clippy (warnings are errors) and the CRD drift check
 	cargo fmt --all --check
 	cargo clippy --workspace --all-targets -- -D warnings
+
+CRD := deploy/crd/marekvs.io_marekvsclusters.yaml
+
+crd: ## Regenerate the CRD from the Rust types
+	cargo run -q -p marekvs-operator -- crd > $(CRD)
+
+crd-check: ## Fail if the committed CRD differs from the Rust types
+	@cargo run -q -p marekvs-operator -- crd | diff -u $(CRD) - || { echo "$(CRD) is stale: run make crd" >&2; exit 1; }
 
 control-plane: ## Build (or reuse) the pinned upstream control-plane binaries
 	@hack/build-control-plane.sh

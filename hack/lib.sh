@@ -69,3 +69,29 @@ cluster_healthy() {
   done
   [ -f "$KUBECONFIG_PATH" ] && kc get --raw /readyz >/dev/null 2>&1
 }
+
+# operator_kubeconfig: install the CRD and the operator's RBAC, and write a kubeconfig that
+# authenticates as its ServiceAccount (so the local operator runs with exactly the
+# least-privilege role of deploy/rbac). Prints the path.
+operator_kubeconfig() {
+  kc apply -f "$REPO/deploy/crd/marekvs.io_marekvsclusters.yaml" -f "$REPO/deploy/operator/namespace.yaml" >/dev/null
+  kc apply -f "$REPO/deploy/rbac/rbac.yaml" >/dev/null
+  kc wait --for=condition=Established crd/marekvsclusters.marekvs.io --timeout=60s >/dev/null
+  local token
+  token=$(kc -n marekvs-system create token marekvs-operator --duration=24h)
+  cat > "$STATE/operator.kubeconfig" <<KCFG
+apiVersion: v1
+kind: Config
+clusters:
+- name: local
+  cluster: {server: "https://127.0.0.1:$API_PORT", certificate-authority: "$STATE/pki/ca.crt"}
+users:
+- name: marekvs-operator
+  user: {token: "$token"}
+contexts:
+- name: operator
+  context: {cluster: local, user: marekvs-operator}
+current-context: operator
+KCFG
+  echo "$STATE/operator.kubeconfig"
+}

@@ -28,9 +28,9 @@ trap finish EXIT
 "$here/sim-up.sh" test >/dev/null
 bin=$("$here/build-control-plane.sh")
 (cd "$REPO" && cargo build -q -p marekvs-operator)
-kc apply -f "$REPO/deploy/crd/marekvs.io_marekvsclusters.yaml" >/dev/null
-kc wait --for=condition=Established crd/marekvsclusters.marekvs.io --timeout=60s >/dev/null
-# Each test runs its own operator process, scoped to the test's namespace.
+# Each test runs its own operator process, scoped to the test's namespace, authenticated as
+# the operator's ServiceAccount: the suite proves the least-privilege RBAC is enough.
+export MAREKVS_OPERATOR_KUBECONFIG=$(operator_kubeconfig)
 export KUBECONFIG=$KUBECONFIG_PATH MAREKVS_SIM_CONTROL_URL=$SIM_CONTROL_URL
 export MAREKVS_OPERATOR_BIN=${CARGO_TARGET_DIR:-$REPO/target}/debug/marekvs-operator
 export MAREKVS_E2E_LOG_DIR=$STATE/logs

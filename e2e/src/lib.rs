@@ -288,7 +288,11 @@ impl Operator {
             .create(true)
             .append(true)
             .open(format!("{log_dir}/operator-{}.log", self.namespace))?;
-        let child = tokio::process::Command::new(bin)
+        let mut cmd = tokio::process::Command::new(bin);
+        if let Ok(kubeconfig) = std::env::var("MAREKVS_OPERATOR_KUBECONFIG") {
+            cmd.env("KUBECONFIG", kubeconfig);
+        }
+        let child = cmd
             .args(["run", "--namespace", &self.namespace])
             .stdout(log.try_clone()?)
             .stderr(log)

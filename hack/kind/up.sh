@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # For users with Docker (cannot run on the project's own machines, which have no Docker engine):
-# a kind cluster from a pinned node image, with the operator image built and loaded into it.
+# a kind cluster from a pinned node image, the operator image built and loaded into it, and
+# deploy/ (CRD, RBAC, Deployment) applied.
 #
 #   hack/kind/up.sh            # prints the kubeconfig path
 set -euo pipefail
@@ -13,4 +14,7 @@ mkdir -p "$(dirname "$kubeconfig")"
 kind get clusters | grep -qx "$name" || kind create cluster --name "$name" --image "$node_image" --kubeconfig "$kubeconfig"
 docker build -t "$image" -f "$repo/Dockerfile" "$repo"
 kind load docker-image "$image" --name "$name"
+kubectl --kubeconfig "$kubeconfig" apply -k "$repo/deploy"
+kubectl --kubeconfig "$kubeconfig" -n marekvs-system set image deploy/marekvs-operator operator="$image"
+kubectl --kubeconfig "$kubeconfig" -n marekvs-system rollout status deploy/marekvs-operator --timeout=180s
 echo "$kubeconfig"
