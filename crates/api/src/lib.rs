@@ -269,6 +269,7 @@ pub struct MarekvsClusterStatus {
 pub struct MemberStatus {
     /// `<cluster>-<ordinal>`: the pod name and the node's hostname.
     pub name: String,
+    /// The member's ordinal: its node id.
     pub ordinal: i32,
     /// Its pod, when one exists.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -276,8 +277,10 @@ pub struct MemberStatus {
     /// Its PVC (`data-<name>`), when one exists.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pvc: Option<String>,
+    /// UID of its PVC: a new UID means the member rejoined on a fresh, empty volume.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pvc_uid: Option<String>,
+    /// Its pod's IP, where the operator reads /metrics and calls /drain.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod_ip: Option<String>,
     /// Joining, Active, Unready, Replacing, Draining or Leaving.
@@ -299,13 +302,19 @@ pub struct MemberStatus {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct MemberMetrics {
+    /// When these figures were read.
     pub scraped_at: Time,
     /// Members in this node's view.
     pub view_members: i64,
+    /// `marekvs_cluster_underreplicated_partitions` (computed from membership only).
     pub underreplicated_partitions: i64,
+    /// `marekvs_join_gate_pending_pids`: partitions still bootstrapping.
     pub join_gate_pending: i64,
+    /// `marekvs_bootstraps_completed_total`.
     pub bootstraps_completed_total: i64,
+    /// `marekvs_ae_repair_ops_total`.
     pub ae_repair_ops_total: i64,
+    /// Sum of `marekvs_commands_total` over its series (resets when the node restarts).
     pub commands_total: i64,
 }
 
@@ -313,13 +322,17 @@ pub struct MemberMetrics {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RemovalStatus {
+    /// The member being removed.
     pub member: String,
+    /// Its ordinal.
     pub ordinal: i32,
     /// UserChosen, NotReady or HighestOrdinal.
     pub reason: String,
     /// Draining, HandingOff, Deleting or Settling.
     pub step: String,
+    /// When the removal was recorded.
     pub started_at: Time,
+    /// When the current step began (the hand-off timeout counts from here).
     pub step_started_at: Time,
 }
 
