@@ -5,7 +5,6 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::{Resource, ResourceExt};
 use marekvs_api::MarekvsCluster;
 use serde_json::{Value, json};
@@ -213,33 +212,6 @@ pub fn ordinal_from_name(cr_name: &str, prefix: &str, name: &str) -> Option<u32>
         return None;
     }
     rest.parse().ok()
-}
-
-/// Bytes of a quantity such as `10Gi` or `500M` (None if it does not parse).
-pub fn quantity_bytes(q: &Quantity) -> Option<u128> {
-    let s = q.0.trim();
-    let split = s
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(s.len());
-    let (num, suffix) = s.split_at(split);
-    let num: f64 = num.parse().ok()?;
-    let mult: f64 = match suffix {
-        "" => 1.0,
-        "Ki" => 1024.0,
-        "Mi" => 1024f64.powi(2),
-        "Gi" => 1024f64.powi(3),
-        "Ti" => 1024f64.powi(4),
-        "Pi" => 1024f64.powi(5),
-        "Ei" => 1024f64.powi(6),
-        "k" => 1e3,
-        "M" => 1e6,
-        "G" => 1e9,
-        "T" => 1e12,
-        "P" => 1e15,
-        "E" => 1e18,
-        _ => return None,
-    };
-    Some((num * mult) as u128)
 }
 
 #[cfg(test)]

@@ -21,6 +21,7 @@ use marekvs_api::conditions::*;
 use marekvs_api::{
     MarekvsCluster, MarekvsClusterStatus, MemberMetrics, MemberStatus, RemovalStatus,
 };
+use marekvs_core::units::quantity_bytes;
 use marekvs_core::{
     Action, BlockReason, ClusterPhase, ClusterSpec, Decision, EventKind, Input, MemberObs,
     MemberPhase, Memory, Millis, PodObs, PvcObs, Removal, RemovalStep, Sample, Scrape,
@@ -762,9 +763,8 @@ async fn act(
 
 /// Expand existing volumes when spec.storage.size grew (the CRD refuses shrinking).
 async fn grow_volumes(ctx: &Ctx, cr: &MarekvsCluster, pvcs: &BTreeMap<u32, PersistentVolumeClaim>) {
-    let want =
-        k8s_openapi::apimachinery::pkg::api::resource::Quantity(cr.spec.storage.size.clone());
-    let Some(want_b) = build::quantity_bytes(&want) else {
+    let want = cr.spec.storage.size.clone();
+    let Some(want_b) = quantity_bytes(&want) else {
         return;
     };
     let api: Api<PersistentVolumeClaim> =
@@ -778,12 +778,12 @@ async fn grow_volumes(ctx: &Ctx, cr: &MarekvsCluster, pvcs: &BTreeMap<u32, Persi
             .and_then(|r| r.get("storage"));
         if pvc.metadata.deletion_timestamp.is_some()
             || have
-                .and_then(build::quantity_bytes)
+                .and_then(|q| quantity_bytes(&q.0))
                 .is_none_or(|h| h >= want_b)
         {
             continue;
         }
-        let patch = json!({"spec": {"resources": {"requests": {"storage": want.0}}}});
+        let patch = json!({"spec": {"resources": {"requests": {"storage": want}}}});
         if let Err(e) = api
             .patch(
                 &pvc.name_any(),

@@ -7,6 +7,7 @@ pub mod metrics;
 pub mod plan;
 pub mod stepper;
 pub mod types;
+pub mod units;
 
 pub use stepper::{Input, decide};
 pub use types::*;

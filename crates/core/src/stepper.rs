@@ -43,6 +43,20 @@ pub fn decide(input: &Input) -> Decision {
     let mut actions: BTreeSet<Action> = BTreeSet::new();
     let mut progress: Vec<String> = Vec::new();
     let samples = update_samples(&memory.samples, observed, now);
+    // The hand-off gate over `ordinals`, every view expected to hold `expected_view` members.
+    let gate =
+        |ordinals: &mut dyn Iterator<Item = u32>, expected_view: usize, since: Option<Millis>| {
+            Gate {
+                members: ordinals.map(|o| (o, obs(o))).collect(),
+                samples: &samples,
+                expected_view: expected_view as u64,
+                since,
+                now,
+                settle_ms: spec.settle_ms,
+                name: &spec.name,
+            }
+            .check()
+        };
 
     // Members: what status remembers, plus any ordinal that has a pod (adopted: a running
     // node is part of the data plane whatever the status says).
@@ -211,11 +225,6 @@ pub fn decide(input: &Input) -> Decision {
         let v = r.ordinal;
         let vm = obs(v);
         let name = spec.member_name(v);
-        let remaining: Vec<(u32, &MemberObs)> = members
-            .iter()
-            .filter(|o| **o != v)
-            .map(|o| (*o, obs(*o)))
-            .collect();
         let step_age = now - r.step_started_at;
         let advance = |r: &mut Removal, step: RemovalStep| {
             r.step = step;
@@ -241,16 +250,11 @@ pub fn decide(input: &Input) -> Decision {
                 if vm.pod.is_none() {
                     advance(r, RemovalStep::Settling);
                 } else {
-                    let gate = Gate {
-                        members: remaining.clone(),
-                        samples: &samples,
-                        expected_view: members.len() as u64,
-                        since: Some(r.step_started_at),
-                        now,
-                        settle_ms: spec.settle_ms,
-                        name: &spec.name,
-                    };
-                    match gate.check() {
+                    match gate(
+                        &mut members.iter().copied().filter(|o| *o != v),
+                        members.len(),
+                        Some(r.step_started_at),
+                    ) {
                         Ok(()) => {
                             advance(r, RemovalStep::Deleting);
                             actions.insert(Action::DeletePod(v));
@@ -279,16 +283,11 @@ pub fn decide(input: &Input) -> Decision {
                 }
             },
             RemovalStep::Settling => {
-                let gate = Gate {
-                    members: remaining.clone(),
-                    samples: &samples,
-                    expected_view: remaining.len() as u64,
-                    since: Some(r.step_started_at),
-                    now,
-                    settle_ms: spec.settle_ms,
-                    name: &spec.name,
-                };
-                match gate.check() {
+                match gate(
+                    &mut members.iter().copied().filter(|o| *o != v),
+                    members.len() - 1,
+                    Some(r.step_started_at),
+                ) {
                     Ok(()) => completed = Some(v),
                     Err(b) => {
                         progress.push(format!("settling after {name} left: {}", b.message));
@@ -329,7 +328,6 @@ pub fn decide(input: &Input) -> Decision {
 
     // Start the next removal, if one is wanted and every precondition holds.
     if removal.is_none() && completed.is_none() && members.len() > target {
-        let all: Vec<(u32, &MemberObs)> = members.iter().map(|o| (*o, obs(*o))).collect();
         let pre = if !created.is_empty()
             || actions
                 .iter()
@@ -345,16 +343,7 @@ pub fn decide(input: &Input) -> Decision {
                 message: "a member is being replaced; waiting until it is Active and the cluster fully replicated".into(),
             })
         } else {
-            Gate {
-                members: all,
-                samples: &samples,
-                expected_view: members.len() as u64,
-                since: None,
-                now,
-                settle_ms: spec.settle_ms,
-                name: &spec.name,
-            }
-            .check()
+            gate(&mut members.iter().copied(), members.len(), None)
         };
         match pre {
             Ok(()) => {
@@ -394,18 +383,7 @@ pub fn decide(input: &Input) -> Decision {
 
     // Reclaim volumes of ordinals that are not members, once the cluster is fully replicated.
     if spec.reclaim_pvcs && removal.is_none() && members.len() == target && !replacing && !joining {
-        let all: Vec<(u32, &MemberObs)> = members.iter().map(|o| (*o, obs(*o))).collect();
-        let healthy = Gate {
-            members: all,
-            samples: &samples,
-            expected_view: members.len() as u64,
-            since: None,
-            now,
-            settle_ms: spec.settle_ms,
-            name: &spec.name,
-        }
-        .check()
-        .is_ok();
+        let healthy = gate(&mut members.iter().copied(), members.len(), None).is_ok();
         if healthy {
             for (o, m) in observed {
                 if !members.contains(o)

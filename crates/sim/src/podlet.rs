@@ -22,7 +22,6 @@ use std::time::Duration;
 use anyhow::{Context as _, anyhow, bail};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Container, HTTPGetAction, Node, PersistentVolumeClaim, Pod};
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
@@ -32,6 +31,8 @@ use kube::{Client, ResourceExt};
 use serde_json::json;
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
+
+use marekvs_core::units::quantity_bytes;
 
 use crate::model::{Faults, MemberSpec};
 use crate::node_http::{self, METRICS_PORT, NodeServer};
@@ -508,7 +509,8 @@ impl Podlet {
             .as_ref()
             .and_then(|s| s.capacity.as_ref())
             .and_then(|c| c.get("storage"))
-            .and_then(quantity_bytes)
+            .and_then(|q| quantity_bytes(&q.0))
+            .map(|b| b as u64)
             .unwrap_or(1 << 30);
         Ok((
             pvc.uid().ok_or_else(|| anyhow!("PVC {claim} has no uid"))?,
@@ -815,43 +817,9 @@ fn parse_cidr(cidr: &str) -> anyhow::Result<(Ipv4Addr, u8)> {
     Ok((ip.parse()?, prefix))
 }
 
-/// Bytes of a storage quantity (binary and decimal suffixes, as Kubernetes writes them).
-pub fn quantity_bytes(q: &Quantity) -> Option<u64> {
-    let s = q.0.trim();
-    let split = s
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(s.len());
-    let (num, suffix) = s.split_at(split);
-    let num: f64 = num.parse().ok()?;
-    let mult: f64 = match suffix {
-        "" => 1.0,
-        "Ki" => 1024.0,
-        "Mi" => 1024f64.powi(2),
-        "Gi" => 1024f64.powi(3),
-        "Ti" => 1024f64.powi(4),
-        "Pi" => 1024f64.powi(5),
-        "k" => 1e3,
-        "M" => 1e6,
-        "G" => 1e9,
-        "T" => 1e12,
-        "P" => 1e15,
-        _ => return None,
-    };
-    Some((num * mult) as u64)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn quantities_parse() {
-        assert_eq!(quantity_bytes(&Quantity("10Gi".into())), Some(10 << 30));
-        assert_eq!(quantity_bytes(&Quantity("1G".into())), Some(1_000_000_000));
-        assert_eq!(quantity_bytes(&Quantity("512".into())), Some(512));
-        assert_eq!(quantity_bytes(&Quantity("1.5Ki".into())), Some(1536));
-        assert_eq!(quantity_bytes(&Quantity("bogus".into())), None);
-    }
 
     #[test]
     fn cidrs_parse_and_refuse_silly_prefixes() {

@@ -17,7 +17,7 @@ use kube::{Client, ResourceExt};
 use serde_json::json;
 use tracing::{info, warn};
 
-use crate::podlet::quantity_bytes;
+use marekvs_core::units::quantity_bytes;
 
 /// The `provisioner` of the harness StorageClass (see `hack/cluster-up.sh`).
 pub const PROVISIONER: &str = "marekvs.io/sim-hostpath";
@@ -123,7 +123,10 @@ impl Provisioner {
                     .as_ref()
                     .and_then(|s| s.capacity.as_ref())
                     .and_then(|c| c.get("storage"));
-                let grow = match (quantity_bytes(&request), have.and_then(quantity_bytes)) {
+                let grow = match (
+                    quantity_bytes(&request.0),
+                    have.and_then(|q| quantity_bytes(&q.0)),
+                ) {
                     (Some(want), Some(have)) => want > have,
                     _ => false,
                 };
