@@ -568,7 +568,8 @@ async fn an_operator_killed_mid_drain_continues_without_a_second_member_leaving(
 }
 
 #[tokio::test]
-async fn growing_back_during_a_hand_off_cancels_the_removal_and_restarts_the_drained_member() -> anyhow::Result<()> {
+async fn growing_back_during_a_hand_off_cancels_the_removal_and_restarts_the_drained_member()
+-> anyhow::Result<()> {
     let Some(sim) = Sim::from_env() else {
         eprintln!("skipped: simulator-only test");
         return Ok(());
@@ -581,33 +582,64 @@ async fn growing_back_during_a_hand_off_cancels_the_removal_and_restarts_the_dra
     wait_healthy(&api, "demo", &all, T).await?;
     // Slow copying keeps the removal in its hand-off long enough to change our mind.
     for i in 0..4 {
-        sim.set_faults(&ns, &format!("demo-{i}"), json!({"copy_rate_per_sec": 40.0})).await?;
+        sim.set_faults(
+            &ns,
+            &format!("demo-{i}"),
+            json!({"copy_rate_per_sec": 40.0}),
+        )
+        .await?;
     }
     patch_spec(&api, "demo", json!({"nodes": 3})).await?;
-    wait_cluster(&api, "demo", "handing off", T, |s| s.removal.as_ref().is_some_and(|r| r.step == "HandingOff")).await?;
+    wait_cluster(&api, "demo", "handing off", T, |s| {
+        s.removal.as_ref().is_some_and(|r| r.step == "HandingOff")
+    })
+    .await?;
     let pods: Api<Pod> = env.api();
     let drained_uid = pods.get("demo-3").await?.metadata.uid;
     let pvc_before = pvc_uid(&env, "data-demo-3").await?;
 
     patch_spec(&api, "demo", json!({"nodes": 4})).await?;
     for i in 0..4 {
-        sim.set_faults(&ns, &format!("demo-{i}"), json!({"copy_rate_per_sec": null})).await?;
+        sim.set_faults(
+            &ns,
+            &format!("demo-{i}"),
+            json!({"copy_rate_per_sec": null}),
+        )
+        .await?;
     }
     let c = wait_healthy(&api, "demo", &all, T).await?;
     assert!(status_of(&c).removal.is_none());
     let pod = pods.get("demo-3").await?;
-    assert_ne!(pod.metadata.uid, drained_uid, "the drained node was restarted");
-    assert!(!pod.metadata.annotations.unwrap_or_default().contains_key("marekvs.io/drained-at"));
-    assert_eq!(pvc_uid(&env, "data-demo-3").await?, pvc_before, "on its own volume");
+    assert_ne!(
+        pod.metadata.uid, drained_uid,
+        "the drained node was restarted"
+    );
+    assert!(
+        !pod.metadata
+            .annotations
+            .unwrap_or_default()
+            .contains_key("marekvs.io/drained-at")
+    );
+    assert_eq!(
+        pvc_uid(&env, "data-demo-3").await?,
+        pvc_before,
+        "on its own volume"
+    );
     let phase = sim.member(&ns, "demo-3").await?.unwrap()["phase"].clone();
     assert_eq!(phase, "Active", "it rejoined as an Active member");
-    assert!(event_reasons(&env.client, &ns, "demo").await?.iter().any(|r| r == "RemovalCancelled"));
+    assert!(
+        event_reasons(&env.client, &ns, "demo")
+            .await?
+            .iter()
+            .any(|r| r == "RemovalCancelled")
+    );
     assert_no_loss(&Some(sim), &ns).await?;
     env.cleanup().await
 }
 
 #[tokio::test]
-async fn reclaim_pvcs_deletes_a_removed_members_volume_and_storage_grows_in_place() -> anyhow::Result<()> {
+async fn reclaim_pvcs_deletes_a_removed_members_volume_and_storage_grows_in_place()
+-> anyhow::Result<()> {
     let env = TestEnv::new("reclaim").await?;
     let _op = Operator::start(&env.namespace)?;
     let sim = Sim::from_env();
@@ -619,9 +651,15 @@ async fn reclaim_pvcs_deletes_a_removed_members_volume_and_storage_grows_in_plac
 
     patch_spec(&api, "demo", json!({"nodes": 3})).await?;
     wait_healthy(&api, "demo", &["demo-0", "demo-1", "demo-2"], T).await?;
-    wait_until("data-demo-3 deleted", T, || async { Ok(pvcs.get_opt("data-demo-3").await?.is_none().then_some(())) }).await?;
+    wait_until("data-demo-3 deleted", T, || async {
+        Ok(pvcs.get_opt("data-demo-3").await?.is_none().then_some(()))
+    })
+    .await?;
     for i in 0..3 {
-        assert!(pvcs.get_opt(&format!("data-demo-{i}")).await?.is_some(), "members keep their volumes");
+        assert!(
+            pvcs.get_opt(&format!("data-demo-{i}")).await?.is_some(),
+            "members keep their volumes"
+        );
     }
 
     // Growing storage.size expands the members' volumes in place (the class allows it).
@@ -630,7 +668,10 @@ async fn reclaim_pvcs_deletes_a_removed_members_volume_and_storage_grows_in_plac
         let name = format!("data-demo-{i}");
         wait_until("volume expanded", T, || async {
             let p = pvcs.get(&name).await?;
-            let cap = p.status.and_then(|s| s.capacity).and_then(|c| c.get("storage").cloned());
+            let cap = p
+                .status
+                .and_then(|s| s.capacity)
+                .and_then(|c| c.get("storage").cloned());
             Ok((cap.map(|q| q.0) == Some("2Gi".into())).then_some(()))
         })
         .await?;

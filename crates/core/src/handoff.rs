@@ -167,3 +167,167 @@ pub fn update_samples(
     }
     next
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::{PodObs, Scrape};
+
+    fn member(view: u64) -> MemberObs {
+        MemberObs {
+            pod: Some(PodObs {
+                ready: true,
+                terminating: false,
+                drained: false,
+            }),
+            pvc: None,
+            scrape: Some(Scrape {
+                view_members: view,
+                ..Scrape::default()
+            }),
+        }
+    }
+
+    fn check(
+        members: &[MemberObs],
+        samples: &BTreeMap<u32, Sample>,
+        expected: u64,
+        since: Option<Millis>,
+        now: Millis,
+    ) -> Result<(), Blocked> {
+        Gate {
+            members: members
+                .iter()
+                .enumerate()
+                .map(|(i, m)| (i as u32, m))
+                .collect(),
+            samples,
+            expected_view: expected,
+            since,
+            now,
+            settle_ms: 5_000,
+            name: "demo",
+        }
+        .check()
+    }
+
+    fn quiet_since(t: Millis, n: u32) -> BTreeMap<u32, Sample> {
+        (0..n)
+            .map(|o| {
+                (
+                    o,
+                    Sample {
+                        bootstraps_total: 0,
+                        repairs_total: 0,
+                        changed_at: t,
+                    },
+                )
+            })
+            .collect()
+    }
+
+    fn reason(r: Result<(), Blocked>) -> Option<BlockReason> {
+        r.err().map(|b| b.reason)
+    }
+
+    #[test]
+    fn passes_only_when_every_condition_holds() {
+        let ok = vec![member(3), member(3), member(3)];
+        let samples = quiet_since(0, 3);
+        assert_eq!(check(&ok, &samples, 3, None, 10_000), Ok(()));
+
+        let mut unready = ok.clone();
+        unready[1].pod.as_mut().unwrap().ready = false;
+        assert_eq!(
+            reason(check(&unready, &samples, 3, None, 10_000)),
+            Some(BlockReason::NotAllReady)
+        );
+
+        let mut unscraped = ok.clone();
+        unscraped[2].scrape = None;
+        assert_eq!(
+            reason(check(&unscraped, &samples, 3, None, 10_000)),
+            Some(BlockReason::MetricsUnavailable)
+        );
+
+        let mut under = ok.clone();
+        under[0].scrape.as_mut().unwrap().underreplicated = 1;
+        assert_eq!(
+            reason(check(&under, &samples, 3, None, 10_000)),
+            Some(BlockReason::Underreplicated)
+        );
+
+        let mut joining = ok.clone();
+        joining[0].scrape.as_mut().unwrap().join_pending = 4;
+        assert_eq!(
+            reason(check(&joining, &samples, 3, None, 10_000)),
+            Some(BlockReason::JoinPending)
+        );
+
+        // One view still holds the member that left.
+        let diverged = vec![member(3), member(4), member(3)];
+        assert_eq!(
+            reason(check(&diverged, &samples, 3, None, 10_000)),
+            Some(BlockReason::ViewsNotConverged)
+        );
+        let too_small = vec![member(2), member(3), member(3)];
+        assert_eq!(
+            reason(check(&too_small, &samples, 3, None, 10_000)),
+            Some(BlockReason::ViewsNotConverged)
+        );
+    }
+
+    #[test]
+    fn counters_must_be_quiet_for_the_settle_window_since_the_step_began() {
+        let ok = vec![member(3), member(3), member(3)];
+        // Counters moved 2 s ago.
+        assert_eq!(
+            reason(check(&ok, &quiet_since(8_000, 3), 3, None, 10_000)),
+            Some(BlockReason::RepairInProgress)
+        );
+        // Quiet for long, but the step began 1 s ago: the window counts from the step.
+        assert_eq!(
+            reason(check(&ok, &quiet_since(0, 3), 3, Some(9_000), 10_000)),
+            Some(BlockReason::RepairInProgress)
+        );
+        assert_eq!(
+            check(&ok, &quiet_since(0, 3), 3, Some(4_000), 10_000),
+            Ok(())
+        );
+        // Never sampled: unknown, so not quiet.
+        assert_eq!(
+            reason(check(&ok, &BTreeMap::new(), 3, None, 10_000)),
+            Some(BlockReason::RepairInProgress)
+        );
+    }
+
+    #[test]
+    fn samples_restart_their_quiet_time_when_counters_move() {
+        let mut observed = BTreeMap::new();
+        observed.insert(0, member(3));
+        let prev = quiet_since(1_000, 1);
+        assert_eq!(
+            update_samples(&prev, &observed, 5_000)[&0].changed_at,
+            1_000,
+            "unchanged"
+        );
+        observed
+            .get_mut(&0)
+            .unwrap()
+            .scrape
+            .as_mut()
+            .unwrap()
+            .repairs_total = 9;
+        assert_eq!(
+            update_samples(&prev, &observed, 5_000)[&0].changed_at,
+            5_000,
+            "moved"
+        );
+        observed.get_mut(&0).unwrap().scrape = None;
+        assert_eq!(
+            update_samples(&prev, &observed, 5_000)[&0],
+            prev[&0],
+            "not scraped: kept"
+        );
+    }
+}
