@@ -679,3 +679,73 @@ async fn reclaim_pvcs_deletes_a_removed_members_volume_and_storage_grows_in_plac
     assert_no_loss(&sim, &env.namespace).await?;
     env.cleanup().await
 }
+
+#[tokio::test]
+async fn unknown_is_never_safe_refused_metrics_or_a_hung_node_block_the_scale_down()
+-> anyhow::Result<()> {
+    let Some(sim) = Sim::from_env() else {
+        eprintln!("skipped: simulator-only test");
+        return Ok(());
+    };
+    let env = TestEnv::new("unknown").await?;
+    let ns = env.namespace.clone();
+    let _op = Operator::start(&ns)?;
+    let api = create(&env, "demo", spec(4)).await?;
+    wait_healthy(&api, "demo", &["demo-0", "demo-1", "demo-2", "demo-3"], T).await?;
+    let blocked_on = |reason: &'static str| {
+        move |s: &MarekvsClusterStatus| {
+            s.phase.as_deref() == Some("Blocked")
+                && condition(s, "ScaleDownBlocked")
+                    .is_some_and(|c| c.status == "True" && c.reason == reason)
+        }
+    };
+
+    // A member whose /metrics answers 503.
+    sim.set_faults(&ns, "demo-1", json!({"refuse_metrics": true}))
+        .await?;
+    patch_spec(&api, "demo", json!({"nodes": 3})).await?;
+    let c = wait_cluster(
+        &api,
+        "demo",
+        "Blocked on MetricsUnavailable",
+        T,
+        blocked_on("MetricsUnavailable"),
+    )
+    .await?;
+    let m1 = status_of(&c)
+        .members
+        .into_iter()
+        .find(|m| m.name == "demo-1")
+        .unwrap();
+    let scraped = m1.conditions.iter().find(|c| c.type_ == "Scraped").unwrap();
+    assert_eq!(
+        (scraped.status.as_str(), scraped.reason.as_str()),
+        ("False", "ScrapeFailed")
+    );
+
+    // A hung member: its probes time out too, so it is reported not ready.
+    sim.set_faults(
+        &ns,
+        "demo-1",
+        json!({"refuse_metrics": false, "hang": true}),
+    )
+    .await?;
+    wait_cluster(
+        &api,
+        "demo",
+        "Blocked on NotAllReady",
+        T,
+        blocked_on("NotAllReady"),
+    )
+    .await?;
+    assert!(
+        status_of(&api.get("demo").await?).removal.is_none(),
+        "nothing was removed while unknown"
+    );
+
+    sim.set_faults(&ns, "demo-1", json!({"hang": false}))
+        .await?;
+    wait_healthy(&api, "demo", &["demo-0", "demo-1", "demo-2"], T).await?;
+    assert_no_loss(&Some(sim), &ns).await?;
+    env.cleanup().await
+}

@@ -252,7 +252,7 @@ fn pod_obs(p: &Pod) -> PodObs {
     }
 }
 
-async fn scrape_all(
+pub(crate) async fn scrape_all(
     client: &MemberClient,
     pods: &BTreeMap<u32, Pod>,
 ) -> BTreeMap<u32, Option<Scrape>> {

@@ -67,3 +67,52 @@ impl MemberClient {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Instant;
+
+    use k8s_openapi::api::core::v1::Pod;
+
+    use super::*;
+    use crate::reconcile::scrape_all;
+
+    /// A member that accepts connections on `ip:9121` and never answers.
+    async fn hung_member(ip: &str) -> tokio::net::TcpListener {
+        tokio::net::TcpListener::bind((ip, PORT_METRICS as u16))
+            .await
+            .expect("bind loopback")
+    }
+
+    #[tokio::test]
+    async fn dead_members_cost_one_timeout_not_one_each() {
+        let ips = ["127.42.0.1", "127.42.0.2", "127.42.0.3", "127.42.0.4"];
+        let mut listeners = Vec::new();
+        for ip in ips {
+            listeners.push(hung_member(ip).await);
+        }
+        let client = MemberClient::new(Duration::from_millis(300));
+        let start = Instant::now();
+        let pods = ips
+            .iter()
+            .enumerate()
+            .map(|(o, ip)| {
+                let pod: Pod =
+                    serde_json::from_value(serde_json::json!({"status": {"podIP": ip}})).unwrap();
+                (o as u32, pod)
+            })
+            .collect();
+        let results = scrape_all(&client, &pods).await;
+        let took = start.elapsed();
+        assert_eq!(results.len(), 4);
+        assert!(
+            results.values().all(Option::is_none),
+            "a hung member is unknown, never healthy"
+        );
+        assert!(
+            took < Duration::from_millis(900),
+            "4 hung members took {took:?}"
+        );
+        drop(listeners);
+    }
+}
