@@ -749,3 +749,46 @@ async fn unknown_is_never_safe_refused_metrics_or_a_hung_node_block_the_scale_do
     assert_no_loss(&Some(sim), &ns).await?;
     env.cleanup().await
 }
+
+#[tokio::test]
+async fn kubectl_scale_moves_spec_nodes_and_respects_the_floor() -> anyhow::Result<()> {
+    let env = TestEnv::new("scalesub").await?;
+    let _op = Operator::start(&env.namespace)?;
+    let sim = Sim::from_env();
+    let api = create(&env, "demo", spec(3)).await?;
+    wait_healthy(&api, "demo", &["demo-0", "demo-1", "demo-2"], T).await?;
+
+    // What `kubectl scale mkv demo --replicas=4` does.
+    api.patch_scale(
+        "demo",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"replicas": 4}})),
+    )
+    .await?;
+    assert_eq!(api.get("demo").await?.spec.nodes, 4);
+    wait_healthy(&api, "demo", &["demo-0", "demo-1", "demo-2", "demo-3"], T).await?;
+    let scale = api.get_scale("demo").await?;
+    let st = scale.status.expect("scale status");
+    assert_eq!(st.replicas, 4);
+    assert_eq!(
+        st.selector.as_deref(),
+        Some("app.kubernetes.io/instance=demo,app.kubernetes.io/name=marekvs")
+    );
+
+    // Below replicationFactor + 1: refused like any other update.
+    match api
+        .patch_scale(
+            "demo",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": 2}})),
+        )
+        .await
+    {
+        Err(kube::Error::Api(e)) if e.code == 422 => {
+            assert!(e.message.contains("replicationFactor + 1"), "{}", e.message)
+        }
+        other => anyhow::bail!("scaling to 2 should be refused, got {other:?}"),
+    }
+    assert_no_loss(&sim, &env.namespace).await?;
+    env.cleanup().await
+}

@@ -26,6 +26,11 @@ pub mod conditions;
     shortname = "mkv",
     status = "MarekvsClusterStatus",
     category = "all",
+    scale(
+        spec_replicas_path = ".spec.nodes",
+        status_replicas_path = ".status.replicas",
+        label_selector_path = ".status.selector"
+    ),
     printcolumn = r#"{"name":"Desired","type":"integer","description":"Members the cluster should have","jsonPath":".status.desiredNodes"}"#,
     printcolumn = r#"{"name":"Ready","type":"integer","description":"Members ready","jsonPath":".status.readyNodes"}"#,
     printcolumn = r#"{"name":"Underrep","type":"integer","description":"Under-replicated partitions (max over members)","jsonPath":".status.underreplicatedPartitions"}"#,
@@ -246,6 +251,12 @@ pub struct MarekvsClusterStatus {
     /// Members the cluster should have (spec.nodes, never below replicationFactor + 1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub desired_nodes: Option<i32>,
+    /// Members that belong to the cluster (the scale subresource's current replicas).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replicas: Option<i32>,
+    /// Label selector of the member pods (for the scale subresource, e.g. an HPA).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selector: Option<String>,
     /// Members whose pod is Ready.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ready_nodes: Option<i32>,

@@ -618,6 +618,8 @@ fn status_from(
         observed_generation: gen_,
         desired_nodes: Some(cr.spec.nodes.max(cr.spec.replication_factor + 1)),
         ready_nodes: Some(ready_nodes),
+        replicas: Some(d.memory.members.len() as i32),
+        selector: Some(build::selector_string(cr)),
         underreplicated_partitions: max_underrep.map(|u| u as i64),
         instance_names: d
             .memory
