@@ -363,7 +363,8 @@ mod tests {
             "spec.removeMembers: each entry must name a member",
             "\"shortNames\":[\"mkv\"]",
             "\"name\":\"Underrep\"",
-            "\"subresources\":{\"status\":{}}",
+            "\"status\":{}",
+            "\"specReplicasPath\":\".spec.nodes\"",
         ] {
             assert!(crd.contains(needle), "CRD lacks {needle}");
         }
