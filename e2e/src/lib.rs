@@ -349,10 +349,12 @@ pub async fn wait_cluster(
             Ok(Some(c))
         } else {
             Err(anyhow!(
-                "last seen: phase {:?}, members {:?}, removal {:?}",
+                "last seen: phase {:?}, members {:?}, removal {:?}, rollout {:?}, progress {:?}",
                 s.phase,
                 s.instance_names,
-                s.removal.as_ref().map(|r| (&r.member, &r.step))
+                s.removal.as_ref().map(|r| (&r.member, &r.step)),
+                s.rollout.as_ref().map(|r| (&r.member, &r.step)),
+                condition(&s, "Progressing").map(|c| &c.message)
             ))
         }
     })

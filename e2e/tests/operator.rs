@@ -206,7 +206,7 @@ async fn a_scale_down_is_blocked_while_a_member_reports_underreplication() -> an
     patch_spec(&api, "demo", json!({"nodes": 3})).await?;
     let c = wait_cluster(&api, "demo", "Blocked on Underreplicated", T, |s| {
         s.phase.as_deref() == Some("Blocked")
-            && condition(s, "ScaleDownBlocked")
+            && condition(s, "Blocked")
                 .is_some_and(|c| c.status == "True" && c.reason == "Underreplicated")
     })
     .await?;
@@ -695,8 +695,7 @@ async fn unknown_is_never_safe_refused_metrics_or_a_hung_node_block_the_scale_do
     let blocked_on = |reason: &'static str| {
         move |s: &MarekvsClusterStatus| {
             s.phase.as_deref() == Some("Blocked")
-                && condition(s, "ScaleDownBlocked")
-                    .is_some_and(|c| c.status == "True" && c.reason == reason)
+                && condition(s, "Blocked").is_some_and(|c| c.status == "True" && c.reason == reason)
         }
     };
 

@@ -6,8 +6,11 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 pub const READY: &str = "Ready";
 /// Cluster: members are being created, replaced or removed.
 pub const PROGRESSING: &str = "Progressing";
-/// Cluster: a scale-down is wanted but may not happen now (the reason says why).
-pub const SCALE_DOWN_BLOCKED: &str = "ScaleDownBlocked";
+/// Cluster: a disruptive step (removing or restarting a member) is wanted but may not happen
+/// now; the reason says why (`Paused` when `spec.paused` holds it).
+pub const BLOCKED: &str = "Blocked";
+/// Cluster (with spec.autoscale): what the autoscaler wants and what holds it.
+pub const AUTOSCALING: &str = "Autoscaling";
 /// Cluster: whether every entry of spec.removeMembers names a current member.
 pub const REMOVAL_CHOICES: &str = "RemovalChoices";
 
@@ -15,8 +18,16 @@ pub const REMOVAL_CHOICES: &str = "RemovalChoices";
 pub const MEMBER_READY: &str = "Ready";
 /// Member: its /metrics was read in the last reconcile.
 pub const MEMBER_SCRAPED: &str = "Scraped";
-/// Member: it is being removed.
+/// Member: it is being removed or restarted (drained first).
 pub const MEMBER_DRAINING: &str = "Draining";
+/// Member: it reports `marekvs_disk_write_stopped 1` (writes refused at its disk high-water mark).
+pub const MEMBER_DISK_WRITE_STOPPED: &str = "DiskWriteStopped";
+/// What to do about a member that stopped writes, for the condition and the event.
+pub const DISK_WRITE_STOPPED_ADVICE: &str = "its volume reached the disk high-water mark and it refuses writes; grow storage.size (volumes expand in place), add members (spec.nodes or autoscale), or delete data";
+/// Member: its PVC asks for more than its volume has yet (an expansion in progress).
+pub const MEMBER_VOLUME_RESIZING: &str = "VolumeResizing";
+/// Member: its pod runs the current pod spec (template hash).
+pub const MEMBER_UPDATED: &str = "Updated";
 
 pub const REASON_HEALTHY: &str = "Healthy";
 pub const REASON_NOT_READY: &str = "NotReady";
@@ -34,6 +45,15 @@ pub const REASON_NO_POD: &str = "NoPod";
 pub const REASON_SCRAPED: &str = "Scraped";
 pub const REASON_SCRAPE_FAILED: &str = "ScrapeFailed";
 pub const REASON_NOT_REMOVING: &str = "NotRemoving";
+pub const REASON_UP_TO_DATE: &str = "UpToDate";
+pub const REASON_OUTDATED: &str = "Outdated";
+pub const REASON_UPDATING: &str = "Updating";
+pub const REASON_PAUSED: &str = "Paused";
+pub const REASON_DISK_HIGH_WATER: &str = "DiskHighWater";
+pub const REASON_WRITES_ACCEPTED: &str = "WritesAccepted";
+pub const REASON_AUTOSCALING_ACTIVE: &str = "Active";
+pub const REASON_EXPANDING: &str = "Expanding";
+pub const REASON_CAPACITY_MATCHES: &str = "CapacityMatches";
 
 /// Set a condition in `conds`, keeping its lastTransitionTime unless its status changed.
 pub fn set_condition(

@@ -33,7 +33,9 @@ pub mod conditions;
     ),
     printcolumn = r#"{"name":"Desired","type":"integer","description":"Members the cluster should have","jsonPath":".status.desiredNodes"}"#,
     printcolumn = r#"{"name":"Ready","type":"integer","description":"Members ready","jsonPath":".status.readyNodes"}"#,
+    printcolumn = r#"{"name":"Updated","type":"integer","priority":1,"description":"Members running the current pod spec","jsonPath":".status.updatedNodes"}"#,
     printcolumn = r#"{"name":"Underrep","type":"integer","description":"Under-replicated partitions (max over members)","jsonPath":".status.underreplicatedPartitions"}"#,
+    printcolumn = r#"{"name":"Ops/s","type":"integer","description":"Commands per second over all members","jsonPath":".status.opsPerSecond"}"#,
     printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
     validation = Rule::new("size(self.metadata.name) <= 52")
@@ -49,9 +51,9 @@ pub struct MarekvsClusterSpec {
     #[schemars(length(min = 1, max = 512))]
     pub image: String,
 
-    /// Number of members. With `autoscale` set upstream this is only the initial size; this
-    /// operator does not autoscale yet and always uses `nodes`. Never below
-    /// `replicationFactor + 1`.
+    /// Number of members (what `kubectl scale` sets). With `autoscale` set this is only the
+    /// initial size: the autoscaler then owns the count within `[minNodes, maxNodes]`. Never
+    /// below `replicationFactor + 1`.
     #[serde(default = "default_nodes")]
     #[schemars(range(min = 2, max = 1000))]
     pub nodes: i32,
@@ -71,8 +73,9 @@ pub struct MarekvsClusterSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<ResourcesSpec>,
 
-    /// Autoscaling settings of marekvs's own operator. Accepted so manifests carry over, but not
-    /// acted on yet: the cluster keeps `nodes` members (reported in the `Ready` condition).
+    /// Size the cluster by its command rate (and volume fill), as marekvs's own operator does.
+    /// Every step the autoscaler asks for still goes through the safety stepper. Omit for a
+    /// fixed-size cluster.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub autoscale: Option<AutoscaleSpec>,
 
@@ -119,6 +122,13 @@ pub struct MarekvsClusterSpec {
     /// How a scale-down step decides that a hand-off is over.
     #[serde(default)]
     pub scale_down: ScaleDownSpec,
+
+    /// Hold every disruptive action: no member is drained, restarted or removed and no volume
+    /// is deleted while this is true. Members are still created and re-created (a deleted pod
+    /// comes back), and status keeps being reported. A rolling update or a scale-down in
+    /// progress stops at its next step and resumes when this is set back to false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub paused: bool,
 }
 
 fn default_nodes() -> i32 {
@@ -131,21 +141,31 @@ fn default_replication_factor() -> i32 {
 /// The volume of each member (one PVC `data-<name>-<ordinal>` per member).
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
-#[x_kube(validation = Rule::new("has(self.className) == has(oldSelf.className) && (!has(self.className) || self.className == oldSelf.className)")
-    .message("storage.className cannot be changed: existing volumes cannot move to another class"))]
+#[x_kube(validation = Rule::new("(has(self.replaceVolumes) && self.replaceVolumes) || (has(self.className) == has(oldSelf.className) && (!has(self.className) || self.className == oldSelf.className))")
+    .message("storage.className cannot be changed in place: existing volumes cannot move to another class. Set storage.replaceVolumes: true to move each member to a fresh volume of the new class, one member at a time, each gated on full replication"))]
+#[x_kube(validation = Rule::new("(has(self.replaceVolumes) && self.replaceVolumes) || !isQuantity(self.size) || !isQuantity(oldSelf.size) || quantity(self.size).compareTo(quantity(oldSelf.size)) >= 0")
+    .message("storage.size cannot shrink in place. Set storage.replaceVolumes: true to move each member to a fresh, smaller volume, one member at a time, each gated on full replication"))]
 pub struct StorageSpec {
-    /// Size of each member's volume, a Kubernetes quantity (e.g. `10Gi`). May grow (existing
-    /// PVCs are expanded if their StorageClass allows it) but not shrink.
+    /// Size of each member's volume, a Kubernetes quantity (e.g. `10Gi`). Growing it expands
+    /// existing PVCs in place (if their StorageClass allows expansion); shrinking it needs
+    /// `replaceVolumes`.
     #[serde(default = "default_size")]
     #[schemars(length(max = 64))]
     #[x_kube(validation = Rule::new("isQuantity(self) && quantity(self).isGreaterThan(quantity('0'))").message("storage.size must be a positive quantity, e.g. 10Gi"))]
-    #[x_kube(validation = Rule::new("!isQuantity(self) || !isQuantity(oldSelf) || quantity(self).compareTo(quantity(oldSelf)) >= 0").message("storage.size cannot shrink"))]
     pub size: String,
 
-    /// StorageClass of the volumes; the cluster's default class when unset.
+    /// StorageClass of the volumes; the cluster's default class when unset. Changing it needs
+    /// `replaceVolumes`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 253))]
     pub class_name: Option<String>,
+
+    /// Allow changes that cannot be made to a volume in place (another `className`, a smaller
+    /// `size`): each member is then drained, its data handed off to the others, and it restarts
+    /// on a fresh, empty volume and bootstraps, one member at a time, each gated on full
+    /// replication. Its old PVC is deleted. Off by default: such changes are refused.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub replace_volumes: bool,
 }
 
 fn default_size() -> String {
@@ -157,6 +177,7 @@ impl Default for StorageSpec {
         StorageSpec {
             size: default_size(),
             class_name: None,
+            replace_volumes: false,
         }
     }
 }
@@ -179,12 +200,13 @@ pub struct ResourcesSpec {
     pub memory: Option<String>,
 }
 
-/// Autoscaling as marekvs's own operator defines it (accepted, not acted on yet).
+/// Autoscaling as marekvs's own operator defines it, plus a disk-fill signal (see
+/// docs/autoscaling.md).
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
 #[x_kube(validation = Rule::new("self.minNodes <= self.maxNodes").message("autoscale.minNodes must not exceed autoscale.maxNodes"))]
 pub struct AutoscaleSpec {
-    /// Smallest cluster size.
+    /// Smallest cluster size (never below `replicationFactor + 1` whatever this says).
     #[schemars(range(min = 2, max = 1000))]
     pub min_nodes: i32,
     /// Largest cluster size.
@@ -193,14 +215,20 @@ pub struct AutoscaleSpec {
     /// Commands per second one member should serve.
     #[schemars(range(min = 1))]
     pub target_ops_per_node: i64,
-    /// At most one scale-down per this many seconds.
+    /// At most one scale-down per this many seconds, and only after the load stayed low for
+    /// that long (default 300).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 0))]
+    #[schemars(range(min = 0, max = 86400))]
     pub scale_down_stabilization_seconds: Option<i32>,
-    /// Wait this long after a scale before scaling up again.
+    /// Wait this long after a scale before scaling up again (default 60).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 0))]
+    #[schemars(range(min = 0, max = 86400))]
     pub scale_up_cooldown_seconds: Option<i32>,
+    /// Volume fill, in percent, no member should reach: at or above it the cluster grows by
+    /// one member, and no member is removed if the survivors would reach it (default 80).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 10, max = 99))]
+    pub disk_high_water_percent: Option<i32>,
 }
 
 /// The hand-off gate of a scale-down step (see docs/scale-down.md).
@@ -239,10 +267,10 @@ impl Default for ScaleDownSpec {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct MarekvsClusterStatus {
-    /// Reconciling, Healthy, ScalingUp, ScalingDown, Replacing or Blocked.
+    /// Reconciling, Healthy, ScalingUp, ScalingDown, Replacing, Updating, Paused or Blocked.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase: Option<String>,
-    /// Ready, Progressing, ScaleDownBlocked, RemovalChoices.
+    /// Ready, Progressing, Blocked, RemovalChoices, Autoscaling.
     #[serde(default)]
     pub conditions: Vec<Condition>,
     /// The spec generation this status describes.
@@ -260,6 +288,19 @@ pub struct MarekvsClusterStatus {
     /// Members whose pod is Ready.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ready_nodes: Option<i32>,
+    /// Members whose pod runs the current pod spec.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub updated_nodes: Option<i32>,
+    /// Commands per second over all members, from two samples of `marekvs_commands_total`
+    /// (absent until two good samples exist, or while a member cannot be read).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ops_per_second: Option<i64>,
+    /// The command counters the next rate is computed from (survives an operator restart).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub load_sample: Option<LoadSampleStatus>,
+    /// What the autoscaler wants and why (with `spec.autoscale`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub autoscale: Option<AutoscaleStatus>,
     /// The maximum of `marekvs_cluster_underreplicated_partitions` over the members scraped.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub underreplicated_partitions: Option<i64>,
@@ -272,6 +313,10 @@ pub struct MarekvsClusterStatus {
     /// The member being removed, written before anything is done to it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub removal: Option<RemovalStatus>,
+    /// The member being restarted with the current pod spec (rolling update), written before
+    /// anything is done to it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<RolloutStatus>,
 }
 
 /// One member's state.
@@ -291,20 +336,30 @@ pub struct MemberStatus {
     /// UID of its PVC: a new UID means the member rejoined on a fresh, empty volume.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pvc_uid: Option<String>,
+    /// The size its PVC asks for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub volume_request: Option<String>,
+    /// The size its volume has (the PVC's status capacity); below `volumeRequest` while an
+    /// expansion is in progress (condition `VolumeResizing`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub volume_capacity: Option<String>,
     /// Its pod's IP, where the operator reads /metrics and calls /drain.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod_ip: Option<String>,
-    /// Joining, Active, Unready, Replacing, Draining or Leaving.
+    /// Joining, Active, Unready, Replacing, Draining, Leaving or Updating.
     pub phase: String,
     /// Its pod is Ready.
     pub ready: bool,
+    /// Its pod runs the current pod spec (false while a rolling update has yet to reach it).
+    #[serde(default)]
+    pub updated: bool,
     /// Figures of the last successful scrape of its /metrics.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metrics: Option<MemberMetrics>,
     /// When its bootstrap/repair counters last moved (the hand-off gate's settle clock).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub counters_changed_at: Option<Time>,
-    /// Ready, Scraped, Draining.
+    /// Ready, Scraped, Draining, Updated, VolumeResizing, DiskWriteStopped.
     #[serde(default)]
     pub conditions: Vec<Condition>,
 }
@@ -342,6 +397,57 @@ pub struct RemovalStatus {
     /// Draining, HandingOff, Deleting or Settling.
     pub step: String,
     /// When the removal was recorded.
+    pub started_at: Time,
+    /// When the current step began (the hand-off timeout counts from here).
+    pub step_started_at: Time,
+}
+
+/// Each member's `marekvs_commands_total` at one instant.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LoadSampleStatus {
+    /// When the counters were read.
+    pub sampled_at: Time,
+    /// Member name → its command counter.
+    pub command_totals: BTreeMap<String, i64>,
+}
+
+/// The autoscaler's state.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AutoscaleStatus {
+    /// The size the autoscaler asks for (the stepper gets there one safe step at a time).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub desired_nodes: Option<i32>,
+    /// When it last asked for more members.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_scale_up_time: Option<Time>,
+    /// When it last asked for one member fewer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_scale_down_time: Option<Time>,
+    /// Since when the load has been low enough for a removal.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub low_load_since: Option<Time>,
+    /// Its wish and the stepper's hold, in words.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// The member being restarted with the current pod spec and the step it is at.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RolloutStatus {
+    /// The member being restarted.
+    pub member: String,
+    /// Its ordinal.
+    pub ordinal: i32,
+    /// Draining, HandingOff, Deleting or Rejoining.
+    pub step: String,
+    /// The others passed the hand-off gate while it was drained (only then may its volume be
+    /// replaced).
+    #[serde(default)]
+    pub handed_off: bool,
+    /// When its restart was recorded.
     pub started_at: Time,
     /// When the current step began (the hand-off timeout counts from here).
     pub step_started_at: Time,

@@ -16,6 +16,9 @@ pub const LABEL_MANAGED_BY: &str = "app.kubernetes.io/managed-by";
 pub const LABEL_ORDINAL: &str = "marekvs.io/ordinal";
 /// Set on a member's pod once its node answered `/drain` with 200.
 pub const ANNOTATION_DRAINED_AT: &str = "marekvs.io/drained-at";
+/// A hash of the pod spec the member was created from; a different desired hash means the
+/// member is outdated and a rolling update restarts it.
+pub const ANNOTATION_TEMPLATE_HASH: &str = "marekvs.io/template-hash";
 
 pub const PORT_RESP: i32 = 6379;
 pub const PORT_MESH: i32 = 7373;
@@ -191,12 +194,36 @@ pub fn pod(cr: &MarekvsCluster, ordinal: u32, cluster_domain: &str) -> Pod {
     if let Some(t) = &spec.topology_spread_constraints {
         pod_spec["topologySpreadConstraints"] = serde_json::to_value(t).expect("serializable");
     }
+    let hash = template_hash(&pod_spec);
     serde_json::from_value(json!({
         "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": name, "namespace": ns, "labels": labels(cr, Some(ordinal)), "ownerReferences": owner_refs(cr)},
+        "metadata": {"name": name, "namespace": ns, "labels": labels(cr, Some(ordinal)), "ownerReferences": owner_refs(cr),
+                     "annotations": {ANNOTATION_TEMPLATE_HASH: hash}},
         "spec": pod_spec,
     }))
     .expect("valid Pod")
+}
+
+/// The hash a member's pod must carry to be up to date.
+pub fn desired_template_hash(cr: &MarekvsCluster, ordinal: u32, cluster_domain: &str) -> String {
+    pod(cr, ordinal, cluster_domain)
+        .annotations()
+        .get(ANNOTATION_TEMPLATE_HASH)
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// FNV-1a (64 bit) of the pod spec's JSON: stable across runs and operator restarts (serde_json
+/// writes object keys in a fixed order), and any change to image, env, resources or scheduling
+/// changes it.
+fn template_hash(pod_spec: &Value) -> String {
+    let text = serde_json::to_string(pod_spec).expect("serializable");
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in text.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    format!("{h:016x}")
 }
 
 /// Ordinal from `<cluster>-<n>` (or `data-<cluster>-<n>` with `prefix = "data-"`).
@@ -281,6 +308,33 @@ mod tests {
             "data-demo-3"
         );
         assert_eq!(p["spec"]["nodeSelector"]["disk"], "ssd");
+    }
+
+    #[test]
+    fn the_template_hash_follows_the_pod_spec_only() {
+        let base = cr();
+        let h = desired_template_hash(&base, 1, "cluster.local");
+        assert_eq!(h.len(), 16);
+        assert_eq!(
+            h,
+            desired_template_hash(&base, 1, "cluster.local"),
+            "stable"
+        );
+        let mut changed = base.clone();
+        changed.spec.image = "marekvs:2".into();
+        assert_ne!(h, desired_template_hash(&changed, 1, "cluster.local"));
+        let mut changed = base.clone();
+        changed
+            .spec
+            .extra_env
+            .insert("RUST_LOG".into(), "info".into());
+        assert_ne!(h, desired_template_hash(&changed, 1, "cluster.local"));
+        // Fields that do not reach the pod do not restart anything.
+        let mut same = base.clone();
+        same.spec.nodes = 7;
+        same.spec.paused = true;
+        same.spec.storage.size = "50Gi".into();
+        assert_eq!(h, desired_template_hash(&same, 1, "cluster.local"));
     }
 
     #[test]

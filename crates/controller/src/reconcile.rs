@@ -19,18 +19,23 @@ use kube::runtime::events::{Event, EventType, Recorder};
 use kube::{Client, Resource, ResourceExt};
 use marekvs_api::conditions::*;
 use marekvs_api::{
-    MarekvsCluster, MarekvsClusterStatus, MemberMetrics, MemberStatus, RemovalStatus,
+    AutoscaleSpec, AutoscaleStatus, LoadSampleStatus, MarekvsCluster, MarekvsClusterStatus,
+    MemberMetrics, MemberStatus, RemovalStatus, RolloutStatus,
+};
+use marekvs_core::autoscale::{
+    LoadMemory, LoadSample, Policy, ScaleDecision, ScaleInput, ScaleMemory, decide_size,
+    update_load,
 };
 use marekvs_core::units::quantity_bytes;
 use marekvs_core::{
-    Action, BlockReason, ClusterPhase, ClusterSpec, Decision, EventKind, Input, MemberObs,
-    MemberPhase, Memory, Millis, PodObs, PvcObs, Removal, RemovalStep, Sample, Scrape,
-    VictimReason, decide,
+    Action, BlockReason, ClusterPhase, ClusterSpec, Decision, Disk, EventKind, Input, MemberObs,
+    MemberPhase, Memory, Millis, PodObs, PvcObs, Removal, RemovalStep, Roll, RollStep, Sample,
+    Scrape, VictimReason, decide,
 };
 use serde_json::json;
 use tracing::{info, warn};
 
-use crate::build::{self, ANNOTATION_DRAINED_AT, MANAGER};
+use crate::build::{self, ANNOTATION_DRAINED_AT, ANNOTATION_TEMPLATE_HASH, MANAGER};
 use crate::scrape::MemberClient;
 
 pub struct Ctx {
@@ -69,7 +74,7 @@ pub async fn reconcile(cr: Arc<MarekvsCluster>, ctx: Arc<Ctx>) -> Result<Requeue
         .namespace()
         .ok_or_else(|| Error::Invalid("MarekvsCluster must be namespaced".into()))?;
     let name = cr.name_any();
-    let spec = core_spec(&cr)?;
+    let mut spec = core_spec(&cr)?;
 
     // Children that do not depend on the runbook: server-side apply, one field manager.
     let apply = PatchParams::apply(MANAGER).force();
@@ -111,16 +116,51 @@ pub async fn reconcile(cr: Arc<MarekvsCluster>, ctx: Arc<Ctx>) -> Result<Requeue
     let mut observed: BTreeMap<u32, MemberObs> = BTreeMap::new();
     for o in pods.keys().chain(pvcs.keys()).chain(memory.members.iter()) {
         let m = observed.entry(*o).or_default();
-        m.pod = pods.get(o).map(pod_obs);
+        m.pod = pods.get(o).map(|p| {
+            pod_obs(
+                p,
+                &build::desired_template_hash(&cr, *o, &ctx.cluster_domain),
+            )
+        });
         m.pvc = pvcs.get(o).map(|p| PvcObs {
             uid: p.uid().unwrap_or_default(),
             terminating: p.metadata.deletion_timestamp.is_some(),
+            outdated: cr.spec.storage.replace_volumes && !volume_fits_in_place(&cr, p),
         });
         m.scrape = scrapes.get(o).cloned().flatten();
     }
 
-    // Decide.
+    // Load, and the autoscaler's wish: it only moves the target, the stepper still decides.
     let now = now_ms();
+    let member_scrape = |o: &u32| observed.get(o).and_then(|m| m.scrape.as_ref());
+    let counters: BTreeMap<u32, Option<u64>> = memory
+        .members
+        .iter()
+        .map(|o| (*o, member_scrape(o).map(|s| s.commands_total)))
+        .collect();
+    let load = update_load(&load_from_status(&name, &status), &counters, now);
+    let scaling = cr.spec.autoscale.as_ref().map(|a| {
+        let disks: BTreeMap<u32, Option<Disk>> = memory
+            .members
+            .iter()
+            .map(|o| (*o, member_scrape(o).and_then(|s| s.disk)))
+            .collect();
+        decide_size(&ScaleInput {
+            policy: &policy(a),
+            rf_floor: spec.floor(),
+            initial: spec.nodes,
+            members: memory.members.len() as u32,
+            ops_per_sec: load.ops_per_sec,
+            disks: &disks,
+            memory: &scale_from_status(&status),
+            now,
+        })
+    });
+    if let Some(sd) = &scaling {
+        spec.nodes = sd.desired;
+    }
+
+    // Decide.
     let decision = decide(&Input {
         spec: &spec,
         memory: &memory,
@@ -150,10 +190,61 @@ pub async fn reconcile(cr: Arc<MarekvsCluster>, ctx: Arc<Ctx>) -> Result<Requeue
         &unknown_choices,
         now,
     );
+    let new_status = with_load_and_autoscale(
+        &cr,
+        new_status,
+        &spec,
+        &decision,
+        &load,
+        scaling.as_ref(),
+        &name,
+        now,
+    );
     patch_status(&ctx.client, &cr, &new_status).await?;
 
     // Events, on transitions only.
     let reference = cr.object_ref(&());
+    if let Some(sd) = &scaling {
+        let before = status.autoscale.as_ref().and_then(|a| a.desired_nodes);
+        if let Some(before) = before
+            && before != sd.desired as i32
+        {
+            let up = sd.desired as i32 > before;
+            publish(
+                &ctx.recorder,
+                &reference,
+                EventKind::Normal,
+                if up { "AutoscaleUp" } else { "AutoscaleDown" },
+                &format!(
+                    "autoscaler: {before} → {} members: {}",
+                    sd.desired, sd.reason
+                ),
+            )
+            .await;
+        }
+    }
+    for m in &new_status.members {
+        let stopped = |ms: &MemberStatus| {
+            ms.conditions
+                .iter()
+                .any(|c| c.type_ == MEMBER_DISK_WRITE_STOPPED && c.status == "True")
+        };
+        let was = status
+            .members
+            .iter()
+            .find(|p| p.ordinal == m.ordinal)
+            .is_some_and(stopped);
+        if stopped(m) && !was {
+            publish(
+                &ctx.recorder,
+                &reference,
+                EventKind::Warning,
+                "DiskWriteStopped",
+                &format!("{}: {DISK_WRITE_STOPPED_ADVICE}", m.name),
+            )
+            .await;
+        }
+    }
     for note in &decision.notes {
         publish(
             &ctx.recorder,
@@ -200,10 +291,13 @@ pub async fn reconcile(cr: Arc<MarekvsCluster>, ctx: Arc<Ctx>) -> Result<Requeue
     }
     grow_volumes(&ctx, &cr, &pvcs).await;
 
-    let requeue = if decision.memory.removal.is_some()
+    let stepped = (decision.memory.removal.is_some()
         && decision.memory.removal.as_ref().map(|r| r.step)
-            != memory.removal.as_ref().map(|r| r.step)
-    {
+            != memory.removal.as_ref().map(|r| r.step))
+        || (decision.memory.roll.is_some()
+            && decision.memory.roll.as_ref().map(|r| (r.ordinal, r.step))
+                != memory.roll.as_ref().map(|r| (r.ordinal, r.step)));
+    let requeue = if stepped {
         // A new step was recorded: act on it at once.
         Duration::from_millis(50)
     } else {
@@ -237,10 +331,147 @@ fn core_spec(cr: &MarekvsCluster) -> Result<ClusterSpec, Error> {
         reclaim_pvcs: s.reclaim_pvcs,
         settle_ms: i64::from(s.scale_down.settle_seconds.max(1)) * 1000,
         handoff_timeout_ms: i64::from(s.scale_down.handoff_timeout_seconds.max(1)) * 1000,
+        paused: s.paused,
     })
 }
 
-fn pod_obs(p: &Pod) -> PodObs {
+fn policy(a: &AutoscaleSpec) -> Policy {
+    Policy {
+        min_nodes: a.min_nodes.max(1) as u32,
+        max_nodes: a.max_nodes.max(1) as u32,
+        target_ops_per_node: a.target_ops_per_node.max(1) as f64,
+        scale_down_stabilization_ms: i64::from(
+            a.scale_down_stabilization_seconds.unwrap_or(300).max(0),
+        ) * 1000,
+        scale_up_cooldown_ms: i64::from(a.scale_up_cooldown_seconds.unwrap_or(60).max(0)) * 1000,
+        disk_high_water: f64::from(a.disk_high_water_percent.unwrap_or(80).clamp(10, 99)) / 100.0,
+    }
+}
+
+fn load_from_status(name: &str, status: &MarekvsClusterStatus) -> LoadMemory {
+    LoadMemory {
+        sample: status.load_sample.as_ref().map(|l| LoadSample {
+            at: from_time(&l.sampled_at),
+            totals: l
+                .command_totals
+                .iter()
+                .filter_map(|(n, c)| {
+                    Some((build::ordinal_from_name(name, "", n)?, (*c).max(0) as u64))
+                })
+                .collect(),
+        }),
+        ops_per_sec: status.ops_per_second.map(|o| o as f64),
+    }
+}
+
+fn scale_from_status(status: &MarekvsClusterStatus) -> ScaleMemory {
+    let a = status.autoscale.clone().unwrap_or_default();
+    ScaleMemory {
+        desired: a.desired_nodes.and_then(|d| u32::try_from(d).ok()),
+        last_scale_up_at: a.last_scale_up_time.as_ref().map(from_time),
+        last_scale_down_at: a.last_scale_down_time.as_ref().map(from_time),
+        low_since: a.low_load_since.as_ref().map(from_time),
+    }
+}
+
+/// The load figures, the autoscaler's state, and what the Ready and Autoscaling conditions
+/// say about them.
+#[allow(clippy::too_many_arguments)]
+fn with_load_and_autoscale(
+    cr: &MarekvsCluster,
+    mut st: MarekvsClusterStatus,
+    spec: &ClusterSpec,
+    d: &Decision,
+    load: &LoadMemory,
+    scaling: Option<&ScaleDecision>,
+    name: &str,
+    now: Millis,
+) -> MarekvsClusterStatus {
+    let t = to_time(now);
+    let gen_ = cr.metadata.generation;
+    st.desired_nodes = Some(spec.target() as i32);
+    st.ops_per_second = load.ops_per_sec.map(|o| o.round() as i64);
+    st.load_sample = load.sample.as_ref().map(|s| LoadSampleStatus {
+        sampled_at: to_time(s.at),
+        command_totals: s
+            .totals
+            .iter()
+            .map(|(o, c)| (format!("{name}-{o}"), *c as i64))
+            .collect(),
+    });
+    match scaling {
+        Some(sd) => {
+            let have = d.memory.members.len();
+            let mut message = match &d.blocked {
+                Some(b) if sd.desired as usize != have => format!(
+                    "autoscaler wants {}, holding at {have}: {}",
+                    sd.desired, b.message
+                ),
+                _ if sd.desired as usize != have => {
+                    format!(
+                        "autoscaler wants {}, cluster has {have}: {}",
+                        sd.desired, sd.reason
+                    )
+                }
+                _ => format!("autoscaler: {}", sd.reason),
+            };
+            if cr.spec.nodes as u32 != sd.desired {
+                message.push_str(&format!(
+                    "; spec.nodes ({}) is only the initial size while spec.autoscale is set",
+                    cr.spec.nodes
+                ));
+            }
+            st.autoscale = Some(AutoscaleStatus {
+                desired_nodes: Some(sd.desired as i32),
+                last_scale_up_time: sd.memory.last_scale_up_at.map(to_time),
+                last_scale_down_time: sd.memory.last_scale_down_at.map(to_time),
+                low_load_since: sd.memory.low_since.map(to_time),
+                message: Some(message.clone()),
+            });
+            set_condition(
+                &mut st.conditions,
+                AUTOSCALING,
+                true,
+                REASON_AUTOSCALING_ACTIVE,
+                &message,
+                &t,
+                gen_,
+            );
+        }
+        None => {
+            st.autoscale = None;
+            st.conditions.retain(|c| c.type_ != AUTOSCALING);
+        }
+    }
+    let stopped: Vec<&str> = st
+        .members
+        .iter()
+        .filter(|m| {
+            m.conditions
+                .iter()
+                .any(|c| c.type_ == MEMBER_DISK_WRITE_STOPPED && c.status == "True")
+        })
+        .map(|m| m.name.as_str())
+        .collect();
+    if !stopped.is_empty() {
+        let message = format!(
+            "writes refused by {} at the disk high-water mark: {DISK_WRITE_STOPPED_ADVICE}",
+            stopped.join(", ")
+        );
+        set_condition(
+            &mut st.conditions,
+            READY,
+            false,
+            REASON_DISK_HIGH_WATER,
+            &message,
+            &t,
+            gen_,
+        );
+    }
+    st
+}
+
+fn pod_obs(p: &Pod, desired_hash: &str) -> PodObs {
     PodObs {
         ready: p
             .status
@@ -249,6 +480,10 @@ fn pod_obs(p: &Pod) -> PodObs {
             .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True")),
         terminating: p.metadata.deletion_timestamp.is_some(),
         drained: p.annotations().contains_key(ANNOTATION_DRAINED_AT),
+        outdated: p
+            .annotations()
+            .get(ANNOTATION_TEMPLATE_HASH)
+            .is_none_or(|h| h != desired_hash),
     }
 }
 
@@ -278,6 +513,7 @@ fn phase_str(p: MemberPhase) -> &'static str {
         MemberPhase::Replacing => "Replacing",
         MemberPhase::Draining => "Draining",
         MemberPhase::Leaving => "Leaving",
+        MemberPhase::Updating => "Updating",
     }
 }
 
@@ -289,6 +525,7 @@ fn parse_phase(s: &str) -> Option<MemberPhase> {
         "Replacing" => MemberPhase::Replacing,
         "Draining" => MemberPhase::Draining,
         "Leaving" => MemberPhase::Leaving,
+        "Updating" => MemberPhase::Updating,
         _ => return None,
     })
 }
@@ -299,6 +536,15 @@ fn step_str(s: RemovalStep) -> &'static str {
         RemovalStep::HandingOff => "HandingOff",
         RemovalStep::Deleting => "Deleting",
         RemovalStep::Settling => "Settling",
+    }
+}
+
+fn roll_step_str(s: RollStep) -> &'static str {
+    match s {
+        RollStep::Draining => "Draining",
+        RollStep::HandingOff => "HandingOff",
+        RollStep::Deleting => "Deleting",
+        RollStep::Rejoining => "Rejoining",
     }
 }
 
@@ -320,6 +566,7 @@ fn parse_block(s: &str) -> Option<BlockReason> {
         BlockReason::RepairInProgress,
         BlockReason::Replacing,
         BlockReason::HandoffTimeout,
+        BlockReason::Paused,
     ]
     .into_iter()
     .find(|r| r.as_str() == s)
@@ -351,6 +598,22 @@ pub fn memory_from_status(name: &str, status: &MarekvsClusterStatus) -> Memory {
             step_started_at: from_time(&r.step_started_at),
         })
     });
+    let roll = status.rollout.as_ref().and_then(|r| {
+        Some(Roll {
+            ordinal: u32::try_from(r.ordinal).ok()?,
+            step: [
+                RollStep::Draining,
+                RollStep::HandingOff,
+                RollStep::Deleting,
+                RollStep::Rejoining,
+            ]
+            .into_iter()
+            .find(|s| roll_step_str(*s) == r.step)?,
+            handed_off: r.handed_off,
+            started_at: from_time(&r.started_at),
+            step_started_at: from_time(&r.step_started_at),
+        })
+    });
     let mut samples = BTreeMap::new();
     let mut phases = BTreeMap::new();
     for m in &status.members {
@@ -374,11 +637,12 @@ pub fn memory_from_status(name: &str, status: &MarekvsClusterStatus) -> Memory {
     let blocked = status
         .conditions
         .iter()
-        .find(|c| c.type_ == SCALE_DOWN_BLOCKED && c.status == "True")
+        .find(|c| c.type_ == BLOCKED && c.status == "True")
         .and_then(|c| parse_block(&c.reason));
     Memory {
         members,
         removal,
+        roll,
         samples,
         phases,
         blocked,
@@ -401,6 +665,7 @@ fn status_from(
     let t = to_time(now);
     let mut members = Vec::new();
     let mut ready_nodes = 0;
+    let mut updated_nodes = 0;
     let mut max_underrep: Option<u64> = None;
     for o in &d.memory.members {
         let m = observed.get(o).cloned().unwrap_or_default();
@@ -408,6 +673,10 @@ fn status_from(
         let ready = m.pod.as_ref().is_some_and(|p| p.ready);
         if ready {
             ready_nodes += 1;
+        }
+        let updated = m.pod.as_ref().is_some_and(|p| !p.outdated);
+        if updated {
+            updated_nodes += 1;
         }
         if let Some(s) = &m.scrape {
             max_underrep = Some(max_underrep.unwrap_or(0).max(s.underreplicated));
@@ -452,6 +721,7 @@ fn status_from(
                 gen_,
             ),
         }
+        let rolling = d.memory.roll.as_ref().filter(|r| r.ordinal == *o);
         match d.memory.removal.as_ref().filter(|r| r.ordinal == *o) {
             Some(r) => set_condition(
                 &mut conditions,
@@ -459,6 +729,15 @@ fn status_from(
                 true,
                 step_str(r.step),
                 "chosen for removal",
+                &t,
+                gen_,
+            ),
+            None if rolling.is_some() => set_condition(
+                &mut conditions,
+                MEMBER_DRAINING,
+                true,
+                roll_step_str(rolling.map(|r| r.step).unwrap_or(RollStep::Draining)),
+                "being restarted with the current pod spec",
                 &t,
                 gen_,
             ),
@@ -471,6 +750,106 @@ fn status_from(
                 &t,
                 gen_,
             ),
+        }
+        match (&m.pod, rolling) {
+            (Some(p), _) if !p.outdated => set_condition(
+                &mut conditions,
+                MEMBER_UPDATED,
+                true,
+                REASON_UP_TO_DATE,
+                "its pod runs the current pod spec",
+                &t,
+                gen_,
+            ),
+            (_, Some(_)) => set_condition(
+                &mut conditions,
+                MEMBER_UPDATED,
+                false,
+                REASON_UPDATING,
+                "being restarted with the current pod spec",
+                &t,
+                gen_,
+            ),
+            (Some(_), None) => set_condition(
+                &mut conditions,
+                MEMBER_UPDATED,
+                false,
+                REASON_OUTDATED,
+                "its pod runs an older pod spec; a rolling update restarts it",
+                &t,
+                gen_,
+            ),
+            (None, None) => set_condition(
+                &mut conditions,
+                MEMBER_UPDATED,
+                false,
+                REASON_NO_POD,
+                "no pod",
+                &t,
+                gen_,
+            ),
+        }
+        let pvc_obj = pvcs.get(o);
+        let volume_request = pvc_obj
+            .and_then(|p| p.spec.as_ref())
+            .and_then(|s| s.resources.as_ref())
+            .and_then(|r| r.requests.as_ref())
+            .and_then(|r| r.get("storage"))
+            .map(|q| q.0.clone());
+        let volume_capacity = pvc_obj
+            .and_then(|p| p.status.as_ref())
+            .and_then(|s| s.capacity.as_ref())
+            .and_then(|c| c.get("storage"))
+            .map(|q| q.0.clone());
+        if let (Some(req), Some(cap)) = (&volume_request, &volume_capacity) {
+            let growing = match (quantity_bytes(req), quantity_bytes(cap)) {
+                (Some(r), Some(c)) => c < r,
+                _ => false,
+            };
+            if growing {
+                set_condition(
+                    &mut conditions,
+                    MEMBER_VOLUME_RESIZING,
+                    true,
+                    REASON_EXPANDING,
+                    &format!("its volume is being expanded from {cap} to {req}"),
+                    &t,
+                    gen_,
+                );
+            } else {
+                set_condition(
+                    &mut conditions,
+                    MEMBER_VOLUME_RESIZING,
+                    false,
+                    REASON_CAPACITY_MATCHES,
+                    &format!("capacity {cap}"),
+                    &t,
+                    gen_,
+                );
+            }
+        }
+        if let Some(s) = &m.scrape {
+            if s.write_stopped {
+                set_condition(
+                    &mut conditions,
+                    MEMBER_DISK_WRITE_STOPPED,
+                    true,
+                    REASON_DISK_HIGH_WATER,
+                    DISK_WRITE_STOPPED_ADVICE,
+                    &t,
+                    gen_,
+                );
+            } else {
+                set_condition(
+                    &mut conditions,
+                    MEMBER_DISK_WRITE_STOPPED,
+                    false,
+                    REASON_WRITES_ACCEPTED,
+                    "",
+                    &t,
+                    gen_,
+                );
+            }
         }
         let metrics = match &m.scrape {
             Some(s) => Some(MemberMetrics {
@@ -490,6 +869,8 @@ fn status_from(
             pod: pod.map(|p| p.name_any()),
             pvc: pvcs.get(o).map(|p| p.name_any()),
             pvc_uid: m.pvc.as_ref().map(|p| p.uid.clone()),
+            volume_request,
+            volume_capacity,
             pod_ip: pod
                 .and_then(|p| p.status.as_ref())
                 .and_then(|s| s.pod_ip.clone()),
@@ -501,6 +882,7 @@ fn status_from(
                 .unwrap_or("Joining")
                 .into(),
             ready,
+            updated,
             metrics,
             counters_changed_at: d.memory.samples.get(o).map(|s| to_time(s.changed_at)),
             conditions,
@@ -541,6 +923,8 @@ fn status_from(
         ClusterPhase::ScalingUp => (true, REASON_SCALING_UP),
         ClusterPhase::ScalingDown => (true, REASON_SCALING_DOWN),
         ClusterPhase::Replacing => (true, REASON_REPLACING),
+        ClusterPhase::Updating => (true, REASON_UPDATING),
+        ClusterPhase::Paused => (false, REASON_PAUSED),
         ClusterPhase::Reconciling => (true, REASON_RECONCILING),
         ClusterPhase::Blocked => (false, "Blocked"),
         ClusterPhase::Healthy => (false, REASON_IDLE),
@@ -557,7 +941,7 @@ fn status_from(
     match &d.blocked {
         Some(b) => set_condition(
             &mut conditions,
-            SCALE_DOWN_BLOCKED,
+            BLOCKED,
             true,
             b.reason.as_str(),
             &b.message,
@@ -566,7 +950,7 @@ fn status_from(
         ),
         None => set_condition(
             &mut conditions,
-            SCALE_DOWN_BLOCKED,
+            BLOCKED,
             false,
             REASON_NOT_BLOCKED,
             "",
@@ -598,19 +982,6 @@ fn status_from(
             gen_,
         );
     }
-    if cr.spec.autoscale.is_some() {
-        set_condition(
-            &mut conditions,
-            "Autoscaling",
-            false,
-            "NotImplemented",
-            "spec.autoscale is accepted but not acted on yet: the cluster keeps spec.nodes members",
-            &t,
-            gen_,
-        );
-    } else {
-        conditions.retain(|c| c.type_ != "Autoscaling");
-    }
 
     MarekvsClusterStatus {
         phase: Some(d.phase.as_str().into()),
@@ -618,6 +989,7 @@ fn status_from(
         observed_generation: gen_,
         desired_nodes: Some(cr.spec.nodes.max(cr.spec.replication_factor + 1)),
         ready_nodes: Some(ready_nodes),
+        updated_nodes: Some(updated_nodes),
         replicas: Some(d.memory.members.len() as i32),
         selector: Some(build::selector_string(cr)),
         underreplicated_partitions: max_underrep.map(|u| u as i64),
@@ -633,6 +1005,18 @@ fn status_from(
             ordinal: r.ordinal as i32,
             reason: reason_str(r.reason).into(),
             step: step_str(r.step).into(),
+            started_at: to_time(r.started_at),
+            step_started_at: to_time(r.step_started_at),
+        }),
+        // Filled in by with_load_and_autoscale.
+        ops_per_second: None,
+        load_sample: None,
+        autoscale: None,
+        rollout: d.memory.roll.as_ref().map(|r| RolloutStatus {
+            member: format!("{name}-{}", r.ordinal),
+            ordinal: r.ordinal as i32,
+            step: roll_step_str(r.step).into(),
+            handed_off: r.handed_off,
             started_at: to_time(r.started_at),
             step_started_at: to_time(r.step_started_at),
         }),
@@ -763,7 +1147,36 @@ async fn act(
     Ok(())
 }
 
-/// Expand existing volumes when spec.storage.size grew (the CRD refuses shrinking).
+fn requested_bytes(pvc: &PersistentVolumeClaim) -> Option<u128> {
+    pvc.spec
+        .as_ref()
+        .and_then(|s| s.resources.as_ref())
+        .and_then(|r| r.requests.as_ref())
+        .and_then(|r| r.get("storage"))
+        .and_then(|q| quantity_bytes(&q.0))
+}
+
+/// Whether the volume can be what the spec asks without replacing it: the same class (when
+/// one is asked for) and not larger than asked (growing is done in place).
+fn volume_fits_in_place(cr: &MarekvsCluster, pvc: &PersistentVolumeClaim) -> bool {
+    let class_ok = match &cr.spec.storage.class_name {
+        Some(want) => {
+            pvc.spec
+                .as_ref()
+                .and_then(|s| s.storage_class_name.as_ref())
+                == Some(want)
+        }
+        None => true,
+    };
+    let size_ok = match (quantity_bytes(&cr.spec.storage.size), requested_bytes(pvc)) {
+        (Some(want), Some(have)) => have <= want,
+        _ => true,
+    };
+    class_ok && size_ok
+}
+
+/// Expand existing volumes when spec.storage.size grew (shrinking or another class needs
+/// `replaceVolumes`, which the rolling update carries out).
 async fn grow_volumes(ctx: &Ctx, cr: &MarekvsCluster, pvcs: &BTreeMap<u32, PersistentVolumeClaim>) {
     let want = cr.spec.storage.size.clone();
     let Some(want_b) = quantity_bytes(&want) else {
@@ -778,7 +1191,14 @@ async fn grow_volumes(ctx: &Ctx, cr: &MarekvsCluster, pvcs: &BTreeMap<u32, Persi
             .and_then(|s| s.resources.as_ref())
             .and_then(|r| r.requests.as_ref())
             .and_then(|r| r.get("storage"));
+        let other_class = cr.spec.storage.class_name.as_ref().is_some_and(|want| {
+            pvc.spec
+                .as_ref()
+                .and_then(|s| s.storage_class_name.as_ref())
+                != Some(want)
+        });
         if pvc.metadata.deletion_timestamp.is_some()
+            || other_class
             || have
                 .and_then(|q| quantity_bytes(&q.0))
                 .is_none_or(|h| h >= want_b)

@@ -179,6 +179,7 @@ mod tests {
                 ready: true,
                 terminating: false,
                 drained: false,
+                outdated: false,
             }),
             pvc: None,
             scrape: Some(Scrape {

@@ -1,6 +1,6 @@
 //! Reads the figures the operator needs from a member's Prometheus text exposition.
 
-use crate::types::Scrape;
+use crate::types::{Disk, Scrape};
 
 /// Parse `/metrics`. A figure the hand-off gate relies on that is missing makes the whole
 /// scrape unusable (`None`): unknown is never safe.
@@ -11,6 +11,9 @@ pub fn parse_scrape(text: &str) -> Option<Scrape> {
     let mut boots = None;
     let mut repairs = None;
     let mut commands: u64 = 0;
+    let mut disk_total = None;
+    let mut disk_avail = None;
+    let mut write_stopped = false;
     for line in text.lines() {
         let line = line.trim();
         if line.is_empty() || line.starts_with('#') {
@@ -35,6 +38,9 @@ pub fn parse_scrape(text: &str) -> Option<Scrape> {
             "marekvs_bootstraps_completed_total" => boots = Some(value),
             "marekvs_ae_repair_ops_total" => repairs = Some(value),
             "marekvs_commands_total" => commands = commands.saturating_add(value),
+            "marekvs_disk_total_bytes" => disk_total = Some(value),
+            "marekvs_disk_avail_bytes" => disk_avail = Some(value),
+            "marekvs_disk_write_stopped" => write_stopped = value >= 1,
             _ => {}
         }
     }
@@ -45,6 +51,14 @@ pub fn parse_scrape(text: &str) -> Option<Scrape> {
         bootstraps_total: boots?,
         repairs_total: repairs?,
         commands_total: commands,
+        disk: match (disk_total, disk_avail) {
+            (Some(total), Some(avail)) if total > 0 => Some(Disk {
+                used_bytes: total.saturating_sub(avail),
+                total_bytes: total,
+            }),
+            _ => None,
+        },
+        write_stopped,
     })
 }
 
@@ -81,7 +95,9 @@ mod tests {
                 join_pending: 12,
                 bootstraps_total: 4096,
                 repairs_total: 7,
-                commands_total: 15
+                commands_total: 15,
+                disk: None,
+                write_stopped: false,
             }
         );
     }
@@ -92,6 +108,24 @@ mod tests {
         assert_eq!(parse_scrape(&without), None);
         assert_eq!(parse_scrape(""), None);
         assert_eq!(parse_scrape("<html>503</html>"), None);
+    }
+
+    #[test]
+    fn reads_the_disk_signal_when_present() {
+        let text = format!(
+            "{TEXT}marekvs_disk_total_bytes 1000\nmarekvs_disk_avail_bytes 250\nmarekvs_disk_write_stopped 1\n"
+        );
+        let s = parse_scrape(&text).unwrap();
+        assert_eq!(
+            s.disk,
+            Some(Disk {
+                used_bytes: 750,
+                total_bytes: 1000
+            })
+        );
+        assert!(s.write_stopped);
+        let no_total = text.replace("marekvs_disk_total_bytes 1000\n", "");
+        assert_eq!(parse_scrape(&no_total).unwrap().disk, None);
     }
 
     #[test]

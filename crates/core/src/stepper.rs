@@ -77,6 +77,14 @@ pub fn decide(input: &Input) -> Decision {
     {
         removal = None; // stale record
     }
+    let mut roll = memory.roll.clone();
+    if let Some(r) = &roll
+        && !members.contains(&r.ordinal)
+    {
+        roll = None; // stale record
+    }
+    // Disruptive actions that `spec.paused` holds back, in words.
+    let mut held: Vec<String> = Vec::new();
     let target = spec.target() as usize;
 
     // Cancel a removal when the spec grew back: the victim stays. A drained node cannot be
@@ -134,17 +142,20 @@ pub fn decide(input: &Input) -> Decision {
         if is_victim {
             continue; // the victim's pod is never re-created
         }
+        let rolling = roll.as_ref().is_some_and(|r| r.ordinal == o);
         let pvc_ok = match &m.pvc {
             None => {
                 actions.insert(Action::CreatePvc(o));
                 true
             }
+            // A member moving to a fresh volume gets its new pod only on the new volume.
+            Some(p) if rolling && p.outdated => false,
             Some(p) => !p.terminating,
         };
         match &m.pod {
             None if pvc_ok => {
                 actions.insert(Action::CreatePod(o));
-                if !created.contains(&o) {
+                if !created.contains(&o) && !rolling {
                     notes.push(Note {
                         kind: EventKind::Normal,
                         reason: "MemberReplaced",
@@ -160,11 +171,12 @@ pub fn decide(input: &Input) -> Decision {
                     });
                 }
             }
-            None => progress.push(format!(
+            None if !rolling => progress.push(format!(
                 "waiting for the old volume of {} to be deleted",
                 spec.member_name(o)
             )),
-            Some(p) if p.drained && !p.terminating => recycle.push(o),
+            None => {}
+            Some(p) if p.drained && !p.terminating && !rolling => recycle.push(o),
             Some(_) => {}
         }
     }
@@ -178,7 +190,11 @@ pub fn decide(input: &Input) -> Decision {
         && !other_terminating
         && let Some(o) = recycle.first()
     {
-        actions.insert(Action::DeletePod(*o));
+        if spec.paused {
+            held.push(format!("restarting the drained {}", spec.member_name(*o)));
+        } else {
+            actions.insert(Action::DeletePod(*o));
+        }
         progress.push(format!(
             "restarting {}: it was drained for a removal that was cancelled",
             spec.member_name(*o)
@@ -195,6 +211,12 @@ pub fn decide(input: &Input) -> Decision {
                 MemberPhase::Draining
             } else {
                 MemberPhase::Leaving
+            }
+        } else if let Some(r) = roll.as_ref().filter(|r| r.ordinal == o) {
+            if r.step <= RollStep::HandingOff {
+                MemberPhase::Draining
+            } else {
+                MemberPhase::Updating
             }
         } else if created.contains(&o) {
             MemberPhase::Joining
@@ -241,6 +263,7 @@ pub fn decide(input: &Input) -> Decision {
                     });
                     advance(r, RemovalStep::HandingOff);
                 }
+                Some(_) if spec.paused => held.push(format!("draining {name}")),
                 Some(_) => {
                     actions.insert(Action::Drain(v));
                     progress.push(format!("draining {name}"));
@@ -255,6 +278,7 @@ pub fn decide(input: &Input) -> Decision {
                         members.len(),
                         Some(r.step_started_at),
                     ) {
+                        Ok(()) if spec.paused => held.push(format!("deleting the pod of {name}")),
                         Ok(()) => {
                             advance(r, RemovalStep::Deleting);
                             actions.insert(Action::DeletePod(v));
@@ -263,7 +287,7 @@ pub fn decide(input: &Input) -> Decision {
                             progress.push(format!("handing off {name}: {}", b.message));
                             if step_age > spec.handoff_timeout_ms {
                                 blocked = Some(timeout(
-                                    &name,
+                                    &format!("removing {name}"),
                                     "hand-off before deleting its pod",
                                     step_age,
                                     &b,
@@ -276,10 +300,14 @@ pub fn decide(input: &Input) -> Decision {
             RemovalStep::Deleting => match &vm.pod {
                 None => advance(r, RemovalStep::Settling),
                 Some(p) => {
-                    if !p.terminating {
+                    if p.terminating {
+                        progress.push(format!("waiting for {name} to flush and exit"));
+                    } else if spec.paused {
+                        held.push(format!("deleting the pod of {name}"));
+                    } else {
                         actions.insert(Action::DeletePod(v));
+                        progress.push(format!("waiting for {name} to flush and exit"));
                     }
-                    progress.push(format!("waiting for {name} to flush and exit"));
                 }
             },
             RemovalStep::Settling => {
@@ -293,7 +321,7 @@ pub fn decide(input: &Input) -> Decision {
                         progress.push(format!("settling after {name} left: {}", b.message));
                         if step_age > spec.handoff_timeout_ms {
                             blocked = Some(timeout(
-                                &name,
+                                &format!("removing {name}"),
                                 "hand-off after its pod was deleted",
                                 step_age,
                                 &b,
@@ -321,18 +349,178 @@ pub fn decide(input: &Input) -> Decision {
                 }
             ),
         });
-        if spec.reclaim_pvcs && obs(v).pvc.is_some() {
+        if spec.reclaim_pvcs && obs(v).pvc.is_some() && !spec.paused {
             actions.insert(Action::DeletePvc(v));
         }
     }
 
+    // Advance the rolling update in progress.
+    let mut rolled: Option<u32> = None;
+    if let Some(r) = roll.as_mut() {
+        let o = r.ordinal;
+        let m = obs(o);
+        let name = spec.member_name(o);
+        let step_age = now - r.step_started_at;
+        let advance = |r: &mut Roll, step: RollStep| {
+            r.step = step;
+            r.step_started_at = now;
+        };
+        if m.pod.is_none() && r.step != RollStep::Rejoining {
+            // Its pod is gone (deleted by this step or by hand): a new one is created above.
+            advance(r, RollStep::Rejoining);
+            notes.push(Note {
+                kind: EventKind::Normal,
+                reason: "MemberRestarting",
+                message: format!("re-creating {name} with the current spec on its own volume"),
+            });
+        }
+        let cancelled = r.step == RollStep::Draining
+            && m.pod.as_ref().is_some_and(|p| !p.outdated && !p.drained)
+            && !m.pvc.as_ref().is_some_and(|v| v.outdated);
+        if cancelled {
+            // The spec went back to what this member runs before it was drained.
+            notes.push(Note {
+                kind: EventKind::Normal,
+                reason: "UpdateCancelled",
+                message: format!("{name} already runs the current spec; not restarting it"),
+            });
+        }
+        let gate_failed =
+            |b: Blocked, what: &str, progress: &mut Vec<String>, blocked: &mut Option<Blocked>| {
+                progress.push(format!("updating {name}: {}", b.message));
+                if step_age > spec.handoff_timeout_ms {
+                    *blocked = Some(timeout(&format!("updating {name}"), what, step_age, &b));
+                }
+            };
+        match r.step {
+            _ if cancelled => {}
+            RollStep::Draining => match &m.pod {
+                Some(p) if p.drained => {
+                    notes.push(Note {
+                        kind: EventKind::Normal,
+                        reason: "Draining",
+                        message: format!("{name} drained before its restart: handing its data off"),
+                    });
+                    advance(r, RollStep::HandingOff);
+                }
+                Some(_) if spec.paused => held.push(format!("draining {name} for the update")),
+                Some(_) => {
+                    actions.insert(Action::Drain(o));
+                    progress.push(format!(
+                        "draining {name} before restarting it with the current spec"
+                    ));
+                }
+                None => {}
+            },
+            RollStep::HandingOff => match gate(
+                &mut members.iter().copied().filter(|x| *x != o),
+                members.len(),
+                Some(r.step_started_at),
+            ) {
+                Ok(()) if spec.paused => held.push(format!("restarting {name}")),
+                Ok(()) => {
+                    advance(r, RollStep::Deleting);
+                    r.handed_off = true;
+                    actions.insert(Action::DeletePod(o));
+                }
+                Err(b) => gate_failed(
+                    b,
+                    "hand-off before its restart",
+                    &mut progress,
+                    &mut blocked,
+                ),
+            },
+            RollStep::Deleting => match &m.pod {
+                Some(p) if p.terminating => {
+                    progress.push(format!("waiting for {name} to flush and exit"))
+                }
+                Some(p) if p.drained || p.outdated => {
+                    if spec.paused {
+                        held.push(format!("restarting {name}"));
+                    } else {
+                        actions.insert(Action::DeletePod(o));
+                    }
+                }
+                _ => advance(r, RollStep::Rejoining),
+            },
+            RollStep::Rejoining => match &m.pod {
+                None => match &m.pvc {
+                    // Its data was handed off: the old volume can go, a fresh one replaces it.
+                    Some(v) if v.outdated && !v.terminating && r.handed_off => {
+                        if spec.paused {
+                            held.push(format!("replacing the volume of {name}"));
+                        } else {
+                            actions.insert(Action::DeletePvc(o));
+                            progress.push(format!("replacing the volume of {name}"));
+                        }
+                    }
+                    Some(v) if v.outdated && !v.terminating => {
+                        // Its pod went before the hand-off: keep its data, restart it on it.
+                        actions.insert(Action::CreatePod(o));
+                        progress.push(format!(
+                            "{name} lost its pod before its data was handed off: restarting it on its old volume"
+                        ));
+                    }
+                    Some(v) if v.terminating => {
+                        progress.push(format!("waiting for the old volume of {name} to go"))
+                    }
+                    _ => progress.push(format!("re-creating {name} with the current spec")),
+                },
+                Some(p) if p.terminating => {
+                    progress.push(format!("waiting for the old pod of {name} to go"))
+                }
+                // The spec changed again while it was out of service: it holds nothing the
+                // others rely on (they took its data over before it was deleted).
+                Some(p) if p.outdated && !p.ready => {
+                    if spec.paused {
+                        held.push(format!("restarting {name} again"));
+                    } else {
+                        actions.insert(Action::DeletePod(o));
+                    }
+                }
+                Some(_) => match gate(
+                    &mut members.iter().copied(),
+                    members.len(),
+                    Some(r.step_started_at),
+                ) {
+                    Ok(()) => rolled = Some(o),
+                    Err(b) => {
+                        gate_failed(b, "rejoin after its restart", &mut progress, &mut blocked)
+                    }
+                },
+            },
+        }
+        if cancelled {
+            roll = None;
+        }
+    }
+    if let Some(o) = rolled {
+        roll = None;
+        notes.push(Note {
+            kind: EventKind::Normal,
+            reason: "MemberUpdated",
+            message: format!(
+                "{} runs the current spec; the cluster is fully replicated again",
+                spec.member_name(o)
+            ),
+        });
+    }
+
     // Start the next removal, if one is wanted and every precondition holds.
-    if removal.is_none() && completed.is_none() && members.len() > target {
-        let pre = if !created.is_empty()
-            || actions
-                .iter()
-                .any(|a| matches!(a, Action::CreatePod(_) | Action::CreatePvc(_)))
-        {
+    let creating = !created.is_empty()
+        || actions
+            .iter()
+            .any(|a| matches!(a, Action::CreatePod(_) | Action::CreatePvc(_)));
+    if removal.is_none() && roll.is_none() && completed.is_none() && members.len() > target {
+        let pre = if spec.paused {
+            Err(Blocked {
+                reason: BlockReason::Paused,
+                message: format!(
+                    "spec.paused is set: holding the scale-down from {} to {target} members",
+                    members.len()
+                ),
+            })
+        } else if creating {
             Err(Blocked {
                 reason: BlockReason::Replacing,
                 message: "members are being (re-)created".into(),
@@ -381,8 +569,82 @@ pub fn decide(input: &Input) -> Decision {
         }
     }
 
+    // Start the next rolling update: after any scale-down (only members that stay are
+    // restarted), with the membership complete, highest outdated ordinal first.
+    let outdated: Vec<u32> = members
+        .iter()
+        .copied()
+        .filter(|o| {
+            let m = obs(*o);
+            m.pod.as_ref().is_some_and(|p| p.outdated)
+                || m.pvc.as_ref().is_some_and(|v| v.outdated && !v.terminating)
+        })
+        .collect();
+    if roll.is_none()
+        && rolled.is_none()
+        && removal.is_none()
+        && completed.is_none()
+        && blocked.is_none()
+        && members.len() == target
+        && !outdated.is_empty()
+    {
+        let pre = if spec.paused {
+            Err(Blocked {
+                reason: BlockReason::Paused,
+                message: format!(
+                    "spec.paused is set: holding the rolling update of {} outdated members",
+                    outdated.len()
+                ),
+            })
+        } else if creating || replacing {
+            Err(Blocked {
+                reason: BlockReason::Replacing,
+                message: "a member is being (re-)created; waiting until it is Active and the cluster fully replicated".into(),
+            })
+        } else {
+            gate(&mut members.iter().copied(), members.len(), None)
+        };
+        match pre {
+            Ok(()) => {
+                let o = *outdated.last().expect("not empty");
+                roll = Some(Roll {
+                    ordinal: o,
+                    step: RollStep::Draining,
+                    handed_off: false,
+                    started_at: now,
+                    step_started_at: now,
+                });
+                phases.insert(o, MemberPhase::Draining);
+                notes.push(Note {
+                    kind: EventKind::Normal,
+                    reason: "UpdateStarted",
+                    message: format!(
+                        "restarting {} with the current spec ({} of {} members outdated)",
+                        spec.member_name(o),
+                        outdated.len(),
+                        members.len()
+                    ),
+                });
+            }
+            Err(b) => blocked = Some(b),
+        }
+    }
+    if blocked.is_none() && !held.is_empty() {
+        blocked = Some(Blocked {
+            reason: BlockReason::Paused,
+            message: format!("spec.paused is set: holding {}", held.join("; ")),
+        });
+    }
+
     // Reclaim volumes of ordinals that are not members, once the cluster is fully replicated.
-    if spec.reclaim_pvcs && removal.is_none() && members.len() == target && !replacing && !joining {
+    if spec.reclaim_pvcs
+        && !spec.paused
+        && roll.is_none()
+        && removal.is_none()
+        && members.len() == target
+        && !replacing
+        && !joining
+    {
         let healthy = gate(&mut members.iter().copied(), members.len(), None).is_ok();
         if healthy {
             for (o, m) in observed {
@@ -402,27 +664,40 @@ pub fn decide(input: &Input) -> Decision {
     {
         notes.push(Note {
             kind: EventKind::Warning,
-            reason: "ScaleDownBlocked",
+            reason: if b.reason == BlockReason::Paused {
+                "Paused"
+            } else if removal.is_some() || members.len() > target {
+                "ScaleDownBlocked"
+            } else {
+                "UpdateBlocked"
+            },
             message: format!("{}: {}", b.reason.as_str(), b.message),
         });
     }
     if blocked.is_none() && memory.blocked.is_some() {
         notes.push(Note {
             kind: EventKind::Normal,
-            reason: "ScaleDownUnblocked",
-            message: "the scale-down may proceed".into(),
+            reason: "Unblocked",
+            message: "the held step may proceed".into(),
         });
     }
     let all_active = phases.values().all(|p| *p == MemberPhase::Active);
-    let phase = if blocked.is_some() {
+    let phase = if blocked
+        .as_ref()
+        .is_some_and(|b| b.reason == BlockReason::Paused)
+    {
+        ClusterPhase::Paused
+    } else if blocked.is_some() {
         ClusterPhase::Blocked
     } else if removal.is_some() || completed.is_some() {
         ClusterPhase::ScalingDown
+    } else if roll.is_some() || rolled.is_some() {
+        ClusterPhase::Updating
     } else if replacing {
         ClusterPhase::Replacing
     } else if joining || !created.is_empty() {
         ClusterPhase::ScalingUp
-    } else if all_active && members.len() == target {
+    } else if all_active && members.len() == target && outdated.is_empty() {
         ClusterPhase::Healthy
     } else {
         ClusterPhase::Reconciling
@@ -444,6 +719,7 @@ pub fn decide(input: &Input) -> Decision {
         memory: Memory {
             members,
             removal,
+            roll,
             samples,
             phases,
             blocked: blocked.as_ref().map(|b| b.reason),
@@ -461,11 +737,11 @@ pub fn decide(input: &Input) -> Decision {
     }
 }
 
-fn timeout(name: &str, what: &str, age: Millis, cause: &Blocked) -> Blocked {
+fn timeout(subject: &str, what: &str, age: Millis, cause: &Blocked) -> Blocked {
     Blocked {
         reason: BlockReason::HandoffTimeout,
         message: format!(
-            "removing {name}: {what} has not settled after {}s ({}); not proceeding",
+            "{subject}: {what} has not settled after {}s ({}); not proceeding",
             age / 1000,
             cause.message
         ),

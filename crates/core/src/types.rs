@@ -21,6 +21,19 @@ pub struct Scrape {
     pub repairs_total: u64,
     /// Sum of `marekvs_commands_total` over its series.
     pub commands_total: u64,
+    /// The disk-fill signal, when the node reports it.
+    pub disk: Option<Disk>,
+    /// `marekvs_disk_write_stopped` is 1: the node refuses writes at its disk high-water mark.
+    pub write_stopped: bool,
+}
+
+/// A member's volume usage.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Disk {
+    /// `marekvs_disk_total_bytes - marekvs_disk_avail_bytes`.
+    pub used_bytes: u64,
+    /// `marekvs_disk_total_bytes`.
+    pub total_bytes: u64,
 }
 
 /// The desired state, from the object's spec (already validated).
@@ -36,6 +49,9 @@ pub struct ClusterSpec {
     pub settle_ms: Millis,
     /// A hand-off step that has not settled after this long blocks the cluster.
     pub handoff_timeout_ms: Millis,
+    /// `spec.paused`: hold every disruptive action (drain, pod or volume deletion); members
+    /// are still created and re-created, and status keeps being reported.
+    pub paused: bool,
 }
 
 impl ClusterSpec {
@@ -61,12 +77,17 @@ pub struct PodObs {
     pub terminating: bool,
     /// The operator has drained this pod's node (`/drain` answered 200); recorded on the pod.
     pub drained: bool,
+    /// Its spec differs from the member's desired pod (compared by template hash).
+    pub outdated: bool,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PvcObs {
     pub uid: String,
     pub terminating: bool,
+    /// It cannot become what the spec asks in place (another class, or smaller), and the user
+    /// opted into replacing volumes: a rolling update moves the member to a fresh volume.
+    pub outdated: bool,
 }
 
 /// Everything observed about one ordinal.
@@ -110,6 +131,30 @@ pub struct Removal {
     pub step_started_at: Millis,
 }
 
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum RollStep {
+    /// Calling `/drain` on the member until it answers 200.
+    Draining,
+    /// It is Leaving and still serving; waiting for the others to hold its data.
+    HandingOff,
+    /// Deleting its outdated pod.
+    Deleting,
+    /// Its new pod runs on the same volume; waiting until it is Active and the cluster settled.
+    Rejoining,
+}
+
+/// The member being restarted with the current pod spec (a rolling update, one at a time).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Roll {
+    pub ordinal: u32,
+    pub step: RollStep,
+    /// The others passed the hand-off gate while it was drained: only then may its volume be
+    /// replaced by a fresh one.
+    pub handed_off: bool,
+    pub started_at: Millis,
+    pub step_started_at: Millis,
+}
+
 /// Re-replication counters of one member as last seen, and when they last moved.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Sample {
@@ -131,6 +176,8 @@ pub enum MemberPhase {
     Draining,
     /// Its pod is being deleted or is gone; waiting for the hand-off to settle.
     Leaving,
+    /// Being restarted with the current pod spec on its own volume (rolling update).
+    Updating,
 }
 
 /// What the operator keeps in the object's status between reconciles.
@@ -139,6 +186,8 @@ pub struct Memory {
     /// Ordinals that belong to the cluster (`status.instanceNames`).
     pub members: BTreeSet<u32>,
     pub removal: Option<Removal>,
+    /// The rolling update in progress.
+    pub roll: Option<Roll>,
     pub samples: BTreeMap<u32, Sample>,
     pub phases: BTreeMap<u32, MemberPhase>,
     /// The blocking reason last reported, so events fire only on transitions.
@@ -155,6 +204,7 @@ pub enum BlockReason {
     RepairInProgress,
     Replacing,
     HandoffTimeout,
+    Paused,
 }
 
 impl BlockReason {
@@ -168,6 +218,7 @@ impl BlockReason {
             BlockReason::RepairInProgress => "RepairInProgress",
             BlockReason::Replacing => "Replacing",
             BlockReason::HandoffTimeout => "HandoffTimeout",
+            BlockReason::Paused => "Paused",
         }
     }
 }
@@ -179,6 +230,10 @@ pub enum ClusterPhase {
     ScalingUp,
     ScalingDown,
     Replacing,
+    /// Restarting outdated members with the current pod spec, one at a time.
+    Updating,
+    /// `spec.paused` holds a disruptive step that is wanted.
+    Paused,
     Blocked,
 }
 
@@ -190,6 +245,8 @@ impl ClusterPhase {
             ClusterPhase::ScalingUp => "ScalingUp",
             ClusterPhase::ScalingDown => "ScalingDown",
             ClusterPhase::Replacing => "Replacing",
+            ClusterPhase::Updating => "Updating",
+            ClusterPhase::Paused => "Paused",
             ClusterPhase::Blocked => "Blocked",
         }
     }

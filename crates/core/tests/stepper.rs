@@ -14,6 +14,7 @@ fn spec(nodes: u32, rf: u32) -> ClusterSpec {
         reclaim_pvcs: false,
         settle_ms: 3_000,
         handoff_timeout_ms: 60_000,
+        paused: false,
     }
 }
 
@@ -48,6 +49,7 @@ impl World {
                     self.obs.entry(o).or_default().pvc = Some(PvcObs {
                         uid: format!("uid-{}", self.pvc_seq),
                         terminating: false,
+                        outdated: false,
                     });
                 }
                 Action::CreatePod(o) => {
@@ -55,6 +57,7 @@ impl World {
                         ready: true,
                         terminating: false,
                         drained: false,
+                        outdated: false,
                     });
                     self.copying_until = now + self.copying_ms;
                 }
@@ -83,6 +86,7 @@ impl World {
 
     fn scrape(&mut self, now: Millis) {
         let running = self.obs.values().filter(|m| m.pod.is_some()).count() as u64;
+        // A restarted member's pod is ready one scrape after it was created.
         if now < self.copying_until {
             self.repairs += 1;
             self.last_repair_at = now;
@@ -268,7 +272,7 @@ fn blocked_while_underreplicated_then_proceeds() {
     let ds = drive(&s, &mut w, &mut mem, 101_000, 1);
     assert!(ds[0].memory.removal.is_some());
     assert!(ds[0].actions.is_empty());
-    assert!(ds[0].notes.iter().any(|n| n.reason == "ScaleDownUnblocked"));
+    assert!(ds[0].notes.iter().any(|n| n.reason == "Unblocked"));
 }
 
 #[test]
@@ -391,6 +395,302 @@ fn reclaims_the_volume_only_after_the_hand_off_settled() {
     assert!(!w.obs.contains_key(&3));
 }
 
+/// Every member's pod spec changed (the shell compares template hashes).
+fn change_spec(w: &mut World) {
+    for m in w.obs.values_mut() {
+        if let Some(p) = m.pod.as_mut() {
+            p.outdated = true;
+        }
+    }
+}
+
+fn deleted_pods(ds: &[Decision]) -> Vec<u32> {
+    let mut v: Vec<u32> = ds
+        .iter()
+        .flat_map(|d| d.actions.iter())
+        .filter_map(|a| match a {
+            Action::DeletePod(o) => Some(*o),
+            _ => None,
+        })
+        .collect();
+    v.dedup();
+    v
+}
+
+#[test]
+fn a_spec_change_restarts_one_member_at_a_time_each_drained_and_gated() {
+    let s = spec(4, 2);
+    let mut w = World::new(4_000);
+    let mut mem = Memory::default();
+    drive(&s, &mut w, &mut mem, 0, 60);
+    change_spec(&mut w);
+    let ds = drive(&s, &mut w, &mut mem, 100_000, 400);
+    assert_eq!(ds.last().unwrap().phase, ClusterPhase::Healthy);
+    assert!(w.obs.values().all(|m| !m.pod.as_ref().unwrap().outdated));
+    // Highest ordinal first, each restarted exactly once.
+    assert_eq!(deleted_pods(&ds), vec![3, 2, 1, 0]);
+    // Each was drained before its pod was deleted, and the next one started only after the
+    // previous one was back and settled.
+    let mut drained: Option<u32> = None;
+    for d in &ds {
+        for a in &d.actions {
+            match a {
+                Action::Drain(o) => drained = Some(*o),
+                Action::DeletePod(o) => assert_eq!(drained, Some(*o), "deleted before drained"),
+                _ => {}
+            }
+        }
+        assert!(d.phase == ClusterPhase::Updating || d.phase == ClusterPhase::Healthy);
+    }
+    assert!(
+        ds.iter()
+            .filter(|d| d.notes.iter().any(|n| n.reason == "MemberUpdated"))
+            .count()
+            == 4
+    );
+    // Membership never changed.
+    assert_eq!(names(&mem), vec![0, 1, 2, 3]);
+}
+
+#[test]
+fn pause_holds_a_rollout_and_resume_continues_it() {
+    let mut s = spec(3, 2);
+    let mut w = World::new(2_000);
+    let mut mem = Memory::default();
+    drive(&s, &mut w, &mut mem, 0, 60);
+    change_spec(&mut w);
+    // One member through, then pause.
+    let mut now = 100_000;
+    let mut updated = 0;
+    while updated < 1 {
+        w.scrape(now);
+        let d = decide(&Input {
+            spec: &s,
+            memory: &mem,
+            observed: &w.obs,
+            now,
+        });
+        updated += d
+            .notes
+            .iter()
+            .filter(|n| n.reason == "MemberUpdated")
+            .count();
+        mem = d.memory;
+        w.apply(&d.actions, now);
+        now += 1_000;
+    }
+    s.paused = true;
+    let ds = drive(&s, &mut w, &mut mem, now, 50);
+    assert!(
+        ds.iter().all(|d| d.actions.is_empty()),
+        "nothing happens while paused"
+    );
+    let last = ds.last().unwrap();
+    assert_eq!(last.phase, ClusterPhase::Paused);
+    assert_eq!(last.blocked.as_ref().unwrap().reason, BlockReason::Paused);
+    assert_eq!(
+        w.obs
+            .values()
+            .filter(|m| m.pod.as_ref().unwrap().outdated)
+            .count(),
+        2
+    );
+    s.paused = false;
+    let ds = drive(&s, &mut w, &mut mem, now + 60_000, 400);
+    assert_eq!(ds.last().unwrap().phase, ClusterPhase::Healthy);
+    assert_eq!(deleted_pods(&ds), vec![1, 0]);
+}
+
+#[test]
+fn pausing_mid_step_holds_that_step() {
+    // Each step of a rolling update and of a removal, paused right there: nothing disruptive
+    // happens until it is resumed.
+    for (roll_step, removal_step) in [
+        (Some(RollStep::Draining), None),
+        (Some(RollStep::HandingOff), None),
+        (None, Some(RemovalStep::Draining)),
+        (None, Some(RemovalStep::HandingOff)),
+    ] {
+        let mut s = spec(4, 2);
+        let mut w = World::new(3_000);
+        let mut mem = Memory::default();
+        drive(&s, &mut w, &mut mem, 0, 60);
+        if roll_step.is_some() {
+            change_spec(&mut w);
+        } else {
+            s.nodes = 3;
+        }
+        let mut now = 100_000;
+        while mem.roll.as_ref().map(|r| r.step) != roll_step
+            || mem.removal.as_ref().map(|r| r.step) != removal_step
+        {
+            w.scrape(now);
+            let d = decide(&Input {
+                spec: &s,
+                memory: &mem,
+                observed: &w.obs,
+                now,
+            });
+            mem = d.memory;
+            w.apply(&d.actions, now);
+            now += 1_000;
+            assert!(
+                now < 1_000_000,
+                "never reached {roll_step:?} {removal_step:?}"
+            );
+        }
+        s.paused = true;
+        let ds = drive(&s, &mut w, &mut mem, now, 40);
+        for d in &ds {
+            assert!(
+                !d.actions.iter().any(|a| matches!(
+                    a,
+                    Action::Drain(_) | Action::DeletePod(_) | Action::DeletePvc(_)
+                )),
+                "paused at {roll_step:?} {removal_step:?} but {:?}",
+                d.actions
+            );
+        }
+        assert_eq!(ds.last().unwrap().phase, ClusterPhase::Paused);
+        s.paused = false;
+        let ds = drive(&s, &mut w, &mut mem, now + 100_000, 600);
+        assert_eq!(ds.last().unwrap().phase, ClusterPhase::Healthy);
+    }
+}
+
+#[test]
+fn a_scale_down_with_a_spec_change_removes_first_then_restarts_only_the_survivors() {
+    let mut s = spec(5, 2);
+    let mut w = World::new(2_000);
+    let mut mem = Memory::default();
+    drive(&s, &mut w, &mut mem, 0, 60);
+    change_spec(&mut w);
+    s.nodes = 3;
+    let ds = drive(&s, &mut w, &mut mem, 100_000, 600);
+    assert_eq!(ds.last().unwrap().phase, ClusterPhase::Healthy);
+    assert_eq!(names(&mem), vec![0, 1, 2]);
+    // 4 and 3 are removed (not restarted), then 2, 1, 0 restarted: 5 pod deletions, not 7.
+    assert_eq!(deleted_pods(&ds), vec![4, 3, 2, 1, 0]);
+    let first_update = ds.iter().position(|d| d.memory.roll.is_some()).unwrap();
+    let last_removal = ds.iter().rposition(|d| d.memory.removal.is_some()).unwrap();
+    assert!(last_removal < first_update);
+}
+
+#[test]
+fn an_update_waits_for_an_unready_member_and_never_restarts_two() {
+    let s = spec(3, 2);
+    let mut w = World::new(2_000);
+    let mut mem = Memory::default();
+    drive(&s, &mut w, &mut mem, 0, 60);
+    change_spec(&mut w);
+    w.obs.get_mut(&0).unwrap().pod.as_mut().unwrap().ready = false;
+    let mut now = 100_000;
+    for _ in 0..30 {
+        w.scrape(now);
+        let d = decide(&Input {
+            spec: &s,
+            memory: &mem,
+            observed: &w.obs,
+            now,
+        });
+        assert!(d.memory.roll.is_none());
+        assert_eq!(d.phase, ClusterPhase::Blocked);
+        assert_eq!(d.blocked.as_ref().unwrap().reason, BlockReason::NotAllReady);
+        assert!(d.actions.is_empty());
+        mem = d.memory;
+        now += 1_000;
+    }
+}
+
+#[test]
+fn replacing_volumes_moves_each_member_to_a_fresh_one_after_its_hand_off() {
+    let s = spec(3, 2);
+    let mut w = World::new(2_000);
+    let mut mem = Memory::default();
+    drive(&s, &mut w, &mut mem, 0, 60);
+    let old: BTreeMap<u32, String> = w
+        .obs
+        .iter()
+        .map(|(o, m)| (*o, m.pvc.as_ref().unwrap().uid.clone()))
+        .collect();
+    for m in w.obs.values_mut() {
+        m.pvc.as_mut().unwrap().outdated = true;
+    }
+    let ds = drive(&s, &mut w, &mut mem, 100_000, 600);
+    assert_eq!(ds.last().unwrap().phase, ClusterPhase::Healthy);
+    for (o, uid) in &old {
+        let now = w.obs[o].pvc.as_ref().unwrap();
+        assert_ne!(&now.uid, uid, "{o} kept its old volume");
+        assert!(!now.outdated);
+    }
+    // Per member: drain, delete the pod, delete the volume, then a new volume and pod; one
+    // member at a time, highest first.
+    let seq: Vec<Action> = ds
+        .iter()
+        .flat_map(|d| d.actions.iter().copied())
+        .filter(|a| !matches!(a, Action::Drain(_)))
+        .collect();
+    let mut expected = Vec::new();
+    for o in [2, 1, 0] {
+        expected.extend([
+            Action::DeletePod(o),
+            Action::DeletePvc(o),
+            Action::CreatePvc(o),
+            Action::CreatePod(o),
+        ]);
+    }
+    assert_eq!(seq, expected);
+}
+
+#[test]
+fn a_pod_lost_before_its_hand_off_keeps_its_old_volume() {
+    let s = spec(3, 2);
+    let mut w = World::new(20_000);
+    let mut mem = Memory::default();
+    drive(&s, &mut w, &mut mem, 0, 60);
+    for m in w.obs.values_mut() {
+        m.pvc.as_mut().unwrap().outdated = true;
+    }
+    let mut now = 100_000;
+    // Until demo-2 is drained (handing off), then its pod is deleted by hand.
+    while mem
+        .roll
+        .as_ref()
+        .is_none_or(|r| r.step != RollStep::HandingOff)
+    {
+        w.scrape(now);
+        let d = decide(&Input {
+            spec: &s,
+            memory: &mem,
+            observed: &w.obs,
+            now,
+        });
+        mem = d.memory;
+        w.apply(&d.actions, now);
+        now += 1_000;
+    }
+    let uid = w.obs[&2].pvc.as_ref().unwrap().uid.clone();
+    w.apply(&[Action::DeletePod(2)], now);
+    for _ in 0..5 {
+        w.scrape(now);
+        let d = decide(&Input {
+            spec: &s,
+            memory: &mem,
+            observed: &w.obs,
+            now,
+        });
+        assert!(
+            !d.actions.contains(&Action::DeletePvc(2)),
+            "volume deleted before its hand-off"
+        );
+        mem = d.memory;
+        w.apply(&d.actions, now);
+        now += 1_000;
+    }
+    assert_eq!(w.obs[&2].pvc.as_ref().unwrap().uid, uid);
+    assert!(w.obs[&2].pod.is_some(), "restarted on its old volume");
+}
+
 // ---- properties over arbitrary observations ----
 
 fn arb_obs() -> impl Strategy<Value = MemberObs> {
@@ -401,9 +701,10 @@ fn arb_obs() -> impl Strategy<Value = MemberObs> {
                 any::<bool>(),
                 prop::bool::weighted(0.1),
                 prop::bool::weighted(0.1),
+                prop::bool::weighted(0.3),
             ),
         ),
-        prop::option::weighted(0.9, prop::bool::weighted(0.05)),
+        prop::option::weighted(0.9, (prop::bool::weighted(0.05), prop::bool::weighted(0.2))),
         prop::option::weighted(
             0.8,
             (
@@ -415,14 +716,16 @@ fn arb_obs() -> impl Strategy<Value = MemberObs> {
         ),
     )
         .prop_map(|(pod, pvc, scrape)| MemberObs {
-            pod: pod.map(|(ready, terminating, drained)| PodObs {
+            pod: pod.map(|(ready, terminating, drained, outdated)| PodObs {
                 ready,
                 terminating,
                 drained,
+                outdated,
             }),
-            pvc: pvc.map(|terminating| PvcObs {
+            pvc: pvc.map(|(terminating, outdated)| PvcObs {
                 uid: "u".into(),
                 terminating,
+                outdated,
             }),
             scrape: scrape.map(|(view, under, join, rep)| Scrape {
                 view_members: view,
@@ -430,7 +733,7 @@ fn arb_obs() -> impl Strategy<Value = MemberObs> {
                 join_pending: u64::from(join) * 3,
                 bootstraps_total: 0,
                 repairs_total: rep,
-                commands_total: 0,
+                ..Scrape::default()
             }),
         })
 }
@@ -445,6 +748,7 @@ proptest! {
         rf in 1u32..4,
         extra in 1u32..4,
         spec_changes in prop::collection::vec(0u32..8, 1..4),
+        paused in prop::collection::vec(prop::bool::weighted(0.2), 1..4),
         rounds in prop::collection::vec((prop::collection::btree_map(0u32..8, arb_obs(), 0..8), 0i64..5_000), 1..40),
     ) {
         let mut s = spec(rf + extra, rf);
@@ -452,6 +756,7 @@ proptest! {
         let mut now: Millis = 1_000_000;
         for (i, (observed, dt)) in rounds.iter().enumerate() {
             s.nodes = (spec_changes[i % spec_changes.len()]).max(rf + 1);
+            s.paused = paused[i % paused.len()];
             now += dt;
             let d = decide(&Input { spec: &s, memory: &mem, observed, now });
 
@@ -497,11 +802,56 @@ proptest! {
                     prop_assert!(d.memory.members.len() as u32 >= s.floor());
                 }
             }
-            // A member's pod is only deleted if it is the victim or a drained pod being recycled.
+            // A volume is deleted only when reclaiming a removed member's (with reclaimPvcs), or
+            // replacing the volume of a member whose data was handed off and whose pod is gone.
+            for a in &d.actions {
+                if let Action::DeletePvc(o) = a {
+                    let reclaim = s.reclaim_pvcs && !d.memory.members.contains(o);
+                    let replace = d.memory.roll.as_ref().is_some_and(|r| r.ordinal == *o && r.handed_off)
+                        && observed.get(o).is_some_and(|m| m.pod.is_none() && m.pvc.as_ref().is_some_and(|v| v.outdated));
+                    prop_assert!(reclaim || replace, "deleted the volume of {}", o);
+                }
+            }
+            // Paused: nothing disruptive at all.
+            if s.paused {
+                prop_assert!(!d.actions.iter().any(|a| matches!(a, Action::Drain(_) | Action::DeletePod(_) | Action::DeletePvc(_))), "paused but {:?}", d.actions);
+            }
+            // Never a removal and a rolling update at once.
+            prop_assert!(d.memory.removal.is_none() || d.memory.roll.is_none());
+            // A rolling update starts only with the membership complete and every member safe.
+            if mem.roll.is_none() && d.memory.roll.is_some() {
+                prop_assert!(d.actions.iter().all(|a| !matches!(a, Action::Drain(_) | Action::DeletePod(_))));
+                prop_assert_eq!(d.memory.members.len() as u32, s.target());
+                for o in &d.memory.members {
+                    let m = &observed[o];
+                    prop_assert!(m.pod.as_ref().is_some_and(|p| p.ready && !p.terminating));
+                    let sc = m.scrape.as_ref().expect("scraped");
+                    prop_assert_eq!(sc.underreplicated, 0);
+                    prop_assert_eq!(sc.view_members, d.memory.members.len() as u64);
+                }
+            }
+            // Restarting a drained member of a rolling update needs the others known and settled.
+            if let Some(r) = &mem.roll
+                && r.step == RollStep::HandingOff
+                && d.actions.contains(&Action::DeletePod(r.ordinal))
+            {
+                for o in d.memory.members.iter().filter(|o| **o != r.ordinal) {
+                    let m = &observed[o];
+                    prop_assert!(m.pod.as_ref().is_some_and(|p| p.ready));
+                    let sc = m.scrape.as_ref().expect("scraped");
+                    prop_assert_eq!(sc.underreplicated, 0);
+                    prop_assert_eq!(sc.view_members, d.memory.members.len() as u64);
+                }
+            }
+            // A member's pod is only deleted if it is the victim, a drained pod being recycled,
+            // or the member of the rolling update (drained, or outdated and not serving).
             for o in deletes {
                 let victim = d.memory.removal.as_ref().is_some_and(|r| r.ordinal == o);
-                let recycled = observed.get(&o).and_then(|m| m.pod.as_ref()).is_some_and(|p| p.drained);
-                prop_assert!(victim || recycled);
+                let pod = observed.get(&o).and_then(|m| m.pod.as_ref());
+                let recycled = pod.is_some_and(|p| p.drained);
+                let rolled = mem.roll.as_ref().is_some_and(|r| r.ordinal == o)
+                    && pod.is_some_and(|p| p.drained || (p.outdated && !p.ready));
+                prop_assert!(victim || recycled || rolled, "deleted {} {:?}", o, pod);
             }
             mem = d.memory;
         }

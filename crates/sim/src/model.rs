@@ -75,6 +75,10 @@ pub struct Faults {
     pub hold_join: bool,
     /// After a crash, stay down instead of being restarted by the pod runner.
     pub hold_down: bool,
+    /// Report `marekvs_disk_write_stopped 1` (writes refused at the disk high-water mark).
+    pub disk_write_stopped: bool,
+    /// Report the volume this full (percent) whatever the data size.
+    pub disk_fill_percent: Option<u8>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -163,6 +167,7 @@ pub struct MemberFigures {
     pub held_partitions: u64,
     pub db_total_bytes: u64,
     pub disk_total_bytes: u64,
+    pub disk_write_stopped: bool,
     pub uptime_seconds: f64,
 }
 
@@ -715,8 +720,12 @@ impl Cluster {
             commands_get_total: m.commands_get as u64,
             commands_set_total: m.commands_set as u64,
             held_partitions: held,
-            db_total_bytes: held * self.settings.bytes_per_partition,
+            db_total_bytes: match m.faults.disk_fill_percent {
+                Some(pct) => m.disk_bytes / 100 * u64::from(pct.min(100)),
+                None => held * self.settings.bytes_per_partition,
+            },
             disk_total_bytes: m.disk_bytes,
+            disk_write_stopped: m.faults.disk_write_stopped,
             uptime_seconds: (ms(now).saturating_sub(m.started_ms)) as f64 / 1000.0,
         };
         f.owned_partitions = self.owned(key).len() as u64;

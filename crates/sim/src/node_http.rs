@@ -198,7 +198,7 @@ pub fn render_metrics(f: &MemberFigures) -> String {
         "marekvs_disk_write_stopped",
         "1 when writes are refused at the disk high-water mark.",
         "gauge",
-        "0".into(),
+        u8::from(f.disk_write_stopped).to_string(),
     );
     gauge(
         "marekvs_uptime_seconds",
