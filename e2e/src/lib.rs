@@ -330,6 +330,21 @@ pub fn image() -> String {
     std::env::var("MAREKVS_IMAGE").unwrap_or_else(|_| "ghcr.io/yannick/marekvs:latest".into())
 }
 
+/// Another image for a rolling update: `MAREKVS_IMAGE_NEXT`, or by default the same image
+/// spelled differently (`:latest` dropped or added), so a real cluster pulls nothing new.
+pub fn image_next() -> String {
+    std::env::var("MAREKVS_IMAGE_NEXT").unwrap_or_else(|_| {
+        let current = image();
+        match current.strip_suffix(":latest") {
+            Some(bare) => bare.to_string(),
+            None if !current.rsplit('/').next().unwrap_or("").contains(':') => {
+                format!("{current}:latest")
+            }
+            None => format!("{current}-next"),
+        }
+    })
+}
+
 pub fn status_of(c: &MarekvsCluster) -> MarekvsClusterStatus {
     c.status.clone().unwrap_or_default()
 }

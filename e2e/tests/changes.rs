@@ -77,8 +77,8 @@ async fn a_spec_change_restarts_one_member_at_a_time_behind_the_hand_off_gate() 
     let pods: Api<Pod> = env.api();
     let before = pods_now(&pods).await?;
 
-    // A change that reaches the pod spec (portable: a real node accepts it too).
-    patch_spec(&api, "demo", json!({"extraEnv": {"RUST_LOG": "debug"}})).await?;
+    // An image change (portable: by default the same image spelled differently).
+    patch_spec(&api, "demo", json!({"image": image_next()})).await?;
     let generation = api.get("demo").await?.metadata.generation;
     let mut order: Vec<String> = Vec::new();
     let mut gated = sim.is_none();
@@ -146,7 +146,10 @@ async fn a_spec_change_restarts_one_member_at_a_time_behind_the_hand_off_gate() 
     for (name, (uid, _)) in &before {
         assert_ne!(&after[name].0, uid, "{name} was not restarted");
         let p = pods.get(name).await?;
-        assert_eq!(env_of(&p, "RUST_LOG").as_deref(), Some("debug"));
+        assert_eq!(
+            p.spec.as_ref().unwrap().containers[0].image.as_deref(),
+            Some(image_next().as_str())
+        );
     }
     let s = status_of(&api.get("demo").await?);
     assert_eq!(s.instance_names, ["demo-0", "demo-1", "demo-2"]);
@@ -183,7 +186,7 @@ async fn pause_holds_a_rollout_and_resuming_finishes_it() -> anyhow::Result<()> 
     wait_healthy(&api, "demo", &["demo-0", "demo-1", "demo-2"], T).await?;
     let pods: Api<Pod> = env.api();
 
-    // Paused together with the change: nothing is restarted.
+    // Paused together with a change (here of the environment): nothing is restarted.
     let before = pods_now(&pods).await?;
     patch_spec(
         &api,
@@ -243,8 +246,300 @@ async fn pause_holds_a_rollout_and_resuming_finishes_it() -> anyhow::Result<()> 
     patch_spec(&api, "demo", json!({"paused": false})).await?;
     let c = wait_healthy(&api, "demo", &["demo-0", "demo-1", "demo-2"], T).await?;
     assert_eq!(status_of(&c).updated_nodes, Some(3));
+    for p in pods.list(&Default::default()).await?.items {
+        assert_eq!(env_of(&p, "RUST_LOG").as_deref(), Some("debug"));
+    }
     let reasons = event_reasons(&env.client, &ns, "demo").await?;
     assert!(reasons.iter().any(|r| r == "Paused"), "{reasons:?}");
+    if let Some(sim) = &sim {
+        assert_eq!(sim.lost_partitions(&ns).await?, 0);
+    }
+    env.cleanup().await
+}
+
+/// The autoscaler's wish, as status shows it.
+fn wanted(s: &MarekvsClusterStatus) -> Option<i32> {
+    s.autoscale.as_ref().and_then(|a| a.desired_nodes)
+}
+
+/// Wait until the measured load is within 15 % of `ops`.
+async fn wait_load(api: &Api<MarekvsCluster>, ops: f64) -> anyhow::Result<MarekvsCluster> {
+    wait_cluster(api, "demo", &format!("ops/s near {ops}"), T, |s| {
+        s.ops_per_second
+            .is_some_and(|o| (o as f64 - ops).abs() <= ops * 0.15 + 50.0)
+    })
+    .await
+}
+
+/// Watch for `d` that the autoscaler's wish and the membership stay as they are.
+async fn holds(api: &Api<MarekvsCluster>, want: i32, d: Duration) -> anyhow::Result<()> {
+    let start = Instant::now();
+    while start.elapsed() < d {
+        let s = status_of(&api.get("demo").await?);
+        assert_eq!(wanted(&s), Some(want), "{:?}", s.autoscale);
+        assert_eq!(s.instance_names.len(), want as usize);
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_autoscaler_follows_load_within_bounds_with_hysteresis() -> anyhow::Result<()> {
+    let Some(sim) = Sim::from_env() else {
+        eprintln!("skipped: simulator-only test (load is set through the simulator)");
+        return Ok(());
+    };
+    let env = TestEnv::new("autoscale").await?;
+    let ns = env.namespace.clone();
+    let _op = Operator::start(&ns)?;
+    let mut s = spec(3);
+    s["autoscale"] = json!({
+        "minNodes": 3, "maxNodes": 5, "targetOpsPerNode": 1000,
+        "scaleDownStabilizationSeconds": 10, "scaleUpCooldownSeconds": 5,
+    });
+    // 4500 ops/s over a target of 1000 per member, from the start: straight from 3 to 5.
+    sim.patch_settings(json!({"load_ops_per_sec": 4500.0}))
+        .await?;
+    let api = create(&env, "demo", s).await?;
+    // Every wish of the autoscaler, in order, as status shows it.
+    let history = std::sync::Arc::new(std::sync::Mutex::new(Vec::<i32>::new()));
+    let watcher = {
+        let (api, history) = (api.clone(), history.clone());
+        tokio::spawn(async move {
+            loop {
+                if let Ok(c) = api.get("demo").await
+                    && let Some(w) = wanted(&status_of(&c))
+                {
+                    let mut h = history.lock().unwrap();
+                    if h.last() != Some(&w) {
+                        h.push(w);
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        })
+    };
+    let members = |n: usize| (0..n).map(|i| format!("demo-{i}")).collect::<Vec<_>>();
+    let healthy_with = |n: usize| {
+        let want = members(n);
+        move |s: &MarekvsClusterStatus| {
+            s.phase.as_deref() == Some("Healthy") && s.instance_names == want
+        }
+    };
+    wait_cluster(&api, "demo", "grown to 5", T, healthy_with(5)).await?;
+    // 20000 ops/s would need 20: capped at maxNodes.
+    sim.patch_settings(json!({"load_ops_per_sec": 20000.0}))
+        .await?;
+    wait_load(&api, 20000.0).await?;
+    holds(&api, 5, Duration::from_secs(6)).await?;
+    // 2800 ops/s: ceil says 3, but removing one would leave 700 per member, above 60 % of the
+    // target: no change however long it lasts (the hysteresis band).
+    sim.patch_settings(json!({"load_ops_per_sec": 2800.0}))
+        .await?;
+    let c = wait_load(&api, 2800.0).await?;
+    assert!(
+        condition(&status_of(&c), "Autoscaling")
+            .is_some_and(|c| c.message.contains("a removal needs below 2400")),
+        "{:?}",
+        condition(&status_of(&c), "Autoscaling")
+    );
+    holds(&api, 5, Duration::from_secs(25)).await?;
+    // 2000 ops/s: 5 → 4 after the window; 4 → 3 would leave 1000 per member (> 600): stays 4.
+    sim.patch_settings(json!({"load_ops_per_sec": 2000.0}))
+        .await?;
+    wait_cluster(&api, "demo", "shrunk to 4", T, healthy_with(4)).await?;
+    wait_load(&api, 2000.0).await?;
+    holds(&api, 4, Duration::from_secs(25)).await?;
+    // Idle: back to the floor.
+    sim.patch_settings(json!({"load_ops_per_sec": 0.0})).await?;
+    let c = wait_cluster(&api, "demo", "shrunk to 3", T, healthy_with(3)).await?;
+    assert_eq!(wanted(&status_of(&c)), Some(3));
+
+    // Every change the autoscaler asked for, in order: no flapping.
+    watcher.abort();
+    assert_eq!(*history.lock().unwrap(), [3, 5, 4, 3]);
+    let reasons = event_reasons(&env.client, &ns, "demo").await?;
+    for r in ["AutoscaleUp", "AutoscaleDown"] {
+        assert!(
+            reasons.iter().any(|x| x == r),
+            "no {r} event in {reasons:?}"
+        );
+    }
+    sim.patch_settings(json!({"load_ops_per_sec": 0.0})).await?;
+    assert_eq!(sim.lost_partitions(&ns).await?, 0);
+    env.cleanup().await
+}
+
+#[tokio::test]
+async fn a_full_disk_grows_the_cluster_blocks_shrinking_and_a_write_stop_is_reported()
+-> anyhow::Result<()> {
+    let Some(sim) = Sim::from_env() else {
+        eprintln!("skipped: simulator-only test (disk figures are set through the simulator)");
+        return Ok(());
+    };
+    let env = TestEnv::new("disk").await?;
+    let ns = env.namespace.clone();
+    let _op = Operator::start(&ns)?;
+    let mut s = spec(3);
+    s["autoscale"] = json!({
+        "minNodes": 3, "maxNodes": 4, "targetOpsPerNode": 1000000,
+        "scaleDownStabilizationSeconds": 5, "scaleUpCooldownSeconds": 1,
+        "diskHighWaterPercent": 80,
+    });
+    let api = create(&env, "demo", s).await?;
+    wait_healthy(&api, "demo", &["demo-0", "demo-1", "demo-2"], T).await?;
+
+    // One volume at 85 %: one member more, and none removed while it stays that full (with
+    // one member fewer it would pass the mark), although the load is far below target.
+    sim.set_faults(&ns, "demo-0", json!({"disk_fill_percent": 85}))
+        .await?;
+    wait_cluster(&api, "demo", "grown to 4 for disk", T, |s| {
+        s.phase.as_deref() == Some("Healthy") && s.instance_names.len() == 4
+    })
+    .await?;
+    holds(&api, 4, Duration::from_secs(15)).await?;
+    let c = api.get("demo").await?;
+    let msg = condition(&status_of(&c), "Autoscaling")
+        .map(|c| c.message.clone())
+        .unwrap_or_default();
+    assert!(msg.contains("would be") && msg.contains("full"), "{msg}");
+    sim.set_faults(&ns, "demo-0", json!({"disk_fill_percent": null}))
+        .await?;
+    wait_cluster(&api, "demo", "back to 3", T, |s| {
+        s.phase.as_deref() == Some("Healthy") && s.instance_names.len() == 3
+    })
+    .await?;
+
+    // A member that stops writes: its condition, a Warning event naming it, and Ready says so.
+    sim.set_faults(&ns, "demo-1", json!({"disk_write_stopped": true}))
+        .await?;
+    let c = wait_cluster(&api, "demo", "write stop reported", T, |s| {
+        condition(s, "Ready").is_some_and(|c| c.status == "False" && c.reason == "DiskHighWater")
+    })
+    .await?;
+    let st = status_of(&c);
+    assert!(condition(&st, "Ready").unwrap().message.contains("demo-1"));
+    let m1 = st.members.iter().find(|m| m.name == "demo-1").unwrap();
+    let cond = m1
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "DiskWriteStopped")
+        .unwrap();
+    assert_eq!(cond.status, "True");
+    assert!(
+        cond.message.contains("storage.size"),
+        "says what to do: {}",
+        cond.message
+    );
+    assert!(
+        event_reasons(&env.client, &ns, "demo")
+            .await?
+            .iter()
+            .any(|r| r == "DiskWriteStopped")
+    );
+    sim.set_faults(&ns, "demo-1", json!({"disk_write_stopped": false}))
+        .await?;
+    wait_cluster(&api, "demo", "Ready again", T, |s| {
+        condition(s, "Ready").is_some_and(|c| c.status == "True")
+    })
+    .await?;
+    assert_eq!(sim.lost_partitions(&ns).await?, 0);
+    env.cleanup().await
+}
+
+#[tokio::test]
+async fn another_storage_class_is_refused_unless_volumes_may_be_replaced_then_moves_one_at_a_time()
+-> anyhow::Result<()> {
+    let env = TestEnv::new("class").await?;
+    let ns = env.namespace.clone();
+    let _op = Operator::start(&ns)?;
+    let sim = Sim::from_env();
+    let mut s = spec(3);
+    s["storage"] = json!({"size": "1Gi", "className": "standard"});
+    let api = create(&env, "demo", s).await?;
+    wait_healthy(&api, "demo", &["demo-0", "demo-1", "demo-2"], T).await?;
+    let pvcs: Api<k8s_openapi::api::core::v1::PersistentVolumeClaim> = env.api();
+    let mut before = BTreeMap::new();
+    for i in 0..3 {
+        let p = pvcs.get(&format!("data-demo-{i}")).await?;
+        before.insert(i, p.metadata.uid.unwrap());
+    }
+
+    // Refused at apply time without the opt-in, with what to do.
+    let err = patch_spec(
+        &api,
+        "demo",
+        json!({"storage": {"size": "1Gi", "className": "fast"}}),
+    )
+    .await
+    .expect_err("a class change must be refused");
+    assert!(err.to_string().contains("storage.replaceVolumes"), "{err}");
+    let err = patch_spec(
+        &api,
+        "demo",
+        json!({"storage": {"size": "512Mi", "className": "standard"}}),
+    )
+    .await
+    .expect_err("shrinking must be refused");
+    assert!(err.to_string().contains("cannot shrink"), "{err}");
+
+    // With it: each member moves to a fresh volume of the new class, one at a time.
+    patch_spec(
+        &api,
+        "demo",
+        json!({"storage": {"size": "1Gi", "className": "fast", "replaceVolumes": true}}),
+    )
+    .await?;
+    let generation = api.get("demo").await?.metadata.generation;
+    let start = Instant::now();
+    loop {
+        let s = status_of(&api.get("demo").await?);
+        let list = pvcs.list(&Default::default()).await?.items;
+        let fresh_or_missing = (0..3)
+            .filter(|i| {
+                let name = format!("data-demo-{i}");
+                list.iter()
+                    .find(|p| p.metadata.name.as_deref() == Some(name.as_str()))
+                    .is_none_or(|p| {
+                        p.metadata.uid.as_ref() != Some(&before[i])
+                            || p.metadata.deletion_timestamp.is_some()
+                    })
+            })
+            .count();
+        let moved = (0..3)
+            .filter(|i| {
+                let name = format!("data-demo-{i}");
+                list.iter().any(|p| {
+                    p.metadata.name.as_deref() == Some(name.as_str())
+                        && p.spec
+                            .as_ref()
+                            .and_then(|s| s.storage_class_name.as_deref())
+                            == Some("fast")
+                })
+            })
+            .count();
+        // Never more than one member away from a ready volume beyond those already moved.
+        assert!(
+            fresh_or_missing <= moved + 1,
+            "two volumes replaced at once"
+        );
+        if s.phase.as_deref() == Some("Healthy")
+            && s.observed_generation == generation
+            && moved == 3
+        {
+            break;
+        }
+        assert!(start.elapsed() < T * 2, "did not finish: {:?}", s.rollout);
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    for i in 0..3 {
+        let p = pvcs.get(&format!("data-demo-{i}")).await?;
+        assert_ne!(
+            p.metadata.uid.as_ref(),
+            Some(&before[&i]),
+            "demo-{i} kept its old volume"
+        );
+    }
     if let Some(sim) = &sim {
         assert_eq!(sim.lost_partitions(&ns).await?, 0);
     }

@@ -676,6 +676,17 @@ async fn reclaim_pvcs_deletes_a_removed_members_volume_and_storage_grows_in_plac
         })
         .await?;
     }
+    // The resize is visible in each member's status.
+    wait_cluster(&api, "demo", "resize in status", T, |s| {
+        s.members.iter().all(|m| {
+            m.volume_request.as_deref() == Some("2Gi")
+                && m.volume_capacity.as_deref() == Some("2Gi")
+                && m.conditions
+                    .iter()
+                    .any(|c| c.type_ == "VolumeResizing" && c.status == "False")
+        })
+    })
+    .await?;
     assert_no_loss(&sim, &env.namespace).await?;
     env.cleanup().await
 }

@@ -133,10 +133,20 @@ pub async fn reconcile(cr: Arc<MarekvsCluster>, ctx: Arc<Ctx>) -> Result<Requeue
     // Load, and the autoscaler's wish: it only moves the target, the stepper still decides.
     let now = now_ms();
     let member_scrape = |o: &u32| observed.get(o).and_then(|m| m.scrape.as_ref());
+    // Only ready members count: a joining member's counter says nothing about the load yet.
     let counters: BTreeMap<u32, Option<u64>> = memory
         .members
         .iter()
-        .map(|o| (*o, member_scrape(o).map(|s| s.commands_total)))
+        .map(|o| {
+            let ready = observed
+                .get(o)
+                .and_then(|m| m.pod.as_ref())
+                .is_some_and(|p| p.ready);
+            (
+                *o,
+                member_scrape(o).filter(|_| ready).map(|s| s.commands_total),
+            )
+        })
         .collect();
     let load = update_load(&load_from_status(&name, &status), &counters, now);
     let scaling = cr.spec.autoscale.as_ref().map(|a| {

@@ -4,15 +4,17 @@
 //!
 //! - Load is the cluster's ops/s from two consecutive samples of each member's
 //!   `marekvs_commands_total`, at least [`SAMPLE_INTERVAL_MS`] apart. A member whose counter
-//!   went down (it restarted), a member set that changed, or a member not scraped discards the
-//!   sample and starts again; without a rate the autoscaler holds, it never guesses.
+//!   went down (it restarted), a member set that changed, or a member not ready or not scraped
+//!   discards the sample and starts again; without a rate the autoscaler holds, it never
+//!   guesses.
 //! - Up: straight to `ceil(ops / targetOpsPerNode)` once the up-cooldown has passed since the
 //!   last change; also one member up when any member's volume is at or above the high-water
 //!   mark.
 //! - Down: one member at a time, only after the load stayed below 60 % of what the remaining
 //!   members would be targeted to serve for a whole stabilization window, at most once per
-//!   window, never while the survivors' volumes would reach the high-water mark (or their fill
-//!   is unknown), and never while the cluster has not reached the last size asked.
+//!   window, never while the fullest volume, grown by `n / (n - 1)` when its share is spread
+//!   over the survivors, would reach the high-water mark (or any fill is unknown), and never
+//!   while the cluster has not reached the last size asked.
 //! - Always within `[max(minNodes, replicationFactor + 1), maxNodes]`.
 
 use std::collections::BTreeMap;
@@ -210,11 +212,9 @@ pub fn decide_size(input: &ScaleInput) -> ScaleDecision {
             format!("{ops:.0} ops/s; {current} members (a removal needs below {limit:.0} ops/s)"),
         );
     }
-    let projected = disks.as_ref().and_then(|d| {
-        let used: u64 = d.iter().map(|d| d.used_bytes).sum();
-        let smallest = d.iter().map(|d| d.total_bytes).min()?;
-        Some(used as f64 / f64::from(survivors) / smallest.max(1) as f64)
-    });
+    // Rendezvous hashing spreads the removed member's share over the survivors: each grows by
+    // current / survivors. Judged on the fullest member, so one full volume is never made worse.
+    let projected = fullest.map(|f| f * f64::from(current) / f64::from(survivors));
     match projected {
         None => {
             memory.low_since = None;
