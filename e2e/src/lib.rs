@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, anyhow, bail};
 use k8s_openapi::api::core::v1::{Namespace, Pod};
-use kube::api::{Api, DeleteParams, PostParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 
@@ -316,6 +316,35 @@ impl Operator {
 }
 
 pub use marekvs_api::{MarekvsCluster, MarekvsClusterStatus};
+
+/// The spec most tests start from: `nodes` members, replicationFactor 2, 1Gi volumes, and a
+/// short settle window so hand-offs are quick.
+pub fn spec(nodes: u32) -> Value {
+    json!({
+        "image": image(), "nodes": nodes, "replicationFactor": 2,
+        "storage": {"size": "1Gi"},
+        "scaleDown": {"settleSeconds": 2, "handoffTimeoutSeconds": 600},
+    })
+}
+
+/// Create a MarekvsCluster in the test's namespace.
+pub async fn create(env: &TestEnv, name: &str, spec: Value) -> anyhow::Result<Api<MarekvsCluster>> {
+    let api: Api<MarekvsCluster> = env.api();
+    api.create(&PostParams::default(), &cluster(name, spec)?)
+        .await?;
+    Ok(api)
+}
+
+/// Merge-patch the spec.
+pub async fn patch_spec(api: &Api<MarekvsCluster>, name: &str, spec: Value) -> anyhow::Result<()> {
+    api.patch(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": spec})),
+    )
+    .await?;
+    Ok(())
+}
 
 /// A MarekvsCluster from its spec JSON.
 pub fn cluster(name: &str, spec: Value) -> anyhow::Result<MarekvsCluster> {

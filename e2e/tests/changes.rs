@@ -8,36 +8,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::Api;
 use marekvs_e2e::*;
-use serde_json::{Value, json};
+use serde_json::json;
 
 const T: Duration = Duration::from_secs(180);
-
-fn spec(nodes: u32) -> Value {
-    json!({
-        "image": image(), "nodes": nodes, "replicationFactor": 2,
-        "storage": {"size": "1Gi"},
-        "scaleDown": {"settleSeconds": 2, "handoffTimeoutSeconds": 600},
-    })
-}
-
-async fn create(env: &TestEnv, name: &str, spec: Value) -> anyhow::Result<Api<MarekvsCluster>> {
-    let api: Api<MarekvsCluster> = env.api();
-    api.create(&PostParams::default(), &cluster(name, spec)?)
-        .await?;
-    Ok(api)
-}
-
-async fn patch_spec(api: &Api<MarekvsCluster>, name: &str, spec: Value) -> anyhow::Result<()> {
-    api.patch(
-        name,
-        &PatchParams::default(),
-        &Patch::Merge(json!({"spec": spec})),
-    )
-    .await?;
-    Ok(())
-}
 
 /// Pod name → (uid, live and ready).
 async fn pods_now(pods: &Api<Pod>) -> anyhow::Result<BTreeMap<String, (String, bool)>> {

@@ -15,31 +15,6 @@ use serde_json::{Value, json};
 
 const T: Duration = Duration::from_secs(120);
 
-fn spec(nodes: u32) -> Value {
-    json!({
-        "image": image(), "nodes": nodes, "replicationFactor": 2,
-        "storage": {"size": "1Gi"},
-        "scaleDown": {"settleSeconds": 2, "handoffTimeoutSeconds": 600},
-    })
-}
-
-async fn create(env: &TestEnv, name: &str, spec: Value) -> anyhow::Result<Api<MarekvsCluster>> {
-    let api: Api<MarekvsCluster> = env.api();
-    api.create(&PostParams::default(), &cluster(name, spec)?)
-        .await?;
-    Ok(api)
-}
-
-async fn patch_spec(api: &Api<MarekvsCluster>, name: &str, spec: Value) -> anyhow::Result<()> {
-    api.patch(
-        name,
-        &PatchParams::default(),
-        &Patch::Merge(json!({"spec": spec})),
-    )
-    .await?;
-    Ok(())
-}
-
 async fn pvc_uid(env: &TestEnv, name: &str) -> anyhow::Result<String> {
     Ok(env
         .api::<PersistentVolumeClaim>()

@@ -132,6 +132,30 @@ fn drive(
     out
 }
 
+/// Reconcile every second from `now` until `done(memory)`; returns the time reached.
+fn run_until(
+    spec: &ClusterSpec,
+    world: &mut World,
+    memory: &mut Memory,
+    mut now: Millis,
+    done: impl Fn(&Memory) -> bool,
+) -> Millis {
+    while !done(memory) {
+        world.scrape(now);
+        let d = decide(&Input {
+            spec,
+            memory,
+            observed: &world.obs,
+            now,
+        });
+        *memory = d.memory;
+        world.apply(&d.actions, now);
+        now += 1_000;
+        assert!(now < 100_000_000, "never done");
+    }
+    now
+}
+
 fn names(m: &Memory) -> Vec<u32> {
     m.members.iter().copied().collect()
 }
@@ -334,22 +358,11 @@ fn growing_back_during_a_drain_cancels_and_recycles_the_drained_member() {
     s.nodes = 3;
     // Until the victim is drained and handing off.
     let mut now = 200_000;
-    while mem
-        .removal
-        .as_ref()
-        .is_none_or(|r| r.step != RemovalStep::HandingOff)
-    {
-        w.scrape(now);
-        let d = decide(&Input {
-            spec: &s,
-            memory: &mem,
-            observed: &w.obs,
-            now,
-        });
-        mem = d.memory;
-        w.apply(&d.actions, now);
-        now += 1_000;
-    }
+    now = run_until(&s, &mut w, &mut mem, now, |m| {
+        m.removal
+            .as_ref()
+            .is_some_and(|r| r.step == RemovalStep::HandingOff)
+    });
     s.nodes = 4;
     w.scrape(now);
     let d = decide(&Input {
@@ -521,24 +534,10 @@ fn pausing_mid_step_holds_that_step() {
             s.nodes = 3;
         }
         let mut now = 100_000;
-        while mem.roll.as_ref().map(|r| r.step) != roll_step
-            || mem.removal.as_ref().map(|r| r.step) != removal_step
-        {
-            w.scrape(now);
-            let d = decide(&Input {
-                spec: &s,
-                memory: &mem,
-                observed: &w.obs,
-                now,
-            });
-            mem = d.memory;
-            w.apply(&d.actions, now);
-            now += 1_000;
-            assert!(
-                now < 1_000_000,
-                "never reached {roll_step:?} {removal_step:?}"
-            );
-        }
+        now = run_until(&s, &mut w, &mut mem, now, |m| {
+            m.roll.as_ref().map(|r| r.step) == roll_step
+                && m.removal.as_ref().map(|r| r.step) == removal_step
+        });
         s.paused = true;
         let ds = drive(&s, &mut w, &mut mem, now, 40);
         for d in &ds {
@@ -653,22 +652,11 @@ fn a_pod_lost_before_its_hand_off_keeps_its_old_volume() {
     }
     let mut now = 100_000;
     // Until demo-2 is drained (handing off), then its pod is deleted by hand.
-    while mem
-        .roll
-        .as_ref()
-        .is_none_or(|r| r.step != RollStep::HandingOff)
-    {
-        w.scrape(now);
-        let d = decide(&Input {
-            spec: &s,
-            memory: &mem,
-            observed: &w.obs,
-            now,
-        });
-        mem = d.memory;
-        w.apply(&d.actions, now);
-        now += 1_000;
-    }
+    now = run_until(&s, &mut w, &mut mem, now, |m| {
+        m.roll
+            .as_ref()
+            .is_some_and(|r| r.step == RollStep::HandingOff)
+    });
     let uid = w.obs[&2].pvc.as_ref().unwrap().uid.clone();
     w.apply(&[Action::DeletePod(2)], now);
     for _ in 0..5 {
