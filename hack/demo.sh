@@ -34,7 +34,11 @@ The demo cluster is Healthy (everything on loopback).
   kubectl describe mkv demo                # members, per-member conditions, events
   kubectl patch mkv demo --type merge -p '{"spec":{"nodes":5}}'
   kubectl patch mkv demo --type merge -p '{"spec":{"nodes":3,"removeMembers":["demo-1"]}}'
-  kubectl get mkv demo -w
+  kubectl scale mkv demo --replicas=4
+  kubectl patch mkv demo --type merge -p '{"spec":{"extraEnv":{"RUST_LOG":"debug"}}}'   # rolling update
+  kubectl patch mkv demo --type merge -p '{"spec":{"paused":true}}'
+  curl -s -X PATCH -d '{"load_ops_per_sec":20000}' -H 'content-type: application/json' $SIM_CONTROL_URL/settings   # load: the OPS/S column
+  kubectl get mkv demo -o wide -w
   curl -s $SIM_CONTROL_URL/state          # the simulator's view of every member
 Operator log: $STATE/logs/operator.log.  Stop everything: make demo-down
 EOT

@@ -302,6 +302,35 @@ async fn the_next_step_waits_while_data_is_still_copying_although_every_gauge_re
 }
 
 #[tokio::test]
+async fn the_shipped_examples_are_accepted_as_written() -> anyhow::Result<()> {
+    let env = TestEnv::new("examples").await?;
+    let api: Api<MarekvsCluster> = env.api();
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/examples");
+    let mut seen = 0;
+    for entry in std::fs::read_dir(dir)? {
+        let path = entry?.path();
+        let text = std::fs::read_to_string(&path)?;
+        let raw: Value = serde_yaml_ng::from_str(&text)?;
+        let c: MarekvsCluster = serde_json::from_value(raw.clone())?;
+        // Server-side dry run: schema, defaults and CEL rules of the installed CRD.
+        let pp = PostParams {
+            dry_run: true,
+            ..PostParams::default()
+        };
+        let back = api.create(&pp, &c).await?;
+        // Nothing in the file was unknown to the schema (pruned fields would be lost).
+        let sent = &raw["spec"];
+        let kept = serde_json::to_value(&back.spec)?;
+        for (k, v) in sent.as_object().unwrap() {
+            assert_eq!(&kept[k], v, "{}: spec.{k} was not kept", path.display());
+        }
+        seen += 1;
+    }
+    assert!(seen >= 2, "examples found: {seen}");
+    env.cleanup().await
+}
+
+#[tokio::test]
 async fn bad_specs_are_refused_at_apply_time() -> anyhow::Result<()> {
     let env = TestEnv::new("validation").await?;
     let api: Api<MarekvsCluster> = env.api();

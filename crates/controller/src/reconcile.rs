@@ -1236,3 +1236,195 @@ async fn grow_volumes(ctx: &Ctx, cr: &MarekvsCluster, pvcs: &BTreeMap<u32, Persi
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+    use marekvs_api::MarekvsClusterSpec;
+    use serde_json::Value;
+
+    fn cr(spec: Value) -> MarekvsCluster {
+        let spec: MarekvsClusterSpec = serde_json::from_value(spec).unwrap();
+        let mut c = MarekvsCluster::new("demo", spec);
+        c.metadata.namespace = Some("ns".into());
+        c.metadata.uid = Some("uid-1".into());
+        c.metadata.generation = Some(4);
+        c
+    }
+
+    fn scraped(view: u64, boots: u64) -> MemberObs {
+        MemberObs {
+            pod: Some(PodObs {
+                ready: true,
+                ..PodObs::default()
+            }),
+            pvc: None,
+            scrape: Some(Scrape {
+                view_members: view,
+                bootstraps_total: boots,
+                commands_total: 100,
+                ..Scrape::default()
+            }),
+        }
+    }
+
+    /// Everything the stepper remembers survives a trip through status: a restarted operator
+    /// continues the same removal or rolling update from the same step and settle clock.
+    #[test]
+    fn memory_survives_a_round_trip_through_status() {
+        let c = cr(json!({"image": "x", "nodes": 3}));
+        let now: Millis = 1_700_000_000_000;
+        let memory = Memory {
+            members: [0, 1, 2, 3].into(),
+            removal: Some(Removal {
+                ordinal: 3,
+                reason: VictimReason::UserChosen,
+                step: RemovalStep::Settling,
+                started_at: now - 9_000,
+                step_started_at: now - 2_000,
+            }),
+            roll: Some(Roll {
+                ordinal: 1,
+                step: RollStep::Rejoining,
+                handed_off: true,
+                started_at: now - 30_000,
+                step_started_at: now - 4_000,
+            }),
+            samples: (0..4)
+                .map(|o| {
+                    (
+                        o,
+                        Sample {
+                            bootstraps_total: u64::from(o) * 10,
+                            repairs_total: 0,
+                            changed_at: now - 1_000 * i64::from(o),
+                        },
+                    )
+                })
+                .collect(),
+            phases: [
+                (0, MemberPhase::Active),
+                (1, MemberPhase::Updating),
+                (2, MemberPhase::Active),
+                (3, MemberPhase::Leaving),
+            ]
+            .into(),
+            blocked: Some(BlockReason::Paused),
+        };
+        let observed: BTreeMap<u32, MemberObs> =
+            (0..4).map(|o| (o, scraped(4, u64::from(o) * 10))).collect();
+        let d = Decision {
+            memory: memory.clone(),
+            actions: vec![],
+            phase: ClusterPhase::Paused,
+            blocked: Some(marekvs_core::Blocked {
+                reason: BlockReason::Paused,
+                message: "held".into(),
+            }),
+            progress: None,
+            notes: vec![],
+            requeue_ms: 1_000,
+        };
+        let st = status_from(
+            &c,
+            &MarekvsClusterStatus::default(),
+            &d,
+            &observed,
+            &BTreeMap::new(),
+            &BTreeMap::new(),
+            &[],
+            now,
+        );
+        assert_eq!(st.rollout.as_ref().unwrap().member, "demo-1");
+        assert_eq!(st.instance_names, ["demo-0", "demo-1", "demo-2", "demo-3"]);
+        assert_eq!(memory_from_status("demo", &st), memory);
+    }
+
+    #[test]
+    fn load_and_autoscaler_state_survive_a_round_trip_through_status() {
+        let c = cr(
+            json!({"image": "x", "nodes": 3, "autoscale": {"minNodes": 3, "maxNodes": 6, "targetOpsPerNode": 100}}),
+        );
+        let now: Millis = 1_700_000_000_000;
+        let load = LoadMemory {
+            sample: Some(LoadSample {
+                at: now,
+                totals: [(0, 5), (1, 7), (2, 9)].into(),
+            }),
+            ops_per_sec: Some(420.0),
+        };
+        let scale = ScaleDecision {
+            desired: 5,
+            memory: ScaleMemory {
+                desired: Some(5),
+                last_scale_up_at: Some(now - 60_000),
+                last_scale_down_at: None,
+                low_since: Some(now - 5_000),
+            },
+            reason: "scaling up to 5: 420 ops/s over 100 per member".into(),
+        };
+        let d = Decision {
+            memory: Memory {
+                members: [0, 1, 2].into(),
+                ..Memory::default()
+            },
+            actions: vec![],
+            phase: ClusterPhase::ScalingUp,
+            blocked: None,
+            progress: None,
+            notes: vec![],
+            requeue_ms: 1_000,
+        };
+        let spec = core_spec(&c).unwrap();
+        let st = with_load_and_autoscale(
+            &c,
+            MarekvsClusterStatus::default(),
+            &spec,
+            &d,
+            &load,
+            Some(&scale),
+            "demo",
+            now,
+        );
+        assert_eq!(load_from_status("demo", &st), load);
+        assert_eq!(scale_from_status(&st), scale.memory);
+        assert_eq!(st.ops_per_second, Some(420));
+        let msg = &condition_of(&st, AUTOSCALING).message;
+        assert!(
+            msg.starts_with("autoscaler wants 5, cluster has 3"),
+            "{msg}"
+        );
+        assert!(
+            msg.contains("spec.nodes (3) is only the initial size"),
+            "{msg}"
+        );
+    }
+
+    fn condition_of<'a>(st: &'a MarekvsClusterStatus, t: &str) -> &'a Condition {
+        st.conditions.iter().find(|c| c.type_ == t).unwrap()
+    }
+
+    #[test]
+    fn a_volume_fits_in_place_unless_its_class_differs_or_it_is_larger() {
+        let pvc = |class: &str, size: &str| -> PersistentVolumeClaim {
+            serde_json::from_value(json!({"metadata": {"name": "data-demo-0"}, "spec": {"storageClassName": class, "resources": {"requests": {"storage": size}}}})).unwrap()
+        };
+        let c = cr(json!({"image": "x", "storage": {"size": "2Gi", "className": "fast"}}));
+        assert!(volume_fits_in_place(&c, &pvc("fast", "2Gi")));
+        assert!(
+            volume_fits_in_place(&c, &pvc("fast", "1Gi")),
+            "growing is done in place"
+        );
+        assert!(!volume_fits_in_place(&c, &pvc("standard", "2Gi")));
+        assert!(
+            !volume_fits_in_place(&c, &pvc("fast", "4Gi")),
+            "shrinking needs a new volume"
+        );
+        let default_class = cr(json!({"image": "x", "storage": {"size": "2Gi"}}));
+        assert!(volume_fits_in_place(
+            &default_class,
+            &pvc("standard", "2Gi")
+        ));
+    }
+}
