@@ -443,10 +443,10 @@ pub struct RolloutStatus {
     pub ordinal: i32,
     /// Draining, HandingOff, Deleting or Rejoining.
     pub step: String,
-    /// The others passed the hand-off gate while it was drained (only then may its volume be
-    /// replaced).
-    #[serde(default)]
-    pub handed_off: bool,
+    /// UID of the PVC whose data the others took over while the member was drained (the
+    /// hand-off gate passed); only that volume may be replaced by a fresh one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handed_off_pvc: Option<String>,
     /// When its restart was recorded.
     pub started_at: Time,
     /// When the current step began (the hand-off timeout counts from here).

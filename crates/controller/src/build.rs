@@ -16,6 +16,9 @@ pub const LABEL_MANAGED_BY: &str = "app.kubernetes.io/managed-by";
 pub const LABEL_ORDINAL: &str = "marekvs.io/ordinal";
 /// Set on a member's pod once its node answered `/drain` with 200.
 pub const ANNOTATION_DRAINED_AT: &str = "marekvs.io/drained-at";
+/// The pod's container restart count when it was drained: a node that restarted since is no
+/// longer Leaving (the drain does not survive a restart) and must be drained again.
+pub const ANNOTATION_DRAINED_RESTARTS: &str = "marekvs.io/drained-restarts";
 /// A hash of the pod spec the member was created from; a different desired hash means the
 /// member is outdated and a rolling update restarts it.
 pub const ANNOTATION_TEMPLATE_HASH: &str = "marekvs.io/template-hash";
@@ -160,7 +163,7 @@ pub fn pod(cr: &MarekvsCluster, ordinal: u32, cluster_domain: &str) -> Pod {
         "subdomain": headless_service_name(cr),
         "terminationGracePeriodSeconds": 60,
         "enableServiceLinks": false,
-        "securityContext": {"runAsUser": NOBODY, "runAsGroup": NOBODY, "runAsNonRoot": true, "fsGroup": NOBODY},
+        "securityContext": {"runAsUser": NOBODY, "runAsGroup": NOBODY, "runAsNonRoot": true, "fsGroup": NOBODY, "seccompProfile": {"type": "RuntimeDefault"}},
         "containers": [{
             "name": "marekvs",
             "image": spec.image,
@@ -266,6 +269,14 @@ mod tests {
         assert_eq!(p["spec"]["hostname"], "demo-3");
         assert_eq!(p["spec"]["subdomain"], "demo-headless");
         assert_eq!(p["spec"]["securityContext"]["fsGroup"], 65534);
+        assert_eq!(
+            p["spec"]["securityContext"]["seccompProfile"]["type"],
+            "RuntimeDefault"
+        );
+        let sc = &p["spec"]["containers"][0]["securityContext"];
+        assert_eq!(sc["readOnlyRootFilesystem"], true);
+        assert_eq!(sc["allowPrivilegeEscalation"], false);
+        assert_eq!(sc["capabilities"]["drop"][0], "ALL");
         assert_eq!(
             p["metadata"]["ownerReferences"][0]["kind"],
             "MarekvsCluster"

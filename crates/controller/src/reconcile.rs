@@ -35,7 +35,9 @@ use marekvs_core::{
 use serde_json::json;
 use tracing::{info, warn};
 
-use crate::build::{self, ANNOTATION_DRAINED_AT, ANNOTATION_TEMPLATE_HASH, MANAGER};
+use crate::build::{
+    self, ANNOTATION_DRAINED_AT, ANNOTATION_DRAINED_RESTARTS, ANNOTATION_TEMPLATE_HASH, MANAGER,
+};
 use crate::scrape::MemberClient;
 
 pub struct Ctx {
@@ -317,6 +319,12 @@ pub async fn reconcile(cr: Arc<MarekvsCluster>, ctx: Arc<Ctx>) -> Result<Requeue
 }
 
 pub fn error_policy(_cr: Arc<MarekvsCluster>, err: &Error, _ctx: Arc<Ctx>) -> Requeue {
+    if let Error::Kube(kube::Error::Api(e)) = err
+        && e.code == 409
+    {
+        // Our copy was stale: look again as soon as the watch catches up.
+        return Requeue::requeue(Duration::from_millis(200));
+    }
     warn!("reconcile failed: {err}");
     Requeue::requeue(Duration::from_secs(3))
 }
@@ -481,6 +489,15 @@ fn with_load_and_autoscale(
     st
 }
 
+/// Container restarts of a pod, summed.
+fn restarts(p: &Pod) -> i64 {
+    p.status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .map(|cs| cs.iter().map(|c| i64::from(c.restart_count)).sum())
+        .unwrap_or(0)
+}
+
 fn pod_obs(p: &Pod, desired_hash: &str) -> PodObs {
     PodObs {
         ready: p
@@ -489,7 +506,12 @@ fn pod_obs(p: &Pod, desired_hash: &str) -> PodObs {
             .and_then(|s| s.conditions.as_ref())
             .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True")),
         terminating: p.metadata.deletion_timestamp.is_some(),
-        drained: p.annotations().contains_key(ANNOTATION_DRAINED_AT),
+        drained: p.annotations().contains_key(ANNOTATION_DRAINED_AT)
+            && p.annotations()
+                .get(ANNOTATION_DRAINED_RESTARTS)
+                .and_then(|r| r.parse::<i64>().ok())
+                .unwrap_or(0)
+                == restarts(p),
         outdated: p
             .annotations()
             .get(ANNOTATION_TEMPLATE_HASH)
@@ -619,7 +641,7 @@ pub fn memory_from_status(name: &str, status: &MarekvsClusterStatus) -> Memory {
             ]
             .into_iter()
             .find(|s| roll_step_str(*s) == r.step)?,
-            handed_off: r.handed_off,
+            handed_off_pvc: r.handed_off_pvc.clone(),
             started_at: from_time(&r.started_at),
             step_started_at: from_time(&r.step_started_at),
         })
@@ -1026,7 +1048,7 @@ fn status_from(
             member: format!("{name}-{}", r.ordinal),
             ordinal: r.ordinal as i32,
             step: roll_step_str(r.step).into(),
-            handed_off: r.handed_off,
+            handed_off_pvc: r.handed_off_pvc.clone(),
             started_at: to_time(r.started_at),
             step_started_at: to_time(r.step_started_at),
         }),
@@ -1040,8 +1062,14 @@ async fn patch_status(
 ) -> Result<(), Error> {
     let api: Api<MarekvsCluster> =
         Api::namespaced(client.clone(), &cr.namespace().unwrap_or_default());
-    let body =
-        json!({"apiVersion": "marekvs.io/v1alpha1", "kind": "MarekvsCluster", "status": status});
+    // Conditional on the resourceVersion the decision was based on: a decision made on a stale
+    // copy (the watch cache lags our own last write) conflicts instead of overwriting newer
+    // status, and nothing is acted on.
+    let body = json!({
+        "apiVersion": "marekvs.io/v1alpha1", "kind": "MarekvsCluster",
+        "metadata": {"resourceVersion": cr.resource_version()},
+        "status": status,
+    });
     api.patch_status(
         &cr.name_any(),
         &PatchParams::apply(MANAGER).force(),
@@ -1113,7 +1141,10 @@ async fn act(
             };
             if ctx.members.drain(&ip).await {
                 // Recorded on the pod, so the next pass (or a restarted operator) knows.
-                let patch = json!({"metadata": {"annotations": {ANNOTATION_DRAINED_AT: Timestamp::now().to_string()}}});
+                let patch = json!({"metadata": {"annotations": {
+                    ANNOTATION_DRAINED_AT: Timestamp::now().to_string(),
+                    ANNOTATION_DRAINED_RESTARTS: restarts(pod).to_string(),
+                }}});
                 let r = pods_api
                     .patch(
                         &pod.name_any(),
@@ -1287,7 +1318,7 @@ mod tests {
             roll: Some(Roll {
                 ordinal: 1,
                 step: RollStep::Rejoining,
-                handed_off: true,
+                handed_off_pvc: Some("pvc-uid-1".into()),
                 started_at: now - 30_000,
                 step_started_at: now - 4_000,
             }),
@@ -1403,6 +1434,29 @@ mod tests {
 
     fn condition_of<'a>(st: &'a MarekvsClusterStatus, t: &str) -> &'a Condition {
         st.conditions.iter().find(|c| c.type_ == t).unwrap()
+    }
+
+    #[test]
+    fn a_drain_does_not_survive_a_restart_of_the_node() {
+        let pod = |restarts: i32, recorded: Option<&str>| -> Pod {
+            let mut ann = serde_json::Map::new();
+            ann.insert(ANNOTATION_DRAINED_AT.into(), json!("2026-11-23T10:00:00Z"));
+            if let Some(r) = recorded {
+                ann.insert(ANNOTATION_DRAINED_RESTARTS.into(), json!(r));
+            }
+            serde_json::from_value(json!({
+                "metadata": {"name": "demo-1", "annotations": ann},
+                "status": {"containerStatuses": [{"name": "marekvs", "restartCount": restarts, "ready": true, "image": "x", "imageID": "", "started": true}]}
+            }))
+            .unwrap()
+        };
+        assert!(pod_obs(&pod(2, Some("2")), "h").drained);
+        assert!(
+            !pod_obs(&pod(3, Some("2")), "h").drained,
+            "restarted since the drain"
+        );
+        assert!(!pod_obs(&pod(1, None), "h").drained);
+        assert!(pod_obs(&pod(0, None), "h").drained);
     }
 
     #[test]

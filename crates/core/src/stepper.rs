@@ -139,8 +139,11 @@ pub fn decide(input: &Input) -> Decision {
     for &o in &members {
         let m = obs(o);
         let is_victim = Some(o) == victim;
-        if is_victim {
-            continue; // the victim's pod is never re-created
+        let handed_off = removal
+            .as_ref()
+            .is_some_and(|r| r.step >= RemovalStep::Deleting);
+        if is_victim && handed_off {
+            continue; // the victim's pod is not re-created once its data was handed off
         }
         let rolling = roll.as_ref().is_some_and(|r| r.ordinal == o);
         let pvc_ok = match &m.pvc {
@@ -254,7 +257,10 @@ pub fn decide(input: &Input) -> Decision {
         };
         match r.step {
             RemovalStep::Draining => match &vm.pod {
-                None => advance(r, RemovalStep::Settling),
+                None => {
+                    notes.push(lost_before_hand_off(&name));
+                    advance(r, RemovalStep::Draining);
+                }
                 Some(p) if p.drained => {
                     notes.push(Note {
                         kind: EventKind::Normal,
@@ -271,10 +277,22 @@ pub fn decide(input: &Input) -> Decision {
             },
             RemovalStep::HandingOff => {
                 if vm.pod.is_none() {
-                    advance(r, RemovalStep::Settling);
+                    notes.push(lost_before_hand_off(&name));
+                    advance(r, RemovalStep::Draining);
+                } else if vm
+                    .pod
+                    .as_ref()
+                    .is_some_and(|p| !p.drained && !p.terminating)
+                {
+                    // Its node restarted since the drain and is a placement candidate again:
+                    // the others may have handed its data back. Drain again, gate again.
+                    notes.push(restarted_while_draining(&name));
+                    advance(r, RemovalStep::Draining);
                 } else {
+                    // Every member, the victim too: it must still be up and serving as the
+                    // source of the copies (a crashed victim stalls them silently).
                     match gate(
-                        &mut members.iter().copied().filter(|o| *o != v),
+                        &mut members.iter().copied(),
                         members.len(),
                         Some(r.step_started_at),
                     ) {
@@ -299,6 +317,10 @@ pub fn decide(input: &Input) -> Decision {
             }
             RemovalStep::Deleting => match &vm.pod {
                 None => advance(r, RemovalStep::Settling),
+                Some(p) if !p.drained && !p.terminating => {
+                    notes.push(restarted_while_draining(&name));
+                    advance(r, RemovalStep::Draining);
+                }
                 Some(p) => {
                     if p.terminating {
                         progress.push(format!("waiting for {name} to flush and exit"));
@@ -374,6 +396,10 @@ pub fn decide(input: &Input) -> Decision {
                 message: format!("re-creating {name} with the current spec on its own volume"),
             });
         }
+        if r.step == RollStep::Rejoining && m.pod.is_some() {
+            // It runs again on its volume and may own data again: the hand-off no longer holds.
+            r.handed_off_pvc = None;
+        }
         let cancelled = r.step == RollStep::Draining
             && m.pod.as_ref().is_some_and(|p| !p.outdated && !p.drained)
             && !m.pvc.as_ref().is_some_and(|v| v.outdated);
@@ -412,15 +438,22 @@ pub fn decide(input: &Input) -> Decision {
                 }
                 None => {}
             },
+            RollStep::HandingOff
+                if m.pod.as_ref().is_some_and(|p| !p.drained && !p.terminating) =>
+            {
+                notes.push(restarted_while_draining(&name));
+                advance(r, RollStep::Draining);
+            }
+            // Every member, this one too: it must still be up as the source of the copies.
             RollStep::HandingOff => match gate(
-                &mut members.iter().copied().filter(|x| *x != o),
+                &mut members.iter().copied(),
                 members.len(),
                 Some(r.step_started_at),
             ) {
                 Ok(()) if spec.paused => held.push(format!("restarting {name}")),
                 Ok(()) => {
                     advance(r, RollStep::Deleting);
-                    r.handed_off = true;
+                    r.handed_off_pvc = m.pvc.as_ref().map(|v| v.uid.clone());
                     actions.insert(Action::DeletePod(o));
                 }
                 Err(b) => gate_failed(
@@ -434,19 +467,27 @@ pub fn decide(input: &Input) -> Decision {
                 Some(p) if p.terminating => {
                     progress.push(format!("waiting for {name} to flush and exit"))
                 }
-                Some(p) if p.drained || p.outdated => {
+                Some(p) if p.drained => {
                     if spec.paused {
                         held.push(format!("restarting {name}"));
                     } else {
                         actions.insert(Action::DeletePod(o));
                     }
                 }
+                Some(p) if p.outdated || m.pvc.as_ref().is_some_and(|v| v.outdated) => {
+                    notes.push(restarted_while_draining(&name));
+                    advance(r, RollStep::Draining);
+                }
                 _ => advance(r, RollStep::Rejoining),
             },
             RollStep::Rejoining => match &m.pod {
                 None => match &m.pvc {
                     // Its data was handed off: the old volume can go, a fresh one replaces it.
-                    Some(v) if v.outdated && !v.terminating && r.handed_off => {
+                    Some(v)
+                        if v.outdated
+                            && !v.terminating
+                            && r.handed_off_pvc.as_deref() == Some(v.uid.as_str()) =>
+                    {
                         if spec.paused {
                             held.push(format!("replacing the volume of {name}"));
                         } else {
@@ -610,7 +651,7 @@ pub fn decide(input: &Input) -> Decision {
                 roll = Some(Roll {
                     ordinal: o,
                     step: RollStep::Draining,
-                    handed_off: false,
+                    handed_off_pvc: None,
                     started_at: now,
                     step_started_at: now,
                 });
@@ -734,6 +775,26 @@ pub fn decide(input: &Input) -> Decision {
         } else {
             REQUEUE_IDLE_MS
         },
+    }
+}
+
+fn lost_before_hand_off(name: &str) -> Note {
+    Note {
+        kind: EventKind::Warning,
+        reason: "LostBeforeHandOff",
+        message: format!(
+            "{name} lost its pod before its data was handed off: re-creating it on its volume and draining it again"
+        ),
+    }
+}
+
+fn restarted_while_draining(name: &str) -> Note {
+    Note {
+        kind: EventKind::Warning,
+        reason: "RestartedWhileDraining",
+        message: format!(
+            "{name} restarted after its drain and may own data again: draining it again, then waiting for a fresh hand-off"
+        ),
     }
 }
 

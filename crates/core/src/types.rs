@@ -148,9 +148,9 @@ pub enum RollStep {
 pub struct Roll {
     pub ordinal: u32,
     pub step: RollStep,
-    /// The others passed the hand-off gate while it was drained: only then may its volume be
-    /// replaced by a fresh one.
-    pub handed_off: bool,
+    /// The PVC (uid) whose data the others took over while the member was drained (the
+    /// hand-off gate passed): only that volume may be replaced by a fresh one.
+    pub handed_off_pvc: Option<String>,
     pub started_at: Millis,
     pub step_started_at: Millis,
 }

@@ -795,7 +795,7 @@ proptest! {
             for a in &d.actions {
                 if let Action::DeletePvc(o) = a {
                     let reclaim = s.reclaim_pvcs && !d.memory.members.contains(o);
-                    let replace = d.memory.roll.as_ref().is_some_and(|r| r.ordinal == *o && r.handed_off)
+                    let replace = d.memory.roll.as_ref().is_some_and(|r| r.ordinal == *o && r.handed_off_pvc.as_deref() == observed.get(o).and_then(|m| m.pvc.as_ref()).map(|v| v.uid.as_str()))
                         && observed.get(o).is_some_and(|m| m.pod.is_none() && m.pvc.as_ref().is_some_and(|v| v.outdated));
                     prop_assert!(reclaim || replace, "deleted the volume of {}", o);
                 }
