@@ -260,6 +260,7 @@ pub fn name_of(pod: &Pod) -> String {
 /// deployed), nothing is started and [`Operator::kill`] is unavailable.
 pub struct Operator {
     namespace: String,
+    env: Vec<(String, String)>,
     child: Option<tokio::process::Child>,
 }
 
@@ -269,8 +270,17 @@ impl Operator {
     }
 
     pub fn start(namespace: &str) -> anyhow::Result<Operator> {
+        Self::start_with(namespace, &[])
+    }
+
+    /// Start with extra environment (e.g. `MAREKVS_OPERATOR_LEASE_SECONDS`).
+    pub fn start_with(namespace: &str, env: &[(&str, &str)]) -> anyhow::Result<Operator> {
         let mut op = Operator {
             namespace: namespace.to_string(),
+            env: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
             child: None,
         };
         if !Self::external() {
@@ -292,6 +302,7 @@ impl Operator {
         if let Ok(kubeconfig) = std::env::var("MAREKVS_OPERATOR_KUBECONFIG") {
             cmd.env("KUBECONFIG", kubeconfig);
         }
+        cmd.envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
         let child = cmd
             .args(["run", "--namespace", &self.namespace])
             .stdout(log.try_clone()?)
@@ -307,6 +318,17 @@ impl Operator {
         let mut child = self.child.take().context("no operator process to kill")?;
         child.kill().await?;
         Ok(())
+    }
+
+    /// Its process id (its leader-election identity ends with `-<pid>`).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().and_then(|c| c.id())
+    }
+
+    /// Its exit code, once it has exited.
+    pub fn exit_code(&mut self) -> Option<Option<i32>> {
+        let child = self.child.as_mut()?;
+        child.try_wait().ok().flatten().map(|s| s.code())
     }
 
     pub fn restart(&mut self) -> anyhow::Result<()> {

@@ -12,9 +12,10 @@ use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{Controller, watcher};
 use kube::{Api, Client, CustomResourceExt, ResourceExt};
 use marekvs_api::MarekvsCluster;
-use tracing::{info, warn};
+use tracing::{debug, error, info, warn};
 
 mod build;
+mod lease;
 mod reconcile;
 mod scrape;
 
@@ -41,6 +42,21 @@ enum Command {
         /// Cluster DNS domain, for the gossip seed name.
         #[arg(long, default_value = "cluster.local")]
         cluster_domain: String,
+        /// Run only while holding the leader Lease, so several replicas can run (the others
+        /// stand by). `--leader-elect=false` for a single replica.
+        #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+        leader_elect: bool,
+        /// Namespace of the leader Lease (default: POD_NAMESPACE, else --namespace, else
+        /// marekvs-system).
+        #[arg(long, env = "MAREKVS_OPERATOR_LEASE_NAMESPACE")]
+        lease_namespace: Option<String>,
+        /// Name of the leader Lease.
+        #[arg(long, default_value = "marekvs-operator")]
+        lease_name: String,
+        /// A leader that has not renewed for this long may be replaced; it stops itself after
+        /// two thirds of it.
+        #[arg(long, default_value_t = 15, env = "MAREKVS_OPERATOR_LEASE_SECONDS")]
+        lease_duration_seconds: u64,
     },
     /// Print the CustomResourceDefinition as YAML.
     Crd,
@@ -58,6 +74,10 @@ async fn main() -> anyhow::Result<()> {
             namespace,
             member_timeout_ms,
             cluster_domain,
+            leader_elect,
+            lease_namespace,
+            lease_name,
+            lease_duration_seconds,
         } => {
             tracing_subscriber::fmt()
                 .with_env_filter(
@@ -65,22 +85,56 @@ async fn main() -> anyhow::Result<()> {
                         .unwrap_or_else(|_| "info,kube=warn".into()),
                 )
                 .init();
-            run(
-                namespace,
+            let client = Client::try_default().await?;
+            let controller = run(
+                client.clone(),
+                namespace.clone(),
                 Duration::from_millis(member_timeout_ms),
                 cluster_domain,
-            )
-            .await
+            );
+            if !leader_elect {
+                return controller.await;
+            }
+            let lease_ns = lease_namespace
+                .or_else(|| std::env::var("POD_NAMESPACE").ok())
+                .or(namespace)
+                .unwrap_or_else(|| "marekvs-system".into());
+            let identity = std::env::var("POD_NAME").unwrap_or_else(|_| {
+                format!(
+                    "{}-{}",
+                    std::env::var("HOSTNAME").unwrap_or_else(|_| "local".into()),
+                    std::process::id()
+                )
+            });
+            let elector = lease::Elector::new(
+                client,
+                &lease_ns,
+                &lease_name,
+                &identity,
+                Duration::from_secs(lease_duration_seconds.max(2)),
+            );
+            elector.acquire().await;
+            tokio::select! {
+                r = controller => {
+                    elector.release().await;
+                    r
+                }
+                lost = elector.hold() => {
+                    // Exit at once: a deposed leader must not write anything more.
+                    error!(lease = %lease_name, "leadership lost: {lost}; exiting");
+                    std::process::exit(3);
+                }
+            }
         }
     }
 }
 
 async fn run(
+    client: Client,
     namespace: Option<String>,
     member_timeout: Duration,
     cluster_domain: String,
 ) -> anyhow::Result<()> {
-    let client = Client::try_default().await?;
     let (crs, pods, pvcs) = match &namespace {
         Some(ns) => (
             Api::<MarekvsCluster>::namespaced(client.clone(), ns),
@@ -124,8 +178,14 @@ async fn run(
         .shutdown_on_signal()
         .run(reconcile::reconcile, reconcile::error_policy, ctx)
         .for_each(|r| async move {
-            if let Err(e) = r {
-                warn!("{e}");
+            match r {
+                // A stale copy of the object: expected now and then, retried at once.
+                Err(kube::runtime::controller::Error::ReconcilerFailed(
+                    reconcile::Error::Kube(kube::Error::Api(e)),
+                    obj,
+                )) if e.code == 409 => debug!(object = %obj, "status conflict; retrying"),
+                Err(e) => warn!("{e}"),
+                Ok(_) => {}
             }
         })
         .await;

@@ -1,0 +1,98 @@
+//! High availability: two operator replicas, one leader through a Lease.
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use kube::api::{Api, PostParams};
+use marekvs_e2e::*;
+use serde_json::json;
+
+const T: Duration = Duration::from_secs(120);
+const LEASE_SECONDS: u64 = 6;
+
+async fn holder(leases: &Api<Lease>) -> Option<String> {
+    leases
+        .get_opt("marekvs-operator")
+        .await
+        .ok()
+        .flatten()
+        .and_then(|l| l.spec?.holder_identity)
+}
+
+async fn wait_holder(leases: &Api<Lease>, op: &Operator) -> anyhow::Result<Duration> {
+    let start = Instant::now();
+    let suffix = format!("-{}", op.pid().expect("running"));
+    wait_until(&format!("lease held by pid {suffix}"), T, || async {
+        Ok(holder(leases)
+            .await
+            .filter(|h| h.ends_with(&suffix))
+            .map(|_| ()))
+    })
+    .await?;
+    Ok(start.elapsed())
+}
+
+#[tokio::test]
+async fn a_standby_takes_over_within_the_lease_and_a_deposed_leader_stops_at_once()
+-> anyhow::Result<()> {
+    if Operator::external() {
+        eprintln!("skipped: needs operator processes of its own");
+        return Ok(());
+    }
+    let env = TestEnv::new("ha").await?;
+    let ns = env.namespace.clone();
+    let leases: Api<Lease> = env.api();
+    let lease_env = [("MAREKVS_OPERATOR_LEASE_SECONDS", "6")];
+    let mut a = Operator::start_with(&ns, &lease_env)?;
+    wait_holder(&leases, &a).await?;
+    let mut b = Operator::start_with(&ns, &lease_env)?;
+    let api = create(&env, "demo", spec(3)).await?;
+    wait_healthy(&api, "demo", &["demo-0", "demo-1", "demo-2"], T).await?;
+    assert!(
+        holder(&leases)
+            .await
+            .unwrap()
+            .ends_with(&format!("-{}", a.pid().unwrap())),
+        "the first replica still leads"
+    );
+
+    // Kill the leader: the standby takes over once the lease expires.
+    let killed = Instant::now();
+    a.kill().await?;
+    wait_holder(&leases, &b).await?;
+    let handover = killed.elapsed();
+    eprintln!(
+        "handover after kill -9: {:.1}s (lease {LEASE_SECONDS}s)",
+        handover.as_secs_f64()
+    );
+    assert!(
+        handover <= Duration::from_secs(LEASE_SECONDS + 3),
+        "handover took {handover:?}"
+    );
+    // And it acts.
+    patch_spec(&api, "demo", json!({"nodes": 4})).await?;
+    wait_healthy(&api, "demo", &["demo-0", "demo-1", "demo-2", "demo-3"], T).await?;
+
+    // Depose it (someone else holds a fresh lease): it stops at once, before writing more.
+    let mut lease = leases.get("marekvs-operator").await?;
+    let spec = lease.spec.as_mut().unwrap();
+    spec.holder_identity = Some("someone-else".into());
+    spec.renew_time = Some(MicroTime(k8s_openapi::jiff::Timestamp::now()));
+    leases
+        .replace("marekvs-operator", &PostParams::default(), &lease)
+        .await?;
+    let deposed = Instant::now();
+    let code = wait_until("the deposed leader exits", T, || {
+        let code = b.exit_code();
+        async move { Ok(code) }
+    })
+    .await?;
+    eprintln!(
+        "deposed leader exited after {:.1}s with {code:?}",
+        deposed.elapsed().as_secs_f64()
+    );
+    assert_eq!(code, Some(3));
+    assert!(deposed.elapsed() <= Duration::from_secs(LEASE_SECONDS));
+    env.cleanup().await
+}
