@@ -96,3 +96,105 @@ async fn a_standby_takes_over_within_the_lease_and_a_deposed_leader_stops_at_onc
     assert!(deposed.elapsed() <= Duration::from_secs(LEASE_SECONDS));
     env.cleanup().await
 }
+
+/// Chaos: the operator is killed with SIGKILL again and again (every 1.5–4 s, at whatever step it
+/// is in) through a scale-down from 5 to 3 combined with a rolling update. At no poll may two
+/// members be down at once; the simulator must count no lost partition; the end state is the
+/// spec.
+#[tokio::test]
+async fn kill_9_the_operator_again_and_again_through_a_scale_down_and_a_rollout()
+-> anyhow::Result<()> {
+    let Some(sim) = Sim::from_env() else {
+        eprintln!("skipped: simulator-only test");
+        return Ok(());
+    };
+    if Operator::external() {
+        eprintln!("skipped: needs operator processes of its own");
+        return Ok(());
+    }
+    let env = TestEnv::new("chaos").await?;
+    let ns = env.namespace.clone();
+    let lease_env = [("MAREKVS_OPERATOR_LEASE_SECONDS", "2")];
+    let mut op = Operator::start_with(&ns, &lease_env)?;
+    let api = create(&env, "demo", spec(5)).await?;
+    wait_healthy(
+        &api,
+        "demo",
+        &["demo-0", "demo-1", "demo-2", "demo-3", "demo-4"],
+        T,
+    )
+    .await?;
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = env.api();
+
+    patch_spec(
+        &api,
+        "demo",
+        json!({"nodes": 3, "extraEnv": {"RUST_LOG": "debug"}}),
+    )
+    .await?;
+    let generation = api.get("demo").await?.metadata.generation;
+    let mut seed: u64 = 0x5eed;
+    let mut next_kill = Instant::now() + Duration::from_millis(1500);
+    let mut kills = 0;
+    let mut steps_seen = std::collections::BTreeSet::new();
+    let start = Instant::now();
+    loop {
+        let s = status_of(&api.get("demo").await?);
+        if let Some(r) = &s.removal {
+            steps_seen.insert(format!("removal/{}", r.step));
+        }
+        if let Some(r) = &s.rollout {
+            steps_seen.insert(format!("rollout/{}", r.step));
+        }
+        let live: std::collections::BTreeSet<String> = pods
+            .list(&Default::default())
+            .await?
+            .items
+            .into_iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none() && pod_condition(p, "Ready"))
+            .filter_map(|p| p.metadata.name)
+            .collect();
+        let down: Vec<&String> = s
+            .instance_names
+            .iter()
+            .filter(|n| !live.contains(*n))
+            .collect();
+        assert!(
+            down.len() <= 1,
+            "two members down at once: {down:?} (after {kills} kills)"
+        );
+        if s.phase.as_deref() == Some("Healthy")
+            && s.observed_generation == generation
+            && s.instance_names == ["demo-0", "demo-1", "demo-2"]
+            && s.updated_nodes == Some(3)
+        {
+            break;
+        }
+        assert!(
+            start.elapsed() < T * 4,
+            "did not finish after {kills} kills: {:?} {:?}",
+            s.removal,
+            s.rollout
+        );
+        if Instant::now() >= next_kill {
+            op.kill().await?;
+            op.restart()?;
+            kills += 1;
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            next_kill = Instant::now() + Duration::from_millis(1500 + (seed >> 33) % 2500);
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    eprintln!(
+        "chaos: {kills} kills in {:.0}s; steps seen {steps_seen:?}",
+        start.elapsed().as_secs_f64()
+    );
+    assert!(
+        kills >= 10,
+        "only {kills} kills: the scenario ended too fast to be chaos"
+    );
+    assert_eq!(sim.lost_partitions(&ns).await?, 0);
+    env.cleanup().await
+}
