@@ -33,5 +33,5 @@ bin=$("$here/build-control-plane.sh")
 export MAREKVS_OPERATOR_KUBECONFIG=$(operator_kubeconfig)
 export KUBECONFIG=$KUBECONFIG_PATH MAREKVS_SIM_CONTROL_URL=$SIM_CONTROL_URL
 export MAREKVS_OPERATOR_BIN=${CARGO_TARGET_DIR:-$REPO/target}/debug/marekvs-operator
-export MAREKVS_E2E_LOG_DIR=$STATE/logs
+export MAREKVS_E2E_LOG_DIR=$STATE/logs MAREKVS_E2E_CLUSTER=$NAME
 (cd "$REPO" && cargo test -p marekvs-e2e -- --test-threads "${E2E_THREADS:-4}" "$@")

@@ -335,6 +335,19 @@ impl Operator {
         anyhow::ensure!(self.child.is_none(), "still running");
         self.spawn()
     }
+
+    /// What a Deployment's `restartPolicy: Always` does: if the process has exited, start it
+    /// again. Returns the exit code it had, if it was restarted.
+    pub fn supervise(&mut self) -> anyhow::Result<Option<Option<i32>>> {
+        match self.exit_code() {
+            Some(code) => {
+                self.child = None;
+                self.spawn()?;
+                Ok(Some(code))
+            }
+            None => Ok(None),
+        }
+    }
 }
 
 pub use marekvs_api::{MarekvsCluster, MarekvsClusterStatus};

@@ -590,13 +590,14 @@ impl Podlet {
                 "containerStatuses": container_statuses,
             }
         });
-        pods.patch_status(
-            &pod.name_any(),
-            &PatchParams::default(),
-            &Patch::Strategic(patch),
-        )
-        .await
-        .with_context(|| format!("patching status of {}", pod.name_any()))?;
+        let (name, params, patch) = (
+            pod.name_any(),
+            PatchParams::default(),
+            Patch::Strategic(patch),
+        );
+        with_api_retry(|| pods.patch_status(&name, &params, &patch))
+            .await
+            .with_context(|| format!("patching status of {name}"))?;
         Ok(())
     }
 
@@ -624,14 +625,12 @@ impl Podlet {
                 "containerStatuses": container_statuses(pod, ready, restarts, &started),
             }
         });
-        match pods
-            .patch_status(
-                &pod.name_any(),
-                &PatchParams::default(),
-                &Patch::Strategic(patch),
-            )
-            .await
-        {
+        let (name, params, patch) = (
+            pod.name_any(),
+            PatchParams::default(),
+            Patch::Strategic(patch),
+        );
+        match with_api_retry(|| pods.patch_status(&name, &params, &patch)).await {
             Ok(_) => Ok(()),
             // The pod may be gone already; the watch will tell the worker.
             Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
@@ -650,11 +649,42 @@ impl Podlet {
             }),
             ..DeleteParams::default()
         };
-        match pods.delete(&pod.name_any(), &dp).await {
+        let name = pod.name_any();
+        match with_api_retry(|| pods.delete(&name, &dp)).await {
             Ok(_) => Ok(()),
             Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => Ok(()),
             Err(e) => Err(e.into()),
         }
+    }
+}
+
+/// Like a kubelet, keep trying while the API server is away or overloaded: transport errors,
+/// 429 and 5xx are retried (0.2 s, doubling to 5 s) for up to two minutes. Without this, a pod
+/// whose final delete fell into an API server restart stayed Terminating for ever.
+async fn with_api_retry<T, F, Fut>(mut call: F) -> kube::Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = kube::Result<T>>,
+{
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+    let mut delay = Duration::from_millis(200);
+    loop {
+        match call().await {
+            Err(e) if is_transient(&e) && tokio::time::Instant::now() < deadline => {
+                debug!("API call failed, retrying in {delay:?}: {e}");
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(5));
+            }
+            result => return result,
+        }
+    }
+}
+
+fn is_transient(e: &kube::Error) -> bool {
+    match e {
+        kube::Error::Api(status) => status.code == 429 || status.code >= 500,
+        kube::Error::SerdeError(_) => false,
+        _ => true,
     }
 }
 
