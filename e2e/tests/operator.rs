@@ -926,6 +926,123 @@ async fn unknown_is_never_safe_refused_metrics_or_a_hung_node_block_the_scale_do
     env.cleanup().await
 }
 
+/// Operator memory (VmRSS, KiB), for the log.
+fn rss_kib(pid: Option<u32>) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{}/status", pid?)).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// Members are not trusted to answer well. One after another, the members of `bad` answer
+/// their metrics with garbage, with a valid body padded to 16 MiB, 30 s late, and with bytes
+/// that are not HTTP at all (faults accumulate). Each time that member is reported unscraped,
+/// `bad`'s scale-down is held for the right reason and nothing is removed, the operator keeps
+/// running, and `good`, served by the same operator, still scales both ways.
+#[tokio::test]
+async fn hostile_members_never_crash_the_operator_nor_stall_other_clusters() -> anyhow::Result<()> {
+    let Some(sim) = Sim::from_env() else {
+        eprintln!("skipped: simulator-only test");
+        return Ok(());
+    };
+    if Operator::external() {
+        eprintln!("skipped: needs an operator process of its own");
+        return Ok(());
+    }
+    let env = TestEnv::new("hostile").await?;
+    let ns = env.namespace.clone();
+    let mut op = Operator::start(&ns)?;
+    let bad = create(&env, "bad", spec(4)).await?;
+    let good = create(&env, "good", spec(3)).await?;
+    wait_healthy(&bad, "bad", &["bad-0", "bad-1", "bad-2", "bad-3"], T).await?;
+    wait_healthy(&good, "good", &["good-0", "good-1", "good-2"], T).await?;
+    patch_spec(&bad, "bad", json!({"nodes": 3})).await?;
+
+    let good_sizes = [
+        vec!["good-0", "good-1", "good-2", "good-3"],
+        vec!["good-0", "good-1", "good-2"],
+    ];
+    let faults = [
+        (
+            "garbage body",
+            "bad-0",
+            json!({"metrics_body": "marekvs_cluster_members NaN\n\u{0}\u{fffd}{{{ 1e999\nmarekvs_cluster_underreplicated_partitions -1\n"}),
+            "MetricsUnavailable",
+        ),
+        (
+            "16 MiB body",
+            "bad-1",
+            json!({"metrics_padding_bytes": 16u64 << 20}),
+            "MetricsUnavailable",
+        ),
+        (
+            "30 s late",
+            "bad-2",
+            json!({"metrics_delay_ms": 30_000}),
+            "MetricsUnavailable",
+        ),
+        // Its readiness probe gets garbage too, so it is also not ready.
+        (
+            "not HTTP",
+            "bad-3",
+            json!({"garbage_http": true}),
+            "NotAllReady",
+        ),
+    ];
+    for (i, (what, member, fault, reason)) in faults.into_iter().enumerate() {
+        sim.set_faults(&ns, member, fault).await?;
+        wait_cluster(
+            &bad,
+            "bad",
+            &format!("{member} unscraped, bad blocked on {reason} ({what})"),
+            T,
+            |s| {
+                let unscraped = s.members.iter().any(|m| {
+                    m.name == member
+                        && m.conditions.iter().any(|c| {
+                            c.type_ == "Scraped"
+                                && c.status == "False"
+                                && c.reason == "ScrapeFailed"
+                        })
+                });
+                unscraped
+                    && s.phase.as_deref() == Some("Blocked")
+                    && condition(s, "Blocked")
+                        .is_some_and(|c| c.status == "True" && c.reason == reason)
+            },
+        )
+        .await?;
+        // Meanwhile the same operator serves the other cluster: one step up or down.
+        let want = &good_sizes[i % 2];
+        let t = Instant::now();
+        patch_spec(&good, "good", json!({"nodes": want.len()})).await?;
+        wait_healthy(&good, "good", want, T).await?;
+        eprintln!(
+            "{what} ({member}): bad held on {reason}; good scaled to {} in {:.1}s; operator RSS {:?} KiB",
+            want.len(),
+            t.elapsed().as_secs_f64(),
+            rss_kib(op.pid())
+        );
+        let s = status_of(&bad.get("bad").await?);
+        assert!(
+            s.removal.is_none(),
+            "{what}: a member was removed while unknown"
+        );
+        assert_eq!(s.instance_names.len(), 4, "{what}");
+        assert_eq!(op.exit_code(), None, "{what}: the operator exited");
+    }
+
+    // Once the members answer well again, the held scale-down goes ahead.
+    let healed = json!({"metrics_body": null, "metrics_padding_bytes": null,
+                        "metrics_delay_ms": null, "garbage_http": false});
+    for member in ["bad-0", "bad-1", "bad-2", "bad-3"] {
+        sim.set_faults(&ns, member, healed.clone()).await?;
+    }
+    wait_healthy(&bad, "bad", &["bad-0", "bad-1", "bad-2"], T).await?;
+    assert_eq!(op.exit_code(), None);
+    assert_no_loss(&Some(sim), &ns).await?;
+    env.cleanup().await
+}
+
 #[tokio::test]
 async fn kubectl_scale_moves_spec_nodes_and_respects_the_floor() -> anyhow::Result<()> {
     let env = TestEnv::new("scalesub").await?;

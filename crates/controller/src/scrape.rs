@@ -4,9 +4,45 @@ use std::time::Duration;
 
 use marekvs_core::Scrape;
 use marekvs_core::metrics::parse_scrape;
-use tracing::debug;
+use tracing::{debug, warn};
 
 use crate::build::PORT_METRICS;
+
+/// A real node's `/metrics` is a few KiB. A body larger than this is not a node answering
+/// (or a broken one): it is refused before it is buffered, so a member cannot make the
+/// operator allocate without bound.
+pub const MAX_METRICS_BYTES: usize = 4 << 20;
+
+/// The body as text, or `None` once it passes `cap` bytes (or fails mid-way).
+async fn read_capped(mut r: reqwest::Response, cap: usize, ip: &str) -> Option<String> {
+    if r.content_length().is_some_and(|n| n > cap as u64) {
+        warn!(
+            ip,
+            bytes = r.content_length(),
+            cap,
+            "metrics body too large; scrape refused"
+        );
+        return None;
+    }
+    let mut body = Vec::new();
+    loop {
+        match r.chunk().await {
+            Ok(Some(chunk)) => {
+                if body.len() + chunk.len() > cap {
+                    warn!(ip, cap, "metrics body too large; scrape refused");
+                    return None;
+                }
+                body.extend_from_slice(&chunk);
+            }
+            Ok(None) => break,
+            Err(e) => {
+                debug!(ip, "reading metrics failed: {e}");
+                return None;
+            }
+        }
+    }
+    Some(String::from_utf8_lossy(&body).into_owned())
+}
 
 #[derive(Clone)]
 pub struct MemberClient {
@@ -46,7 +82,7 @@ impl MemberClient {
                 return None;
             }
         };
-        parse_scrape(&r.text().await.ok()?)
+        parse_scrape(&read_capped(r, MAX_METRICS_BYTES, ip).await?)
     }
 
     /// `/drain`: true once the node answered 200 (it is Leaving).
@@ -114,5 +150,72 @@ mod tests {
             "4 hung members took {took:?}"
         );
         drop(listeners);
+    }
+
+    const GOOD: &str = "marekvs_cluster_members 3\nmarekvs_cluster_underreplicated_partitions 0\n\
+        marekvs_join_gate_pending_pids 0\nmarekvs_bootstraps_completed_total 1\n\
+        marekvs_ae_repair_ops_total 0\n";
+
+    /// A member on `ip:9121` that answers every connection with `answer`, raw bytes.
+    async fn raw_member(ip: &'static str, answer: Vec<u8>) {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let l = tokio::net::TcpListener::bind((ip, PORT_METRICS as u16))
+            .await
+            .expect("bind loopback");
+        tokio::spawn(async move {
+            while let Ok((mut io, _)) = l.accept().await {
+                let answer = answer.clone();
+                tokio::spawn(async move {
+                    let mut req = [0u8; 1024];
+                    let _ = io.read(&mut req).await;
+                    let _ = io.write_all(&answer).await;
+                    let _ = io.shutdown().await;
+                });
+            }
+        });
+    }
+
+    fn chunked(body: &[u8]) -> Vec<u8> {
+        let mut out = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n".to_vec();
+        for c in body.chunks(64 << 10) {
+            out.extend_from_slice(format!("{:x}\r\n", c.len()).as_bytes());
+            out.extend_from_slice(c);
+            out.extend_from_slice(b"\r\n");
+        }
+        out.extend_from_slice(b"0\r\n\r\n");
+        out
+    }
+
+    #[tokio::test]
+    async fn hostile_answers_are_unknown_and_huge_bodies_are_not_buffered() {
+        let client = MemberClient::new(Duration::from_secs(5));
+        // The same valid figures, small: parsed.
+        raw_member("127.42.1.1", chunked(GOOD.as_bytes())).await;
+        assert!(client.scrape("127.42.1.1").await.is_some());
+        // Valid figures padded with comments past the cap, no length announced: refused
+        // while streaming (parsing it would have succeeded).
+        let mut huge = GOOD.to_string();
+        let line = format!("# {}\n", "x".repeat(1021));
+        while huge.len() <= MAX_METRICS_BYTES {
+            huge.push_str(&line);
+        }
+        assert!(marekvs_core::metrics::parse_scrape(&huge).is_some());
+        raw_member("127.42.1.2", chunked(huge.as_bytes())).await;
+        assert!(client.scrape("127.42.1.2").await.is_none());
+        // A length announced past the cap: refused before reading.
+        let head = format!(
+            "HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n{GOOD}",
+            MAX_METRICS_BYTES + 1
+        );
+        raw_member("127.42.1.3", head.into_bytes()).await;
+        assert!(client.scrape("127.42.1.3").await.is_none());
+        // Not HTTP at all.
+        raw_member("127.42.1.4", b"\x00\xffSSH-2.0-nope\r\n\x1b[31m".to_vec()).await;
+        assert!(client.scrape("127.42.1.4").await.is_none());
+        // HTTP, but the body is binary junk.
+        let mut junk = b"HTTP/1.1 200 OK\r\ncontent-length: 6\r\n\r\n".to_vec();
+        junk.extend_from_slice(&[0xff, 0xfe, 0, 1, 2, 3]);
+        raw_member("127.42.1.5", junk).await;
+        assert!(client.scrape("127.42.1.5").await.is_none());
     }
 }

@@ -79,6 +79,14 @@ pub struct Faults {
     pub disk_write_stopped: bool,
     /// Report the volume this full (percent) whatever the data size.
     pub disk_fill_percent: Option<u8>,
+    /// `/metrics` answers 200 with exactly this body instead of its figures.
+    pub metrics_body: Option<String>,
+    /// `/metrics` answers its figures followed by this many bytes of comment lines.
+    pub metrics_padding_bytes: Option<u64>,
+    /// `/metrics` answers only after this long.
+    pub metrics_delay_ms: Option<u64>,
+    /// Every connection to its port 9121 gets bytes that are not HTTP, then is closed.
+    pub garbage_http: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

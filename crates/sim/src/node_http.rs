@@ -54,7 +54,15 @@ pub async fn serve(world: SharedWorld, key: String, ip: IpAddr) -> anyhow::Resul
         .route("/alive", get(alive))
         .route("/drain", get(drain).post(drain))
         .route("/metrics", get(metrics))
-        .with_state(Ctx { world, key });
+        .with_state(Ctx {
+            world: world.clone(),
+            key: key.clone(),
+        });
+    let listener = FaultyListener {
+        inner: listener,
+        world,
+        key,
+    };
     let (tx, rx) = oneshot::channel();
     tokio::spawn(async move {
         let _ = axum::serve(listener, app)
@@ -102,13 +110,114 @@ async fn drain(State(ctx): State<Ctx>) -> (StatusCode, &'static str) {
 
 async fn metrics(State(ctx): State<Ctx>) -> (StatusCode, String) {
     wait_while_hung(&ctx).await;
+    let delay = ctx.world.lock().faults(&ctx.key).metrics_delay_ms;
+    if let Some(ms) = delay {
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+    }
     let mut world = ctx.world.lock();
-    if world.faults(&ctx.key).refuse_metrics {
+    let faults = world.faults(&ctx.key);
+    if faults.refuse_metrics {
         return (StatusCode::SERVICE_UNAVAILABLE, "metrics refused\n".into());
     }
+    if let Some(body) = faults.metrics_body {
+        return (StatusCode::OK, body);
+    }
     match world.figures(&ctx.key) {
-        Some(f) => (StatusCode::OK, render_metrics(&f)),
+        Some(f) => {
+            let mut body = render_metrics(&f);
+            if let Some(pad) = faults.metrics_padding_bytes {
+                pad_with_comments(&mut body, pad as usize);
+            }
+            (StatusCode::OK, body)
+        }
         None => (StatusCode::SERVICE_UNAVAILABLE, "stopped\n".into()),
+    }
+}
+
+/// Valid exposition made huge: comment lines, which a parser must skip.
+fn pad_with_comments(body: &mut String, bytes: usize) {
+    let line = format!("# {}\n", "x".repeat(1021));
+    body.reserve(bytes);
+    while bytes > 0 && body.len() < bytes {
+        body.push_str(&line);
+    }
+}
+
+/// The member's listener. While `garbage_http` is set, whatever the server writes on any
+/// connection (new or kept alive) is replaced by bytes that are not HTTP, and the connection
+/// is closed.
+struct FaultyListener {
+    inner: tokio::net::TcpListener,
+    world: SharedWorld,
+    key: String,
+}
+
+impl axum::serve::Listener for FaultyListener {
+    type Io = FaultyIo;
+    type Addr = SocketAddr;
+
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        let (io, addr) = axum::serve::Listener::accept(&mut self.inner).await;
+        let io = FaultyIo {
+            inner: io,
+            world: self.world.clone(),
+            key: self.key.clone(),
+        };
+        (io, addr)
+    }
+
+    fn local_addr(&self) -> std::io::Result<Self::Addr> {
+        self.inner.local_addr()
+    }
+}
+
+const GARBAGE: &[u8] = b"\x00\xffSSH-2.0-not-http\r\n\x1b[31m\x00\x00garbage";
+
+struct FaultyIo {
+    inner: tokio::net::TcpStream,
+    world: SharedWorld,
+    key: String,
+}
+
+impl tokio::io::AsyncRead for FaultyIo {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl tokio::io::AsyncWrite for FaultyIo {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        if self.world.lock().faults(&self.key).garbage_http {
+            // Best effort: the garbage, then an error so the server drops the connection.
+            let _ = std::pin::Pin::new(&mut self.inner).poll_write(cx, GARBAGE);
+            return std::task::Poll::Ready(Err(std::io::Error::new(
+                std::io::ErrorKind::BrokenPipe,
+                "garbage_http fault",
+            )));
+        }
+        std::pin::Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_shutdown(cx)
     }
 }
 
