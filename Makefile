@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
 
-.PHONY: help build test unit e2e lint crd crd-check control-plane demo demo-down kubeconfig
+.PHONY: help build test unit e2e fuzz deny lint crd crd-check control-plane demo demo-down kubeconfig
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -16,7 +16,15 @@ unit: ## Unit and property tests (no cluster needed)
 e2e: ## e2e tests on a fresh local control plane (started and torn down here)
 	hack/test-e2e.sh
 
-test: unit e2e ## Unit, property, simulation and e2e tests, from a fresh clone
+FUZZ_SECONDS ?= 30
+
+fuzz: ## Fuzz the metrics parser for FUZZ_SECONDS (cargo-fuzz; installs nightly if missing)
+	hack/fuzz.sh $(FUZZ_SECONDS)
+
+deny: ## cargo-deny: licenses, bans, sources, and advisories where the database is reachable
+	hack/deny.sh
+
+test: unit fuzz e2e ## Unit, property, simulation, fuzz and e2e (incl. chaos) tests, from a fresh clone
 
 lint: crd-check ## rustfmt, clippy (warnings are errors) and the CRD drift check
 	cargo fmt --all --check
