@@ -15,7 +15,8 @@ pidf="$STATE/pids/operator.pid"
 if [ -f "$pidf" ] && kill -0 "$(cat "$pidf")" 2>/dev/null; then
   log "operator already running"
 else
-  KUBECONFIG=$opkc start_bg operator "${CARGO_TARGET_DIR:-$REPO/target}/debug/marekvs-operator" run
+  KUBECONFIG=$opkc start_bg operator "${CARGO_TARGET_DIR:-$REPO/target}/debug/marekvs-operator" run \
+    --metrics-addr "127.0.0.1:$OPERATOR_METRICS_PORT"
   log "operator started (log: $STATE/logs/operator.log)"
 fi
 kc apply -f "$REPO/deploy/examples/demo.yaml"
@@ -32,6 +33,7 @@ The demo cluster is Healthy (everything on loopback).
   export KUBECONFIG=$KUBECONFIG_PATH
   export PATH=$bin:\$PATH                 # kubectl $KUBE_VERSION
   kubectl describe mkv demo                # members, per-member conditions, events
+  curl -s http://127.0.0.1:$OPERATOR_METRICS_PORT/metrics   # the operator's own metrics (/healthz, /readyz too)
   kubectl patch mkv demo --type merge -p '{"spec":{"nodes":5}}'
   kubectl patch mkv demo --type merge -p '{"spec":{"nodes":3,"removeMembers":["demo-1"]}}'
   kubectl scale mkv demo --replicas=4

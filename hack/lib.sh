@@ -13,7 +13,8 @@ cluster_env() {
   case "$NAME" in
     demo) PORT_BASE=16000 ;;
     test) PORT_BASE=26000 ;;
-    *) echo "unknown cluster name '$NAME' (demo or test)" >&2; exit 2 ;;
+    bench) PORT_BASE=36000 ;;
+    *) echo "unknown cluster name '$NAME' (demo, test or bench)" >&2; exit 2 ;;
   esac
   STATE=${MAREKVS_STATE_ROOT:-$REPO/.state}/$NAME
   KUBECONFIG_PATH=$STATE/kubeconfig
@@ -25,6 +26,7 @@ cluster_env() {
   KWOK_PORT=$((PORT_BASE + 247))
   SIM_CONTROL_PORT=$((PORT_BASE + 190))
   SIM_CONTROL_URL=http://127.0.0.1:$SIM_CONTROL_PORT
+  OPERATOR_METRICS_PORT=$((PORT_BASE + 80))
   # ClusterIPs are allocated from here but never dialled: nothing routes them.
   SERVICE_CIDR=127.96.0.0/16
 }

@@ -302,6 +302,8 @@ impl Operator {
         if let Ok(kubeconfig) = std::env::var("MAREKVS_OPERATOR_KUBECONFIG") {
             cmd.env("KUBECONFIG", kubeconfig);
         }
+        // Many operator processes run at once: each serves its metrics on a free port.
+        cmd.env("MAREKVS_OPERATOR_METRICS_ADDR", "127.0.0.1:0");
         cmd.envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
         let child = cmd
             .args(["run", "--namespace", &self.namespace])

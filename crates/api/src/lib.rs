@@ -368,7 +368,9 @@ pub struct MemberStatus {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct MemberMetrics {
-    /// When these figures were read.
+    /// When these figures were read. Status is written only when something in it changes, so
+    /// figures that stay the same keep the time they were first read; the `Scraped` condition
+    /// says whether the latest scrape succeeded.
     pub scraped_at: Time,
     /// Members in this node's view.
     pub view_members: i64,

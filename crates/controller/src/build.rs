@@ -22,6 +22,9 @@ pub const ANNOTATION_DRAINED_RESTARTS: &str = "marekvs.io/drained-restarts";
 /// A hash of the pod spec the member was created from; a different desired hash means the
 /// member is outdated and a rolling update restarts it.
 pub const ANNOTATION_TEMPLATE_HASH: &str = "marekvs.io/template-hash";
+/// On the Services and the PDB: the hash of the content last applied, so an unchanged object is
+/// not applied again on every pass.
+pub const ANNOTATION_APPLIED_HASH: &str = "marekvs.io/applied-hash";
 
 pub const PORT_RESP: i32 = 6379;
 pub const PORT_MESH: i32 = 7373;
@@ -219,7 +222,7 @@ pub fn desired_template_hash(cr: &MarekvsCluster, ordinal: u32, cluster_domain: 
 /// FNV-1a (64 bit) of the pod spec's JSON: stable across runs and operator restarts (serde_json
 /// writes object keys in a fixed order), and any change to image, env, resources or scheduling
 /// changes it.
-fn template_hash(pod_spec: &Value) -> String {
+pub fn template_hash(pod_spec: &Value) -> String {
     let text = serde_json::to_string(pod_spec).expect("serializable");
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for b in text.bytes() {

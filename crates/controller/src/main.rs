@@ -6,18 +6,21 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Service};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::runtime::events::{Recorder, Reporter};
-use kube::runtime::reflector::ObjectRef;
-use kube::runtime::{Controller, watcher};
-use kube::{Api, Client, CustomResourceExt, ResourceExt};
+use kube::runtime::reflector::{self, ObjectRef};
+use kube::runtime::{Controller, WatchStreamExt, watcher};
+use kube::{Api, Client, CustomResourceExt, Resource, ResourceExt};
 use marekvs_api::MarekvsCluster;
+use std::sync::atomic::Ordering;
 use tracing::{debug, error, info, warn};
 
 mod build;
 mod lease;
 mod reconcile;
 mod scrape;
+mod telemetry;
 
 /// Kubernetes operator for marekvs: creates each member's Pod and PVC with ordinal identity,
 /// scales down one chosen, drained member at a time behind a hand-off gate, and replaces
@@ -57,6 +60,14 @@ enum Command {
         /// two thirds of it.
         #[arg(long, default_value_t = 15, env = "MAREKVS_OPERATOR_LEASE_SECONDS")]
         lease_duration_seconds: u64,
+        /// Where to serve /metrics (Prometheus text), /healthz and /readyz. Port 0 picks a
+        /// free port (it is logged).
+        #[arg(
+            long,
+            default_value = "0.0.0.0:8080",
+            env = "MAREKVS_OPERATOR_METRICS_ADDR"
+        )]
+        metrics_addr: std::net::SocketAddr,
     },
     /// Print the CustomResourceDefinition as YAML.
     Crd,
@@ -78,6 +89,7 @@ async fn main() -> anyhow::Result<()> {
             lease_namespace,
             lease_name,
             lease_duration_seconds,
+            metrics_addr,
         } => {
             tracing_subscriber::fmt()
                 .with_env_filter(
@@ -85,16 +97,25 @@ async fn main() -> anyhow::Result<()> {
                         .unwrap_or_else(|_| "info,kube=warn".into()),
                 )
                 .init();
-            let client = Client::try_default().await?;
+            let metrics = Arc::new(telemetry::Metrics::default());
+            telemetry::serve(metrics.clone(), metrics_addr).await?;
+            let config = kube::Config::infer().await?;
+            let client = kube::client::ClientBuilder::try_from(config)?
+                .with_layer(&telemetry::CountRequests(metrics.clone()))
+                .build();
             let controller = run(
                 client.clone(),
                 namespace.clone(),
                 Duration::from_millis(member_timeout_ms),
                 cluster_domain,
+                metrics.clone(),
             );
             if !leader_elect {
+                metrics.leading.store(true, Ordering::Relaxed);
                 return controller.await;
             }
+            // A standby is ready: it is doing its job (waiting to take over).
+            metrics.ready.store(true, Ordering::Relaxed);
             let lease_ns = lease_namespace
                 .or_else(|| std::env::var("POD_NAMESPACE").ok())
                 .or(namespace)
@@ -114,6 +135,8 @@ async fn main() -> anyhow::Result<()> {
                 Duration::from_secs(lease_duration_seconds.max(2)),
             );
             elector.acquire().await;
+            metrics.leading.store(true, Ordering::Relaxed);
+            metrics.ready.store(false, Ordering::Relaxed);
             tokio::select! {
                 r = controller => {
                     elector.release().await;
@@ -134,42 +157,103 @@ async fn run(
     namespace: Option<String>,
     member_timeout: Duration,
     cluster_domain: String,
+    metrics: Arc<telemetry::Metrics>,
 ) -> anyhow::Result<()> {
-    let (crs, pods, pvcs) = match &namespace {
-        Some(ns) => (
-            Api::<MarekvsCluster>::namespaced(client.clone(), ns),
-            Api::<Pod>::namespaced(client.clone(), ns),
-            Api::<PersistentVolumeClaim>::namespaced(client.clone(), ns),
-        ),
-        None => (
-            Api::all(client.clone()),
-            Api::all(client.clone()),
-            Api::all(client.clone()),
-        ),
-    };
+    fn api<K>(client: &Client, namespace: &Option<String>) -> Api<K>
+    where
+        K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
+    {
+        match namespace {
+            Some(ns) => Api::namespaced(client.clone(), ns),
+            None => Api::all(client.clone()),
+        }
+    }
     let reporter = Reporter {
         controller: build::MANAGER.into(),
         instance: std::env::var("POD_NAME").ok(),
     };
-    let ctx = Arc::new(reconcile::Ctx {
-        client: client.clone(),
-        recorder: Recorder::new(client.clone(), reporter),
-        members: scrape::MemberClient::new(member_timeout),
-        cluster_domain,
-    });
     let managed = watcher::Config::default().labels(&format!(
         "{}={}",
         build::LABEL_MANAGED_BY,
         build::MANAGER
     ));
+    // One watch per kind, each feeding a cache the reconciler reads: after the first LIST,
+    // nothing is listed again (a LIST per reconcile was a LIST per cluster every 10 s).
+    // managedFields are dropped from the caches: they are most of an object's size.
+    macro_rules! cached {
+        ($kind:ty, $config:expr) => {{
+            let (reader, writer) = reflector::store::<$kind>();
+            let stream = watcher(api::<$kind>(&client, &namespace), $config)
+                .default_backoff()
+                .modify(|o| o.managed_fields_mut().clear())
+                .reflect(writer)
+                .touched_objects();
+            (reader, stream)
+        }};
+    }
+    let (crs, cr_stream) = cached!(MarekvsCluster, watcher::Config::default());
+    let (pods, pod_stream) = cached!(Pod, managed.clone());
+    let (pvcs, pvc_stream) = cached!(PersistentVolumeClaim, managed.clone());
+    let (services, service_stream) = cached!(Service, managed.clone());
+    let (pdbs, pdb_stream) = cached!(PodDisruptionBudget, managed.clone());
+    let ctx = Arc::new(reconcile::Ctx {
+        client: client.clone(),
+        recorder: Recorder::new(client.clone(), reporter),
+        members: scrape::MemberClient::new(member_timeout).with_metrics(metrics.clone()),
+        cluster_domain,
+        pods: pods.clone(),
+        pvcs: pvcs.clone(),
+        services: services.clone(),
+        pdbs: pdbs.clone(),
+        metrics: metrics.clone(),
+    });
+    // Queue bookkeeping for the metrics: note when a watch event asks for a cluster.
     info!(
         namespace = namespace.as_deref().unwrap_or("<all>"),
         "marekvs-operator running"
     );
-    Controller::new(crs, watcher::Config::default())
-        .owns(pods, managed.clone())
+    let m = metrics.clone();
+    let cr_stream = cr_stream.inspect(move |r| {
+        if let Ok(cr) = r {
+            m.triggered(&cr.namespace().unwrap_or_default(), &cr.name_any());
+        }
+    });
+    let m = metrics.clone();
+    let pod_stream = pod_stream.inspect(move |r| note_child(&m, r));
+    let m = metrics.clone();
+    let pvc_stream = pvc_stream.inspect(move |r| note_child(&m, r));
+    let m = metrics.clone();
+    let service_stream = service_stream.inspect(move |r| note_child(&m, r));
+    let m = metrics.clone();
+    let pdb_stream = pdb_stream.inspect(move |r| note_child(&m, r));
+    let ready = {
+        let (crs, pods, pvcs, services, pdbs, m) = (
+            crs.clone(),
+            pods.clone(),
+            pvcs.clone(),
+            services.clone(),
+            pdbs.clone(),
+            metrics.clone(),
+        );
+        async move {
+            let synced = crs.wait_until_ready().await.is_ok()
+                && pods.wait_until_ready().await.is_ok()
+                && pvcs.wait_until_ready().await.is_ok()
+                && services.wait_until_ready().await.is_ok()
+                && pdbs.wait_until_ready().await.is_ok();
+            if synced {
+                info!("watch caches synced");
+                m.ready.store(true, Ordering::Relaxed);
+            }
+        }
+    };
+    tokio::spawn(ready);
+    Controller::for_stream(cr_stream, crs)
+        .owns_stream(pod_stream)
+        .owns_stream(service_stream)
+        .owns_stream(pdb_stream)
         // PVCs carry no owner reference (they outlive the cluster object): map them by label.
-        .watches(pvcs, managed, |pvc: PersistentVolumeClaim| {
+        .watches_stream(pvc_stream, |pvc: PersistentVolumeClaim| {
             let ns = pvc.namespace()?;
             pvc.labels()
                 .get(build::LABEL_INSTANCE)
@@ -184,10 +268,24 @@ async fn run(
                     reconcile::Error::Kube(kube::Error::Api(e)),
                     obj,
                 )) if e.code == 409 => debug!(object = %obj, "status conflict; retrying"),
+                // Expected for a moment after start: retried in 100 ms.
+                Err(kube::runtime::controller::Error::ReconcilerFailed(
+                    reconcile::Error::NotSynced,
+                    obj,
+                )) => debug!(object = %obj, "watch caches not synced yet"),
                 Err(e) => warn!("{e}"),
                 Ok(_) => {}
             }
         })
         .await;
     Ok(())
+}
+
+/// A child changed: its cluster (the instance label) is due for a reconcile.
+fn note_child<K: ResourceExt>(m: &telemetry::Metrics, r: &Result<K, watcher::Error>) {
+    if let Ok(o) = r
+        && let (Some(ns), Some(name)) = (o.namespace(), o.labels().get(build::LABEL_INSTANCE))
+    {
+        m.triggered(&ns, name);
+    }
 }

@@ -10,12 +10,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::join_all;
+use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::controller::Action as Requeue;
 use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, Resource, ResourceExt};
 use marekvs_api::conditions::*;
 use marekvs_api::{
@@ -39,12 +42,20 @@ use crate::build::{
     self, ANNOTATION_DRAINED_AT, ANNOTATION_DRAINED_RESTARTS, ANNOTATION_TEMPLATE_HASH, MANAGER,
 };
 use crate::scrape::MemberClient;
+use crate::telemetry::Metrics;
 
 pub struct Ctx {
     pub client: Client,
     pub recorder: Recorder,
     pub members: MemberClient,
     pub cluster_domain: String,
+    /// Watch caches of the operator's children (labelled managed-by): read here instead of
+    /// listing on every pass.
+    pub pods: Store<Pod>,
+    pub pvcs: Store<PersistentVolumeClaim>,
+    pub services: Store<Service>,
+    pub pdbs: Store<PodDisruptionBudget>,
+    pub metrics: Arc<Metrics>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -53,6 +64,8 @@ pub enum Error {
     Kube(#[from] kube::Error),
     #[error("{0}")]
     Invalid(String),
+    #[error("watch caches not synced yet")]
+    NotSynced,
 }
 
 fn now_ms() -> Millis {
@@ -68,50 +81,147 @@ fn from_time(t: &Time) -> Millis {
 }
 
 pub async fn reconcile(cr: Arc<MarekvsCluster>, ctx: Arc<Ctx>) -> Result<Requeue, Error> {
+    let ns = cr.namespace().unwrap_or_default();
+    let name = cr.name_any();
+    ctx.metrics.started(&ns, &name);
+    let start = std::time::Instant::now();
+    let result = reconcile_inner(&cr, &ctx).await;
+    ctx.metrics.reconcile_duration.observe(start.elapsed());
+    ctx.metrics
+        .reconciles
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    match &result {
+        Ok(requeue_after) => ctx.metrics.scheduled(&ns, &name, *requeue_after),
+        Err(e) => ctx.metrics.errors.inc(e.kind()),
+    }
+    result.map(|after| {
+        if after == Duration::MAX {
+            Requeue::await_change()
+        } else {
+            Requeue::requeue(after)
+        }
+    })
+}
+
+impl Error {
+    /// For the errors metric.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Error::Kube(kube::Error::Api(e)) if e.code == 409 => "conflict",
+            Error::Kube(kube::Error::Api(e)) if e.code == 404 => "not_found",
+            Error::Kube(kube::Error::Api(e)) if e.code == 422 || e.code == 400 => "invalid",
+            Error::Kube(kube::Error::Api(e)) if e.code == 403 => "forbidden",
+            Error::Kube(kube::Error::Api(_)) => "api",
+            Error::Kube(_) => "transport",
+            Error::Invalid(_) => "invalid_spec",
+            Error::NotSynced => "not_synced",
+        }
+    }
+}
+
+/// Server-side apply `desired`, unless the cached object already carries the hash of exactly
+/// this content (an unchanged object is not written again).
+async fn apply_if_changed<K>(
+    ctx: &Ctx,
+    cache: &Store<K>,
+    ns: &str,
+    desired: K,
+    what: &str,
+) -> Result<(), Error>
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + serde::Serialize
+        + serde::de::DeserializeOwned,
+{
+    let name = desired.name_any();
+    let mut value = serde_json::to_value(&desired).map_err(|e| Error::Invalid(e.to_string()))?;
+    let hash = build::template_hash(&value);
+    value["metadata"]["annotations"] = json!({ build::ANNOTATION_APPLIED_HASH: hash });
+    let applied = cache
+        .get(&ObjectRef::new(&name).within(ns))
+        .and_then(|o| o.annotations().get(build::ANNOTATION_APPLIED_HASH).cloned());
+    if applied.as_deref() == Some(hash.as_str()) {
+        return Ok(());
+    }
+    Api::<K>::namespaced(ctx.client.clone(), ns)
+        .patch(
+            &name,
+            &PatchParams::apply(MANAGER).force(),
+            &Patch::Apply(value),
+        )
+        .await?;
+    ctx.metrics.actions.inc(what);
+    Ok(())
+}
+
+fn synced<K: kube::Resource<DynamicType = ()> + Clone>(cache: &Store<K>) -> bool {
+    futures::FutureExt::now_or_never(cache.wait_until_ready()).is_some_and(|r| r.is_ok())
+}
+
+/// The cached children of `cr` whose name is `<prefix><cr>-<ordinal>`.
+fn children<K: kube::Resource<DynamicType = ()> + Clone>(
+    cache: &Store<K>,
+    cr: &MarekvsCluster,
+    prefix: &str,
+) -> BTreeMap<u32, K> {
+    let ns = cr.namespace();
+    let name = cr.name_any();
+    let selector = build::selector_labels(cr);
+    cache
+        .state()
+        .into_iter()
+        .filter(|o| {
+            o.meta().namespace == ns
+                && selector
+                    .iter()
+                    .all(|(k, v)| o.meta().labels.as_ref().and_then(|l| l.get(k)) == Some(v))
+        })
+        .filter_map(|o| {
+            build::ordinal_from_name(&name, prefix, o.meta().name.as_deref()?)
+                .map(|ord| (ord, (*o).clone()))
+        })
+        .collect()
+}
+
+async fn reconcile_inner(cr: &MarekvsCluster, ctx: &Ctx) -> Result<Duration, Error> {
     if cr.metadata.deletion_timestamp.is_some() {
         // Pods and Services go with it (owner references); PVCs stay on purpose.
-        return Ok(Requeue::await_change());
+        return Ok(Duration::MAX);
     }
     let ns = cr
         .namespace()
         .ok_or_else(|| Error::Invalid("MarekvsCluster must be namespaced".into()))?;
     let name = cr.name_any();
-    let mut spec = core_spec(&cr)?;
+    let mut spec = core_spec(cr)?;
+    // Until every cache holds its first LIST, an absent pod may only be not-yet-seen.
+    if !(synced(&ctx.pods) && synced(&ctx.pvcs) && synced(&ctx.services) && synced(&ctx.pdbs)) {
+        return Err(Error::NotSynced);
+    }
 
     // Children that do not depend on the runbook: server-side apply, one field manager.
-    let apply = PatchParams::apply(MANAGER).force();
-    Api::<k8s_openapi::api::core::v1::Service>::namespaced(ctx.client.clone(), &ns)
-        .patch(
-            &build::headless_service_name(&cr),
-            &apply,
-            &Patch::Apply(build::headless_service(&cr)),
-        )
-        .await?;
-    Api::<k8s_openapi::api::core::v1::Service>::namespaced(ctx.client.clone(), &ns)
-        .patch(&name, &apply, &Patch::Apply(build::client_service(&cr)))
-        .await?;
-    Api::<k8s_openapi::api::policy::v1::PodDisruptionBudget>::namespaced(ctx.client.clone(), &ns)
-        .patch(&name, &apply, &Patch::Apply(build::pdb(&cr)))
-        .await?;
+    apply_if_changed(
+        ctx,
+        &ctx.services,
+        &ns,
+        build::headless_service(cr),
+        "apply_service",
+    )
+    .await?;
+    apply_if_changed(
+        ctx,
+        &ctx.services,
+        &ns,
+        build::client_service(cr),
+        "apply_service",
+    )
+    .await?;
+    apply_if_changed(ctx, &ctx.pdbs, &ns, build::pdb(cr), "apply_pdb").await?;
 
     // Observe.
-    let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
-    let pvcs_api: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
-    let lp = ListParams::default().labels(&build::selector_string(&cr));
-    let pods: BTreeMap<u32, Pod> = pods_api
-        .list(&lp)
-        .await?
-        .items
-        .into_iter()
-        .filter_map(|p| build::ordinal_from_name(&name, "", &p.name_any()).map(|o| (o, p)))
-        .collect();
-    let pvcs: BTreeMap<u32, PersistentVolumeClaim> = pvcs_api
-        .list(&lp)
-        .await?
-        .items
-        .into_iter()
-        .filter_map(|p| build::ordinal_from_name(&name, "data-", &p.name_any()).map(|o| (o, p)))
-        .collect();
+    let pods: BTreeMap<u32, Pod> = children(&ctx.pods, cr, "");
+    let pvcs: BTreeMap<u32, PersistentVolumeClaim> = children(&ctx.pvcs, cr, "data-");
     let scrapes = scrape_all(&ctx.members, &pods).await;
     let status = cr.status.clone().unwrap_or_default();
     let memory = memory_from_status(&name, &status);
@@ -121,13 +231,13 @@ pub async fn reconcile(cr: Arc<MarekvsCluster>, ctx: Arc<Ctx>) -> Result<Requeue
         m.pod = pods.get(o).map(|p| {
             pod_obs(
                 p,
-                &build::desired_template_hash(&cr, *o, &ctx.cluster_domain),
+                &build::desired_template_hash(cr, *o, &ctx.cluster_domain),
             )
         });
         m.pvc = pvcs.get(o).map(|p| PvcObs {
             uid: p.uid().unwrap_or_default(),
             terminating: p.metadata.deletion_timestamp.is_some(),
-            outdated: cr.spec.storage.replace_volumes && !volume_fits_in_place(&cr, p),
+            outdated: cr.spec.storage.replace_volumes && !volume_fits_in_place(cr, p),
         });
         m.scrape = scrapes.get(o).cloned().flatten();
     }
@@ -193,7 +303,7 @@ pub async fn reconcile(cr: Arc<MarekvsCluster>, ctx: Arc<Ctx>) -> Result<Requeue
         .cloned()
         .collect();
     let new_status = status_from(
-        &cr,
+        cr,
         &status,
         &decision,
         &observed,
@@ -203,7 +313,7 @@ pub async fn reconcile(cr: Arc<MarekvsCluster>, ctx: Arc<Ctx>) -> Result<Requeue
         now,
     );
     let new_status = with_load_and_autoscale(
-        &cr,
+        cr,
         new_status,
         &spec,
         &decision,
@@ -212,7 +322,15 @@ pub async fn reconcile(cr: Arc<MarekvsCluster>, ctx: Arc<Ctx>) -> Result<Requeue
         &name,
         now,
     );
-    patch_status(&ctx.client, &cr, &new_status).await?;
+    // Written only when it changed: a quiet cluster costs no write per pass.
+    let unchanged = status_for_comparison(&new_status)
+        == status_for_comparison(&cr.status.clone().unwrap_or_default());
+    if unchanged {
+        ctx.metrics.actions.inc("status_unchanged");
+    } else {
+        patch_status(&ctx.client, cr, &new_status).await?;
+        ctx.metrics.actions.inc("status_write");
+    }
 
     // Events, on transitions only.
     let reference = cr.object_ref(&());
@@ -288,7 +406,7 @@ pub async fn reconcile(cr: Arc<MarekvsCluster>, ctx: Arc<Ctx>) -> Result<Requeue
 
     // Act.
     for action in &decision.actions {
-        if let Err(e) = act(&ctx, &cr, *action, &pods, &pvcs).await {
+        if let Err(e) = act(ctx, cr, *action, &pods, &pvcs).await {
             warn!(cluster = %name, ?action, "action failed: {e}");
             publish(
                 &ctx.recorder,
@@ -301,7 +419,7 @@ pub async fn reconcile(cr: Arc<MarekvsCluster>, ctx: Arc<Ctx>) -> Result<Requeue
             return Err(e);
         }
     }
-    grow_volumes(&ctx, &cr, &pvcs).await;
+    grow_volumes(ctx, cr, &pvcs).await;
 
     let stepped = (decision.memory.removal.is_some()
         && decision.memory.removal.as_ref().map(|r| r.step)
@@ -315,10 +433,13 @@ pub async fn reconcile(cr: Arc<MarekvsCluster>, ctx: Arc<Ctx>) -> Result<Requeue
     } else {
         Duration::from_millis(decision.requeue_ms.max(50) as u64)
     };
-    Ok(Requeue::requeue(requeue))
+    Ok(requeue)
 }
 
 pub fn error_policy(_cr: Arc<MarekvsCluster>, err: &Error, _ctx: Arc<Ctx>) -> Requeue {
+    if let Error::NotSynced = err {
+        return Requeue::requeue(Duration::from_millis(100));
+    }
     if let Error::Kube(kube::Error::Api(e)) = err
         && e.code == 409
     {
@@ -1055,6 +1176,20 @@ fn status_from(
     }
 }
 
+/// Status as JSON (as the API server stores it: times in whole seconds), without the time of
+/// each member's scrape: figures read again and found the same are no reason to write.
+fn status_for_comparison(status: &MarekvsClusterStatus) -> serde_json::Value {
+    let mut v = serde_json::to_value(status).unwrap_or_default();
+    if let Some(members) = v.get_mut("members").and_then(|m| m.as_array_mut()) {
+        for m in members {
+            if let Some(metrics) = m.get_mut("metrics").and_then(|x| x.as_object_mut()) {
+                metrics.remove("scrapedAt");
+            }
+        }
+    }
+    v
+}
+
 async fn patch_status(
     client: &Client,
     cr: &MarekvsCluster,
@@ -1120,6 +1255,13 @@ async fn act(
         Err(kube::Error::Api(e)) if codes.contains(&e.code) => Ok(()),
         other => other,
     };
+    ctx.metrics.actions.inc(match action {
+        Action::CreatePvc(_) => "create_pvc",
+        Action::CreatePod(_) => "create_pod",
+        Action::Drain(_) => "drain",
+        Action::DeletePod(_) => "delete_pod",
+        Action::DeletePvc(_) => "delete_pvc",
+    });
     match action {
         Action::CreatePvc(o) => {
             let r = pvcs_api.create(&pp, &build::pvc(cr, o)).await.map(|_| ());
@@ -1282,6 +1424,30 @@ mod tests {
         c.metadata.uid = Some("uid-1".into());
         c.metadata.generation = Some(4);
         c
+    }
+
+    #[test]
+    fn a_rescrape_with_the_same_figures_is_no_reason_to_write_status() {
+        let member = |at: i64, under: i64| MemberStatus {
+            name: "demo-0".into(),
+            metrics: Some(MemberMetrics {
+                scraped_at: to_time(at),
+                view_members: 3,
+                underreplicated_partitions: under,
+                join_gate_pending: 0,
+                bootstraps_completed_total: 1,
+                ae_repair_ops_total: 0,
+                commands_total: 5,
+            }),
+            ..MemberStatus::default()
+        };
+        let status = |m: MemberStatus| MarekvsClusterStatus {
+            members: vec![m],
+            ..MarekvsClusterStatus::default()
+        };
+        let first = status_for_comparison(&status(member(1_000, 0)));
+        assert_eq!(first, status_for_comparison(&status(member(11_000, 0))));
+        assert_ne!(first, status_for_comparison(&status(member(11_000, 4))));
     }
 
     fn scraped(view: u64, boots: u64) -> MemberObs {

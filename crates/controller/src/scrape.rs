@@ -48,6 +48,7 @@ async fn read_capped(mut r: reqwest::Response, cap: usize, ip: &str) -> Option<S
 pub struct MemberClient {
     http: reqwest::Client,
     timeout: Duration,
+    metrics: Option<std::sync::Arc<crate::telemetry::Metrics>>,
 }
 
 impl MemberClient {
@@ -58,7 +59,17 @@ impl MemberClient {
             .timeout(timeout)
             .build()
             .expect("plain HTTP client builds");
-        MemberClient { http, timeout }
+        MemberClient {
+            http,
+            timeout,
+            metrics: None,
+        }
+    }
+
+    /// Record scrape latency and failures here.
+    pub fn with_metrics(mut self, metrics: std::sync::Arc<crate::telemetry::Metrics>) -> Self {
+        self.metrics = Some(metrics);
+        self
     }
 
     fn url(ip: &str, path: &str) -> String {
@@ -71,6 +82,19 @@ impl MemberClient {
 
     /// `/metrics`, parsed; `None` on any failure (unknown is never safe).
     pub async fn scrape(&self, ip: &str) -> Option<Scrape> {
+        let start = std::time::Instant::now();
+        let scrape = self.scrape_once(ip).await;
+        if let Some(m) = &self.metrics {
+            m.scrape_duration.observe(start.elapsed());
+            if scrape.is_none() {
+                m.scrape_failures
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
+        scrape
+    }
+
+    async fn scrape_once(&self, ip: &str) -> Option<Scrape> {
         let r = match self.http.get(Self::url(ip, "/metrics")).send().await {
             Ok(r) if r.status().is_success() => r,
             Ok(r) => {

@@ -88,6 +88,11 @@ pub fn update_load(
         return memory.clone();
     }
     let delta: u64 = current.totals.iter().map(|(o, c)| c - prev.totals[o]).sum();
+    if delta == 0 && memory.ops_per_sec == Some(0.0) {
+        // Still idle: the old sample gives the same rate, and keeping it keeps the status (and
+        // so the API server) untouched while nothing happens.
+        return memory.clone();
+    }
     LoadMemory {
         sample: Some(current),
         ops_per_sec: Some(delta as f64 * 1000.0 / dt as f64),
@@ -295,6 +300,25 @@ mod tests {
         let m3 = update_load(&m2, &counters(&[(0, Some(5100)), (1, Some(5100))]), 10_000);
         assert_eq!(m3.ops_per_sec, Some(1000.0));
         assert_eq!(m3.sample.as_ref().unwrap().at, 10_000);
+    }
+
+    #[test]
+    fn an_idle_cluster_keeps_its_sample_so_its_status_stays_unchanged() {
+        let m1 = update_load(&LoadMemory::default(), &counters(&[(0, Some(7))]), 0);
+        let m2 = update_load(&m1, &counters(&[(0, Some(7))]), 10_000);
+        assert_eq!(m2.ops_per_sec, Some(0.0));
+        assert_eq!(
+            m2.sample.as_ref().unwrap().at,
+            10_000,
+            "first idle rate is recorded"
+        );
+        let m3 = update_load(&m2, &counters(&[(0, Some(7))]), 600_000);
+        assert_eq!(m3, m2, "still idle: nothing to record");
+        // The first command after a long quiet spell is a rate over that whole spell, and
+        // the sample moves on again.
+        let m4 = update_load(&m3, &counters(&[(0, Some(6007))]), 610_000);
+        assert_eq!(m4.ops_per_sec, Some(10.0));
+        assert_eq!(m4.sample.unwrap().at, 610_000);
     }
 
     #[test]

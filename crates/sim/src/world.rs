@@ -36,6 +36,8 @@ pub struct MemberReport {
     pub node_id: String,
     pub volume: String,
     pub running: bool,
+    /// Got SIGTERM and is flushing before it exits.
+    pub flushing: bool,
     pub phase: NodePhase,
     /// Node ids this member's view holds, with their phase as it sees it.
     pub view: BTreeMap<String, NodePhase>,
@@ -197,6 +199,7 @@ impl World {
                     node_id: m.node_id.clone(),
                     volume: m.volume.clone(),
                     running: m.is_up(),
+                    flushing: matches!(m.process, crate::model::Process::Flushing { .. }),
                     phase: m.phase,
                     view: m.view.iter().map(|(k, s)| (k.clone(), s.phase)).collect(),
                     figures,

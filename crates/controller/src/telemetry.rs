@@ -1,0 +1,422 @@
+//! The operator's own telemetry: Prometheus text on `/metrics`, `/healthz`, `/readyz`, and a
+//! client layer that counts the operator's API requests by verb.
+//!
+//! Hand-rolled on purpose: a handful of counters and histograms, no registry crate.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt::Write as _;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::routing::get;
+use tracing::info;
+
+/// Bucket bounds (seconds) shared by every latency histogram: 1 ms to 30 s.
+const BUCKETS: [f64; 16] = [
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0,
+];
+
+#[derive(Default)]
+pub struct Histogram {
+    counts: [AtomicU64; BUCKETS.len()],
+    count: AtomicU64,
+    /// Sum in microseconds (atomic integer; rendered as seconds).
+    sum_us: AtomicU64,
+}
+
+impl Histogram {
+    pub fn observe(&self, d: Duration) {
+        let s = d.as_secs_f64();
+        for (i, b) in BUCKETS.iter().enumerate() {
+            if s <= *b {
+                self.counts[i].fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        self.count.fetch_add(1, Ordering::Relaxed);
+        self.sum_us
+            .fetch_add(d.as_micros() as u64, Ordering::Relaxed);
+    }
+
+    fn render(&self, out: &mut String, name: &str, help: &str) {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
+        for (i, b) in BUCKETS.iter().enumerate() {
+            let _ = writeln!(
+                out,
+                "{name}_bucket{{le=\"{b}\"}} {}",
+                self.counts[i].load(Ordering::Relaxed)
+            );
+        }
+        let count = self.count.load(Ordering::Relaxed);
+        let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {count}");
+        let _ = writeln!(
+            out,
+            "{name}_sum {}",
+            self.sum_us.load(Ordering::Relaxed) as f64 / 1e6
+        );
+        let _ = writeln!(out, "{name}_count {count}");
+    }
+}
+
+/// Counters keyed by one label value.
+#[derive(Default)]
+pub struct LabeledCounter(Mutex<BTreeMap<String, u64>>);
+
+impl LabeledCounter {
+    pub fn inc(&self, label: &str) {
+        *self
+            .0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(label.to_string())
+            .or_insert(0) += 1;
+    }
+
+    fn render(&self, out: &mut String, name: &str, label: &str, help: &str) {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
+        for (v, n) in self.0.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+            let _ = writeln!(out, "{name}{{{label}=\"{v}\"}} {n}");
+        }
+    }
+}
+
+/// Who is waiting to be reconciled, and since when: filled by the watch triggers and by the
+/// requeues the reconciler asks for, drained when a reconcile starts.
+#[derive(Default)]
+struct Queue {
+    triggered: HashMap<(String, String), Instant>,
+    scheduled: HashMap<(String, String), Instant>,
+}
+
+#[derive(Default)]
+pub struct Metrics {
+    pub reconcile_duration: Histogram,
+    pub queue_wait: Histogram,
+    pub scrape_duration: Histogram,
+    pub reconciles: AtomicU64,
+    pub errors: LabeledCounter,
+    pub actions: LabeledCounter,
+    pub api_requests: LabeledCounter,
+    pub scrape_failures: AtomicU64,
+    queue: Mutex<Queue>,
+    /// Caches synced (leader) or standing by: see `/readyz`.
+    pub ready: AtomicBool,
+    pub leading: AtomicBool,
+}
+
+impl Metrics {
+    /// A watch event (or our own requeue) asks for `(ns, name)` to be reconciled.
+    pub fn triggered(&self, ns: &str, name: &str) {
+        let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+        q.triggered
+            .entry((ns.to_string(), name.to_string()))
+            .or_insert_with(Instant::now);
+    }
+
+    /// The reconciler asked to be run again after `after`.
+    pub fn scheduled(&self, ns: &str, name: &str, after: Duration) {
+        let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+        q.scheduled
+            .insert((ns.to_string(), name.to_string()), Instant::now() + after);
+    }
+
+    /// A reconcile of `(ns, name)` starts: record how long it waited in the queue.
+    pub fn started(&self, ns: &str, name: &str) {
+        let now = Instant::now();
+        let key = (ns.to_string(), name.to_string());
+        let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+        let since_trigger = q.triggered.remove(&key);
+        let since_schedule = q.scheduled.remove(&key).filter(|t| *t <= now);
+        if let Some(since) = [since_trigger, since_schedule].into_iter().flatten().min() {
+            drop(q);
+            self.queue_wait
+                .observe(now.saturating_duration_since(since));
+        }
+    }
+
+    /// Objects due for a reconcile that has not started yet.
+    fn queue_depth(&self) -> usize {
+        let now = Instant::now();
+        let q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+        let mut due: std::collections::HashSet<&(String, String)> = q.triggered.keys().collect();
+        due.extend(
+            q.scheduled
+                .iter()
+                .filter(|(_, t)| **t <= now)
+                .map(|(k, _)| k),
+        );
+        due.len()
+    }
+
+    pub fn render(&self) -> String {
+        let mut out = String::with_capacity(4096);
+        self.reconcile_duration.render(
+            &mut out,
+            "marekvs_operator_reconcile_duration_seconds",
+            "Time spent in one reconcile (observe, decide, record, act).",
+        );
+        self.queue_wait.render(
+            &mut out,
+            "marekvs_operator_reconcile_queue_wait_seconds",
+            "From the triggering watch event (or the requeue time asked for) to the reconcile start.",
+        );
+        self.scrape_duration.render(
+            &mut out,
+            "marekvs_operator_member_scrape_duration_seconds",
+            "One member /metrics scrape, success or not.",
+        );
+        let _ = writeln!(
+            out,
+            "# HELP marekvs_operator_reconciles_total Reconciles run.\n# TYPE marekvs_operator_reconciles_total counter\nmarekvs_operator_reconciles_total {}",
+            self.reconciles.load(Ordering::Relaxed)
+        );
+        let _ = writeln!(
+            out,
+            "# HELP marekvs_operator_member_scrape_failures_total Scrapes that gave no usable figures.\n# TYPE marekvs_operator_member_scrape_failures_total counter\nmarekvs_operator_member_scrape_failures_total {}",
+            self.scrape_failures.load(Ordering::Relaxed)
+        );
+        self.errors.render(
+            &mut out,
+            "marekvs_operator_reconcile_errors_total",
+            "kind",
+            "Failed reconciles by kind of error.",
+        );
+        self.actions.render(
+            &mut out,
+            "marekvs_operator_actions_total",
+            "action",
+            "What the operator did (or skipped because nothing changed), by type.",
+        );
+        self.api_requests.render(
+            &mut out,
+            "marekvs_operator_api_requests_total",
+            "verb",
+            "Requests this process sent to the Kubernetes API, by verb.",
+        );
+        let _ = writeln!(
+            out,
+            "# HELP marekvs_operator_queue_depth Clusters due for a reconcile that has not started.\n# TYPE marekvs_operator_queue_depth gauge\nmarekvs_operator_queue_depth {}",
+            self.queue_depth()
+        );
+        let _ = writeln!(
+            out,
+            "# HELP marekvs_operator_leader Whether this replica leads.\n# TYPE marekvs_operator_leader gauge\nmarekvs_operator_leader {}",
+            u8::from(self.leading.load(Ordering::Relaxed))
+        );
+        out
+    }
+}
+
+/// Serve `/metrics`, `/healthz` and `/readyz` on `addr`; returns the bound address.
+pub async fn serve(metrics: Arc<Metrics>, addr: SocketAddr) -> anyhow::Result<SocketAddr> {
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    let bound = listener.local_addr()?;
+    let app = Router::new()
+        .route("/metrics", get(render))
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(readyz))
+        .with_state(metrics);
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    info!(%bound, "serving /metrics, /healthz, /readyz");
+    Ok(bound)
+}
+
+async fn render(State(m): State<Arc<Metrics>>) -> ([(&'static str, &'static str); 1], String) {
+    ([("content-type", "text/plain; version=0.0.4")], m.render())
+}
+
+/// Ready once this replica can do its job: standing by for the Lease, or leading with its
+/// watch caches synced.
+async fn readyz(State(m): State<Arc<Metrics>>) -> (StatusCode, &'static str) {
+    if m.ready.load(Ordering::Relaxed) {
+        (StatusCode::OK, "ok\n")
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "watch caches not synced yet\n",
+        )
+    }
+}
+
+/// The verb of a Kubernetes API request, as the API server counts it.
+pub fn verb<B>(req: &http::Request<B>) -> &'static str {
+    let query = req.uri().query().unwrap_or("");
+    match *req.method() {
+        http::Method::GET => {
+            if query
+                .split('&')
+                .any(|kv| kv == "watch=true" || kv == "watch=1")
+            {
+                "WATCH"
+            } else if is_collection(req.uri().path()) {
+                "LIST"
+            } else {
+                "GET"
+            }
+        }
+        http::Method::POST => "POST",
+        http::Method::PUT => "PUT",
+        http::Method::PATCH => "PATCH",
+        http::Method::DELETE => "DELETE",
+        _ => "OTHER",
+    }
+}
+
+/// `/api/v1/namespaces/ns/pods` or `/apis/g/v/things` (a collection) rather than one object.
+fn is_collection(path: &str) -> bool {
+    let rest: Vec<&str> = if let Some(r) = path.strip_prefix("/api/") {
+        r.split('/').skip(1).collect()
+    } else if let Some(r) = path.strip_prefix("/apis/") {
+        r.split('/').skip(2).collect()
+    } else {
+        return false;
+    };
+    let rest: Vec<&str> = rest.into_iter().filter(|s| !s.is_empty()).collect();
+    if rest.first() == Some(&"namespaces") && rest.len() >= 3 {
+        rest.len() == 3
+    } else {
+        rest.len() == 1
+    }
+}
+
+/// A tower layer for the kube client that counts every request by verb.
+#[derive(Clone)]
+pub struct CountRequests(pub Arc<Metrics>);
+
+impl<S> tower::Layer<S> for CountRequests {
+    type Service = Counted<S>;
+    fn layer(&self, inner: S) -> Counted<S> {
+        Counted {
+            inner,
+            metrics: self.0.clone(),
+        }
+    }
+}
+
+#[derive(Clone)]
+pub struct Counted<S> {
+    inner: S,
+    metrics: Arc<Metrics>,
+}
+
+impl<S, B> tower::Service<http::Request<B>> for Counted<S>
+where
+    S: tower::Service<http::Request<B>>,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = S::Future;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: http::Request<B>) -> Self::Future {
+        self.metrics.api_requests.inc(verb(&req));
+        self.inner.call(req)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(method: &str, uri: &str) -> http::Request<()> {
+        http::Request::builder()
+            .method(method)
+            .uri(uri)
+            .body(())
+            .unwrap()
+    }
+
+    #[test]
+    fn verbs_are_classified_as_the_api_server_counts_them() {
+        let cases = [
+            ("GET", "/api/v1/namespaces/a/pods?labelSelector=x", "LIST"),
+            (
+                "GET",
+                "/api/v1/namespaces/a/pods?watch=true&resourceVersion=5",
+                "WATCH",
+            ),
+            ("GET", "/api/v1/namespaces/a/pods/demo-0", "GET"),
+            ("GET", "/api/v1/pods", "LIST"),
+            ("GET", "/api/v1/namespaces", "LIST"),
+            ("GET", "/api/v1/namespaces/a", "GET"),
+            (
+                "GET",
+                "/apis/marekvs.io/v1alpha1/namespaces/a/marekvsclusters",
+                "LIST",
+            ),
+            (
+                "GET",
+                "/apis/marekvs.io/v1alpha1/namespaces/a/marekvsclusters/demo/status",
+                "GET",
+            ),
+            (
+                "GET",
+                "/apis/marekvs.io/v1alpha1/marekvsclusters?watch=1",
+                "WATCH",
+            ),
+            (
+                "PATCH",
+                "/apis/marekvs.io/v1alpha1/namespaces/a/marekvsclusters/demo/status",
+                "PATCH",
+            ),
+            ("POST", "/api/v1/namespaces/a/pods", "POST"),
+            ("DELETE", "/api/v1/namespaces/a/pods/demo-1", "DELETE"),
+        ];
+        for (m, uri, want) in cases {
+            assert_eq!(verb(&req(m, uri)), want, "{m} {uri}");
+        }
+    }
+
+    #[test]
+    fn histograms_are_cumulative_and_render_as_prometheus_text() {
+        let m = Metrics::default();
+        m.reconcile_duration.observe(Duration::from_millis(3));
+        m.reconcile_duration.observe(Duration::from_millis(700));
+        m.actions.inc("create_pod");
+        m.actions.inc("create_pod");
+        let text = m.render();
+        assert!(
+            text.contains("marekvs_operator_reconcile_duration_seconds_bucket{le=\"0.0025\"} 0")
+        );
+        assert!(
+            text.contains("marekvs_operator_reconcile_duration_seconds_bucket{le=\"0.005\"} 1")
+        );
+        assert!(text.contains("marekvs_operator_reconcile_duration_seconds_bucket{le=\"1\"} 2"));
+        assert!(text.contains("marekvs_operator_reconcile_duration_seconds_count 2"));
+        assert!(text.contains("marekvs_operator_actions_total{action=\"create_pod\"} 2"));
+        // Our own parser of the exposition format reads it back.
+        assert!(
+            text.lines()
+                .all(|l| l.starts_with('#') || l.split_whitespace().count() == 2)
+        );
+    }
+
+    #[test]
+    fn queue_wait_runs_from_the_earliest_trigger_and_depth_counts_what_is_due() {
+        let m = Metrics::default();
+        m.triggered("a", "x");
+        m.scheduled("a", "y", Duration::from_secs(3600));
+        assert_eq!(m.queue_depth(), 1, "a requeue far ahead is not due");
+        m.scheduled("a", "z", Duration::ZERO);
+        assert_eq!(m.queue_depth(), 2);
+        std::thread::sleep(Duration::from_millis(20));
+        m.started("a", "x");
+        assert_eq!(m.queue_wait.count.load(Ordering::Relaxed), 1);
+        assert!(m.queue_wait.sum_us.load(Ordering::Relaxed) >= 20_000);
+        assert_eq!(m.queue_depth(), 1);
+        // A reconcile that starts before its requeue was due (a watch event came first) and
+        // had no trigger recorded adds no sample.
+        m.started("a", "y");
+        assert_eq!(m.queue_wait.count.load(Ordering::Relaxed), 1);
+    }
+}
