@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
 
-.PHONY: help build test unit e2e fuzz deny lint crd crd-check control-plane demo demo-down kubeconfig
+.PHONY: help build test unit e2e fuzz deny bench lint crd crd-check control-plane demo demo-down kubeconfig
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -25,6 +25,9 @@ deny: ## cargo-deny: licenses, bans, sources, and advisories where the database 
 	hack/deny.sh
 
 test: unit fuzz e2e ## Unit, property, simulation, fuzz and e2e (incl. chaos) tests, from a fresh clone
+
+bench: ## Benchmarks on a fresh local control plane (reported numbers; see docs/benchmarks.md)
+	hack/bench.sh $(BENCH)
 
 lint: crd-check ## rustfmt, clippy (warnings are errors) and the CRD drift check
 	cargo fmt --all --check

@@ -17,8 +17,14 @@ if [ -f "$pidf" ] && kill -0 "$(cat "$pidf")" 2>/dev/null && curl -fsS "$SIM_CON
   echo "$SIM_CONTROL_URL"
   exit 0
 fi
-(cd "$REPO" && cargo build -q -p marekvs-sim)
-sim="${CARGO_TARGET_DIR:-$REPO/target}/debug/marekvs-sim"
+# MAREKVS_SIM_PROFILE=release for benchmarks (thousands of simulated members).
+profile=${MAREKVS_SIM_PROFILE:-debug}
+if [ "$profile" = release ]; then
+  (cd "$REPO" && cargo build -q --release -p marekvs-sim)
+else
+  (cd "$REPO" && cargo build -q -p marekvs-sim)
+fi
+sim="${CARGO_TARGET_DIR:-$REPO/target}/$profile/marekvs-sim"
 args=(--control "127.0.0.1:$SIM_CONTROL_PORT" --volumes-dir "$STATE/volumes")
 [ -n "${MAREKVS_BIN:-}" ] && args+=(--real-bin "$MAREKVS_BIN")
 KUBECONFIG="$KUBECONFIG_PATH" start_bg marekvs-sim "$sim" "${args[@]}"

@@ -322,6 +322,22 @@ async fn reconcile_inner(cr: &MarekvsCluster, ctx: &Ctx) -> Result<Duration, Err
         &name,
         now,
     );
+    // Re-creating a missing pod or PVC of an unchanged membership, with no step recorded in
+    // this pass, needs no record first: it is re-derived from what is observed and harmless to
+    // repeat. Done before the status write and the events, so a deleted pod comes back at once.
+    let reference = cr.object_ref(&());
+    let recreate_first = !decision.actions.is_empty()
+        && decision
+            .actions
+            .iter()
+            .all(|a| matches!(a, Action::CreatePod(_) | Action::CreatePvc(_)))
+        && decision.memory.members == memory.members
+        && decision.memory.removal == memory.removal
+        && decision.memory.roll == memory.roll;
+    if recreate_first {
+        run_actions(ctx, cr, &decision.actions, &pods, &pvcs, &reference).await?;
+    }
+
     // Written only when it changed: a quiet cluster costs no write per pass.
     let unchanged = status_for_comparison(&new_status)
         == status_for_comparison(&cr.status.clone().unwrap_or_default());
@@ -333,7 +349,6 @@ async fn reconcile_inner(cr: &MarekvsCluster, ctx: &Ctx) -> Result<Duration, Err
     }
 
     // Events, on transitions only.
-    let reference = cr.object_ref(&());
     if let Some(sd) = &scaling {
         let before = status.autoscale.as_ref().and_then(|a| a.desired_nodes);
         if let Some(before) = before
@@ -405,19 +420,8 @@ async fn reconcile_inner(cr: &MarekvsCluster, ctx: &Ctx) -> Result<Duration, Err
     }
 
     // Act.
-    for action in &decision.actions {
-        if let Err(e) = act(ctx, cr, *action, &pods, &pvcs).await {
-            warn!(cluster = %name, ?action, "action failed: {e}");
-            publish(
-                &ctx.recorder,
-                &reference,
-                EventKind::Warning,
-                "ActionFailed",
-                &format!("{action:?}: {e}"),
-            )
-            .await;
-            return Err(e);
-        }
+    if !recreate_first {
+        run_actions(ctx, cr, &decision.actions, &pods, &pvcs, &reference).await?;
     }
     grow_volumes(ctx, cr, &pvcs).await;
 
@@ -1325,6 +1329,31 @@ async fn act(
             };
             let r = pvcs_api.delete(&pvc.name_any(), &dp).await.map(|_| ());
             ok_if(r, &[404, 409])?;
+        }
+    }
+    Ok(())
+}
+
+async fn run_actions(
+    ctx: &Ctx,
+    cr: &MarekvsCluster,
+    actions: &[Action],
+    pods: &BTreeMap<u32, Pod>,
+    pvcs: &BTreeMap<u32, PersistentVolumeClaim>,
+    reference: &k8s_openapi::api::core::v1::ObjectReference,
+) -> Result<(), Error> {
+    for action in actions {
+        if let Err(e) = act(ctx, cr, *action, pods, pvcs).await {
+            warn!(cluster = %cr.name_any(), ?action, "action failed: {e}");
+            publish(
+                &ctx.recorder,
+                reference,
+                EventKind::Warning,
+                "ActionFailed",
+                &format!("{action:?}: {e}"),
+            )
+            .await;
+            return Err(e);
         }
     }
     Ok(())

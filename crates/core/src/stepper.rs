@@ -17,12 +17,13 @@ use crate::handoff::{Gate, update_samples};
 use crate::plan::{choose_victim, free_ordinals};
 use crate::types::*;
 
-/// Look again soon while something is in progress; otherwise poll health at a slower pace.
-/// The busy pace bounds how late the next step starts after the cluster became safe (a
-/// counter's last move is seen at most this late, and the quiet window's end at most this late
-/// again): 250 ms keeps that under 1 s, at 4 scrapes a second of each member of a cluster that
-/// is mid-operation.
-pub const REQUEUE_BUSY_MS: Millis = 250;
+/// How soon to look again. While a removal or a restart is waiting on a hand-off gate, the
+/// pace bounds how late the next step starts after the cluster became safe (a counter's last
+/// move is seen at most this late, and the quiet window's end at most this late again): 250 ms
+/// keeps that under 1 s. Other busy states (members being created or joining) are also woken
+/// by pod events, so once a second is enough; a quiet cluster's health is polled every 10 s.
+pub const REQUEUE_GATE_MS: Millis = 250;
+pub const REQUEUE_BUSY_MS: Millis = 1_000;
 pub const REQUEUE_IDLE_MS: Millis = 10_000;
 
 pub struct Input<'a> {
@@ -760,6 +761,7 @@ pub fn decide(input: &Input) -> Decision {
         }
     }
     let busy = phase != ClusterPhase::Healthy || !actions.is_empty();
+    let gating = removal.is_some() || roll.is_some();
     Decision {
         memory: Memory {
             members,
@@ -774,7 +776,9 @@ pub fn decide(input: &Input) -> Decision {
         blocked,
         progress: (!progress.is_empty()).then(|| progress.join("; ")),
         notes,
-        requeue_ms: if busy {
+        requeue_ms: if gating {
+            REQUEUE_GATE_MS
+        } else if busy {
             REQUEUE_BUSY_MS
         } else {
             REQUEUE_IDLE_MS

@@ -1,0 +1,672 @@
+//! `make bench`: reported numbers, not pass/fail. Runs against the local control plane and the
+//! simulator that `hack/bench.sh` brings up (the same environment variables as the e2e suite).
+//!
+//!   bench steps    [--runs N]                 8 → 3 scale-downs: step latency, wall time vs the
+//!                                             data plane's own minimum
+//!   bench replace  [--runs N]                 pod deleted → replacement created, ours vs the
+//!                                             StatefulSet controller
+//!   bench scale    [--clusters N] [--members N] [--steady-seconds N]
+//!                                             many clusters: reconcile latency, RSS, CPU, API
+//!                                             requests by verb in steady state
+//!
+//! Every figure is printed as a line starting with `RESULT` (tab-separated), for the table in
+//! docs/benchmarks.md.
+#![forbid(unsafe_code)]
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, Event};
+use marekvs_e2e::*;
+use serde_json::{Value, json};
+
+const T: Duration = Duration::from_secs(300);
+
+fn arg(args: &[String], name: &str, default: u64) -> u64 {
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn pct(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+fn summary(name: &str, unit: &str, mut v: Vec<f64>) {
+    v.sort_by(|a, b| a.total_cmp(b));
+    println!(
+        "RESULT\t{name}\tn={}\tp50={:.3}{unit}\tp99={:.3}{unit}\tmin={:.3}{unit}\tmax={:.3}{unit}",
+        v.len(),
+        pct(&v, 0.5),
+        pct(&v, 0.99),
+        v.first().copied().unwrap_or(f64::NAN),
+        v.last().copied().unwrap_or(f64::NAN),
+    );
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let what = args.first().map(String::as_str).unwrap_or("all");
+    match what {
+        "steps" => steps(arg(&args, "--runs", 3)).await,
+        "replace" => replace(arg(&args, "--runs", 20)).await,
+        "scale" => {
+            scale(
+                arg(&args, "--clusters", 200),
+                arg(&args, "--members", 8),
+                arg(&args, "--steady-seconds", 120),
+            )
+            .await
+        }
+        "all" => {
+            steps(arg(&args, "--runs", 3)).await?;
+            replace(arg(&args, "--runs", 20)).await?;
+            scale(
+                arg(&args, "--clusters", 200),
+                arg(&args, "--members", 8),
+                arg(&args, "--steady-seconds", 120),
+            )
+            .await
+        }
+        other => anyhow::bail!("unknown benchmark {other:?}: steps, replace, scale or all"),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// 1 and 2: scale-down steps, observed from the simulator every POLL.
+
+const POLL: Duration = Duration::from_millis(20);
+
+/// What one poll of the simulator says about one cluster.
+struct Snapshot {
+    at: Instant,
+    /// node id → (running, flushing, phase, ready, underrep, join pending, counters, view)
+    members: BTreeMap<String, MemberSnap>,
+}
+
+#[derive(Clone, PartialEq)]
+struct MemberSnap {
+    running: bool,
+    flushing: bool,
+    phase: String,
+    ready: bool,
+    underrep: u64,
+    join_pending: u64,
+    counters: u64,
+    view: Value,
+}
+
+async fn snapshot(sim: &Sim, key: &str) -> anyhow::Result<Snapshot> {
+    let state = sim.state().await?;
+    let at = Instant::now();
+    let mut members = BTreeMap::new();
+    for c in state["clusters"].as_array().into_iter().flatten() {
+        // The simulator keys a cluster by namespace and gossip seed: one cluster per namespace here.
+        if !c["key"].as_str().is_some_and(|k| k.starts_with(key)) {
+            continue;
+        }
+        for m in c["members"].as_array().into_iter().flatten() {
+            let f = &m["figures"];
+            members.insert(
+                m["node_id"].as_str().unwrap_or_default().to_string(),
+                MemberSnap {
+                    running: m["running"].as_bool().unwrap_or(false),
+                    flushing: m["flushing"].as_bool().unwrap_or(false),
+                    phase: m["phase"].as_str().unwrap_or_default().to_string(),
+                    ready: f["ready"].as_bool().unwrap_or(false),
+                    underrep: f["underreplicated_partitions"].as_u64().unwrap_or(u64::MAX),
+                    join_pending: f["join_gate_pending_pids"].as_u64().unwrap_or(u64::MAX),
+                    counters: f["bootstraps_completed_total"].as_u64().unwrap_or(0)
+                        + f["ae_repair_ops_total"].as_u64().unwrap_or(0),
+                    view: m["view"].clone(),
+                },
+            );
+        }
+    }
+    Ok(Snapshot { at, members })
+}
+
+/// The runbook's safe condition, judged from the simulator's truth: every running member
+/// ready (the victim may be Leaving) with 0 under-replicated and 0 join-pending, every view
+/// holding exactly the running members, and the re-replication counters unchanged for `settle`
+/// since `since`. `Err` says what is missing.
+fn unsafe_reason(
+    s: &Snapshot,
+    counters_changed: &BTreeMap<String, Instant>,
+    since: Instant,
+    settle: Duration,
+) -> Result<(), String> {
+    let running: Vec<(&String, &MemberSnap)> = s.members.iter().filter(|(_, m)| m.running).collect();
+    if running.is_empty() {
+        return Err("nothing running".into());
+    }
+    let ids: BTreeSet<&str> = running.iter().map(|(id, _)| id.as_str()).collect();
+    for (id, m) in &running {
+        let view: BTreeSet<&str> = m
+            .view
+            .as_object()
+            .map(|o| o.keys().map(String::as_str).collect())
+            .unwrap_or_default();
+        if view != ids {
+            return Err(format!("{id}: view {view:?} ≠ running {ids:?}"));
+        }
+        if m.flushing {
+            return Err(format!("{id}: flushing"));
+        }
+        if !(m.ready || m.phase == "Leaving") {
+            return Err(format!("{id}: not ready ({})", m.phase));
+        }
+        if m.underrep != 0 || m.join_pending != 0 {
+            return Err(format!("{id}: underrep {} join {}", m.underrep, m.join_pending));
+        }
+        if let Some(t) = counters_changed.get(*id) {
+            let quiet = s.at.saturating_duration_since((*t).max(since));
+            if quiet < settle {
+                return Err(format!("{id}: counters quiet {quiet:?}"));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn safe(s: &Snapshot, counters_changed: &BTreeMap<String, Instant>, since: Instant, settle: Duration) -> bool {
+    unsafe_reason(s, counters_changed, since, settle).is_ok()
+}
+
+#[derive(Default, Debug)]
+struct StepTimes {
+    drain: Option<Instant>,
+    handoff_safe: Option<Instant>,
+    terminated: Option<Instant>,
+    exited: Option<Instant>,
+    safe_after: Option<Instant>,
+}
+
+async fn steps(runs: u64) -> anyhow::Result<()> {
+    let sim = Sim::from_env().context("the steps benchmark needs the simulator")?;
+    let settings = sim.patch_settings(json!({})).await?;
+    let flush = Duration::from_millis(settings["flush_ms"].as_u64().unwrap_or(3000));
+    let settle = Duration::from_secs(2);
+    let mut latencies = Vec::new();
+    let mut delete_latencies = Vec::new();
+    let mut ratios = Vec::new();
+    for run in 0..runs {
+        let env = TestEnv::new("bench-steps").await?;
+        let ns = env.namespace.clone();
+        let _op = Operator::start_with(&ns, &[("RUST_LOG", "warn")])?;
+        let mut sp = spec(8);
+        sp["scaleDown"]["settleSeconds"] = json!(settle.as_secs());
+        let api = create(&env, "bench", sp).await?;
+        let all: Vec<String> = (0..8).map(|i| format!("bench-{i}")).collect();
+        let all_ref: Vec<&str> = all.iter().map(String::as_str).collect();
+        wait_healthy(&api, "bench", &all_ref, T).await?;
+        let key = format!("{ns}/");
+
+        let started = Instant::now();
+        patch_spec(&api, "bench", json!({"nodes": 3})).await?;
+        let mut counters: BTreeMap<String, (u64, Instant)> = BTreeMap::new();
+        let mut steps: Vec<(String, StepTimes)> = Vec::new();
+        let mut last_exit: Option<Instant> = None;
+        let done;
+        loop {
+            let s = snapshot(&sim, &key).await?;
+            for (id, m) in &s.members {
+                let e = counters.entry(id.clone()).or_insert((m.counters, s.at));
+                if e.0 != m.counters {
+                    *e = (m.counters, s.at);
+                }
+            }
+            let changed: BTreeMap<String, Instant> =
+                counters.iter().map(|(k, (_, t))| (k.clone(), *t)).collect();
+            // A new victim: the first member seen Leaving that is not a known step.
+            for (id, m) in &s.members {
+                if m.running && m.phase == "Leaving" && !steps.iter().any(|(v, _)| v == id) {
+                    steps.push((
+                        id.clone(),
+                        StepTimes {
+                            drain: Some(s.at),
+                            ..Default::default()
+                        },
+                    ));
+                }
+            }
+            if let Some((victim, t)) = steps.last_mut() {
+                let drain = t.drain.unwrap();
+                if t.handoff_safe.is_none() && safe(&s, &changed, drain, settle) {
+                    t.handoff_safe = Some(s.at);
+                }
+                let vm = s.members.get(victim.as_str());
+                if t.terminated.is_none() && vm.is_some_and(|m| m.flushing) {
+                    if std::env::var_os("BENCH_DEBUG").is_some() && t.handoff_safe.is_none() {
+                        eprintln!(
+                            "  SIGTERM of {victim} before the bench judged it safe: {:?}",
+                            unsafe_reason(&s, &changed, drain, settle)
+                        );
+                    }
+                    t.terminated = Some(s.at);
+                    // The operator went ahead first (its last scrape before deciding saw a
+                    // quiet cluster; a counter may move in the ~0.1–0.3 s between that scrape
+                    // and SIGTERM): the hand-off took at most this long.
+                    t.handoff_safe.get_or_insert(s.at);
+                }
+                if t.exited.is_none() && vm.is_none_or(|m| !m.running) {
+                    t.exited = Some(s.at);
+                    last_exit = Some(s.at);
+                }
+                if let Some(exited) = t.exited
+                    && t.safe_after.is_none()
+                    && safe(&s, &changed, exited, settle)
+                {
+                    t.safe_after = Some(s.at);
+                }
+            }
+            let c = status_of(&api.get("bench").await?);
+            if c.phase.as_deref() == Some("Healthy") && c.instance_names.len() == 3 {
+                done = Instant::now();
+                break;
+            }
+            anyhow::ensure!(started.elapsed() < T * 2, "8 → 3 did not finish");
+            tokio::time::sleep(POLL).await;
+        }
+        let _ = last_exit;
+        // The data plane's own minimum per step: the hand-off (drain → safe with the victim
+        // still serving), the node's flush after SIGTERM, and the settling after it exits.
+        let mut minimum = Duration::ZERO;
+        for (i, (victim, t)) in steps.iter().enumerate() {
+            let (Some(drain), Some(hs), Some(ex), Some(sa)) =
+                (t.drain, t.handoff_safe, t.exited, t.safe_after)
+            else {
+                anyhow::bail!("step {i} ({victim}) incomplete: {t:?}");
+            };
+            minimum += (hs - drain) + flush + (sa - ex);
+            let at = |t: Option<Instant>| t.map(|t| format!("{:.2}", (t - started).as_secs_f64()));
+            eprintln!(
+                "  step {i} {victim}: drain {:?} handoff-safe {:?} sigterm {:?} exit {:?} safe {:?}",
+                at(t.drain), at(t.handoff_safe), at(t.terminated), at(t.exited), at(t.safe_after)
+            );
+            if let Some(term) = t.terminated {
+                delete_latencies.push(term.saturating_duration_since(hs).as_secs_f64());
+            }
+            if let Some((_, next)) = steps.get(i + 1) {
+                latencies.push(
+                    next.drain
+                        .unwrap()
+                        .saturating_duration_since(sa)
+                        .as_secs_f64(),
+                );
+            }
+        }
+        let wall = done - started;
+        let ratio = wall.as_secs_f64() / minimum.as_secs_f64();
+        ratios.push(ratio);
+        println!(
+            "RESULT\t8→3 run {run}\twall={:.2}s\tdata-plane minimum={:.2}s\tratio={ratio:.3}\tsteps={}",
+            wall.as_secs_f64(),
+            minimum.as_secs_f64(),
+            steps.len()
+        );
+        env.cleanup().await?;
+    }
+    summary("step latency: safe → next /drain", "s", latencies);
+    summary("hand-off safe → victim SIGTERM", "s", delete_latencies);
+    summary("8→3 wall / data-plane minimum", "x", ratios);
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// 3: replacement latency, ours vs the StatefulSet controller, in the same run.
+
+/// Delete `name` and time, from the watch, its DELETED event to the ADDED event of the pod
+/// that replaces it.
+async fn time_replacement(pods: &Api<Pod>, name: &str, label: &str) -> anyhow::Result<f64> {
+    let stream =
+        watcher::watcher(pods.clone(), watcher::Config::default().labels(label)).default_backoff();
+    let mut stream = Box::pin(stream);
+    // Drain the initial list first.
+    loop {
+        match stream.next().await {
+            Some(Ok(Event::InitDone)) => break,
+            Some(Ok(_)) => {}
+            Some(Err(e)) => return Err(e.into()),
+            None => anyhow::bail!("watch ended"),
+        }
+    }
+    let old_uid = pods.get(name).await?.metadata.uid;
+    pods.delete(
+        name,
+        &DeleteParams {
+            grace_period_seconds: Some(0),
+            ..Default::default()
+        },
+    )
+    .await?;
+    let mut deleted = None;
+    let deadline = Instant::now() + T;
+    while Instant::now() < deadline {
+        let ev = tokio::time::timeout(T, stream.next()).await?;
+        match ev {
+            Some(Ok(Event::Delete(p))) if p.metadata.name.as_deref() == Some(name) => {
+                deleted = Some(Instant::now());
+            }
+            Some(Ok(Event::Apply(p)))
+                if p.metadata.name.as_deref() == Some(name) && p.metadata.uid != old_uid =>
+            {
+                let created = Instant::now();
+                let from = deleted.context("replacement seen before the deletion")?;
+                return Ok((created - from).as_secs_f64());
+            }
+            Some(Err(e)) => return Err(e.into()),
+            _ => {}
+        }
+    }
+    anyhow::bail!("no replacement for {name}")
+}
+
+async fn replace(runs: u64) -> anyhow::Result<()> {
+    let env = TestEnv::new("bench-replace").await?;
+    let ns = env.namespace.clone();
+    let _op = Operator::start_with(&ns, &[("RUST_LOG", "warn")])?;
+    let api = create(&env, "rep", spec(3)).await?;
+    wait_healthy(&api, "rep", &["rep-0", "rep-1", "rep-2"], T).await?;
+    // A plain StatefulSet of the same size, on the same fake nodes.
+    let sts: StatefulSet = serde_json::from_value(json!({
+        "apiVersion": "apps/v1", "kind": "StatefulSet",
+        "metadata": {"name": "sts"},
+        "spec": {
+            "replicas": 3, "serviceName": "sts", "podManagementPolicy": "OrderedReady",
+            "selector": {"matchLabels": {"bench": "sts"}},
+            "template": {
+                "metadata": {"labels": {"bench": "sts"}},
+                "spec": {
+                    "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}],
+                    "terminationGracePeriodSeconds": 0
+                }
+            }
+        }
+    }))?;
+    env.api::<StatefulSet>()
+        .create(&PostParams::default(), &sts)
+        .await?;
+    let pods: Api<Pod> = env.api();
+    wait_until("the StatefulSet's 3 pods ready", T, || async {
+        let ready = pods
+            .list(&ListParams::default().labels("bench=sts"))
+            .await?
+            .items
+            .iter()
+            .filter(|p| pod_condition(p, "Ready"))
+            .count();
+        Ok((ready == 3).then_some(()))
+    })
+    .await?;
+    let mut ours = Vec::new();
+    let mut theirs = Vec::new();
+    for i in 0..runs {
+        let m = format!("rep-{}", i % 3);
+        ours.push(time_replacement(&pods, &m, "app.kubernetes.io/instance=rep").await?);
+        wait_healthy(&api, "rep", &["rep-0", "rep-1", "rep-2"], T).await?;
+        let s = format!("sts-{}", i % 3);
+        theirs.push(time_replacement(&pods, &s, "bench=sts").await?);
+        wait_until("the StatefulSet's 3 pods ready again", T, || async {
+            let ready = pods
+                .list(&ListParams::default().labels("bench=sts"))
+                .await?
+                .items
+                .iter()
+                .filter(|p| pod_condition(p, "Ready") && p.metadata.deletion_timestamp.is_none())
+                .count();
+            Ok((ready == 3).then_some(()))
+        })
+        .await?;
+    }
+    summary(
+        "replacement: pod deleted → new pod (marekvs-operator)",
+        "s",
+        ours,
+    );
+    summary(
+        "replacement: pod deleted → new pod (StatefulSet controller)",
+        "s",
+        theirs,
+    );
+    env.cleanup().await
+}
+
+// ---------------------------------------------------------------------------------------------
+// 4: many clusters.
+
+fn metric_sum(text: &str, name: &str, label: Option<(&str, &str)>) -> f64 {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter(|l| {
+            let series = l.split_whitespace().next().unwrap_or("");
+            let base = series.split('{').next().unwrap_or("");
+            base == name && label.is_none_or(|(k, v)| series.contains(&format!("{k}=\"{v}\"")))
+        })
+        .filter_map(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
+        .sum()
+}
+
+/// Histogram quantile from cumulative buckets (upper bound of the bucket that holds it).
+fn histogram_quantile(text: &str, name: &str, q: f64) -> f64 {
+    let mut buckets: Vec<(f64, f64)> = text
+        .lines()
+        .filter(|l| l.starts_with(&format!("{name}_bucket{{le=\"")))
+        .filter_map(|l| {
+            let le = l.split("le=\"").nth(1)?.split('"').next()?;
+            let le = if le == "+Inf" {
+                f64::INFINITY
+            } else {
+                le.parse().ok()?
+            };
+            Some((le, l.split_whitespace().nth(1)?.parse().ok()?))
+        })
+        .collect();
+    buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let total = buckets.last().map(|b| b.1).unwrap_or(0.0);
+    buckets
+        .iter()
+        .find(|(_, c)| *c >= q * total)
+        .map(|(le, _)| *le)
+        .unwrap_or(f64::NAN)
+}
+
+fn diff_histogram(after: &str, before: &str, name: &str) -> String {
+    // Cumulative buckets subtract bucket by bucket.
+    let read = |t: &str| -> BTreeMap<String, f64> {
+        t.lines()
+            .filter(|l| l.starts_with(&format!("{name}_bucket")))
+            .filter_map(|l| {
+                let (s, v) = l.split_once(' ')?;
+                Some((s.to_string(), v.parse().ok()?))
+            })
+            .collect()
+    };
+    let b = read(before);
+    read(after)
+        .into_iter()
+        .map(|(s, v)| format!("{s} {}\n", v - b.get(&s).copied().unwrap_or(0.0)))
+        .collect()
+}
+
+fn proc_stat(pid: u32) -> Option<(f64, u64)> {
+    // CPU seconds (utime + stime) and RSS in KiB.
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let fields: Vec<&str> = stat.rsplit(") ").next()?.split_whitespace().collect();
+    let ticks: f64 = fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let rss = status
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()?;
+    Some((ticks / 100.0, rss))
+}
+
+async fn scale(clusters: u64, members: u64, steady: u64) -> anyhow::Result<()> {
+    let env = TestEnv::new("bench-scale").await?;
+    let ns = env.namespace.clone();
+    let op = Operator::start_with(
+        &ns,
+        &[
+            ("RUST_LOG", "warn"),
+            ("MAREKVS_OPERATOR_METRICS_ADDR", "127.0.0.1:36081"),
+        ],
+    )?;
+    let pid = op.pid().context("operator pid")?;
+    let metrics_url = "http://127.0.0.1:36081/metrics";
+    let http = http();
+    let scrape_op = || async { anyhow::Ok(http.get(metrics_url).send().await?.text().await?) };
+    let started = Instant::now();
+    let mut apis = Vec::new();
+    for i in 0..clusters {
+        let name = format!("c{i}");
+        let mut sp = spec(members as u32);
+        sp["scaleDown"]["settleSeconds"] = json!(2);
+        apis.push((name.clone(), create(&env, &name, sp).await?));
+    }
+    let all: Api<MarekvsCluster> = env.api();
+    wait_until(
+        &format!("{clusters} clusters × {members} members Healthy"),
+        Duration::from_secs(3600),
+        || async {
+            let healthy = all
+                .list(&Default::default())
+                .await?
+                .items
+                .iter()
+                .filter(|c| status_of(c).phase.as_deref() == Some("Healthy"))
+                .count();
+            eprintln!(
+                "  {healthy}/{clusters} Healthy after {:.0}s",
+                started.elapsed().as_secs_f64()
+            );
+            Ok((healthy as u64 == clusters).then_some(()))
+        },
+    )
+    .await?;
+    let bring_up = started.elapsed();
+    println!(
+        "RESULT\tscale: {clusters}×{members} created and Healthy\t{:.0}s",
+        bring_up.as_secs_f64()
+    );
+    // Let the first rounds of status settle, then measure a steady window.
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    let apiserver_metrics = || async {
+        anyhow::Ok(
+            env.client
+                .request_text(http::Request::get("/metrics").body(vec![])?)
+                .await?,
+        )
+    };
+    let api_before = apiserver_metrics().await?;
+    let before = scrape_op().await?;
+    let (cpu0, _) = proc_stat(pid).context("operator /proc")?;
+    let t0 = Instant::now();
+    let mut rss_max = 0;
+    while t0.elapsed() < Duration::from_secs(steady) {
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        if let Some((_, rss)) = proc_stat(pid) {
+            rss_max = rss_max.max(rss);
+        }
+    }
+    let after = scrape_op().await?;
+    let api_after = apiserver_metrics().await?;
+    let (cpu1, rss) = proc_stat(pid).context("operator /proc")?;
+    let minutes = t0.elapsed().as_secs_f64() / 60.0;
+    for verb in ["GET", "LIST", "WATCH", "POST", "PUT", "PATCH", "DELETE"] {
+        let n = metric_sum(
+            &after,
+            "marekvs_operator_api_requests_total",
+            Some(("verb", verb)),
+        ) - metric_sum(
+            &before,
+            "marekvs_operator_api_requests_total",
+            Some(("verb", verb)),
+        );
+        println!(
+            "RESULT\tscale steady: API {verb} per minute\t{:.1}",
+            n / minutes
+        );
+    }
+    for verb in [
+        "GET", "LIST", "WATCH", "POST", "PUT", "PATCH", "DELETE", "APPLY",
+    ] {
+        let n = metric_sum(&api_after, "apiserver_request_total", Some(("verb", verb)))
+            - metric_sum(&api_before, "apiserver_request_total", Some(("verb", verb)));
+        println!(
+            "RESULT\tscale steady: apiserver_request_total (all clients) {verb} per minute\t{:.1}",
+            n / minutes
+        );
+    }
+    for (action, label) in [
+        ("status_write", "status writes"),
+        ("status_unchanged", "status unchanged"),
+    ] {
+        let n = metric_sum(
+            &after,
+            "marekvs_operator_actions_total",
+            Some(("action", action)),
+        ) - metric_sum(
+            &before,
+            "marekvs_operator_actions_total",
+            Some(("action", action)),
+        );
+        println!(
+            "RESULT\tscale steady: {label} per minute\t{:.1}",
+            n / minutes
+        );
+    }
+    let window = |name: &str| diff_histogram(&after, &before, name);
+    let wait = window("marekvs_operator_reconcile_queue_wait_seconds");
+    let work = window("marekvs_operator_reconcile_duration_seconds");
+    let reconciles = metric_sum(&after, "marekvs_operator_reconciles_total", None)
+        - metric_sum(&before, "marekvs_operator_reconciles_total", None);
+    println!(
+        "RESULT\tscale steady: reconciles per minute\t{:.0}",
+        reconciles / minutes
+    );
+    for (label, text, name) in [
+        (
+            "queue wait",
+            &wait,
+            "marekvs_operator_reconcile_queue_wait_seconds",
+        ),
+        (
+            "reconcile work",
+            &work,
+            "marekvs_operator_reconcile_duration_seconds",
+        ),
+    ] {
+        println!(
+            "RESULT\tscale steady: {label} p50 ≤ {}s, p99 ≤ {}s (bucket bounds)",
+            histogram_quantile(text, name, 0.5),
+            histogram_quantile(text, name, 0.99)
+        );
+    }
+    println!(
+        "RESULT\tscale steady: operator CPU\t{:.1}% of one core",
+        (cpu1 - cpu0) / t0.elapsed().as_secs_f64() * 100.0
+    );
+    println!(
+        "RESULT\tscale steady: operator RSS\t{:.1} MiB (max {:.1} MiB)",
+        rss as f64 / 1024.0,
+        rss_max as f64 / 1024.0
+    );
+    env.cleanup().await
+}

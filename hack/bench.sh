@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# `make bench`: brings up the `bench` cluster (its own ports, beside demo and test) and the
+# simulator, runs the benchmarks of e2e/src/bin/bench.rs against them and tears everything
+# down. Reported numbers, not pass/fail; results go to stdout and to $OUT (default
+# target/bench/results.tsv). Arguments go to the bench binary (default: all).
+#
+#   hack/bench.sh                     # steps, replace, scale (200 × 8)
+#   hack/bench.sh steps --runs 5
+#   hack/bench.sh scale --clusters 50 --members 8 --steady-seconds 60
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+. "$here/lib.sh"
+cluster_env bench
+out=${OUT:-$REPO/target/bench/results.tsv}
+mkdir -p "$(dirname "$out")"
+
+finish() {
+  local rc=$?
+  "$here/cluster-down.sh" bench >/dev/null 2>&1 || true
+  exit $rc
+}
+trap finish EXIT
+
+"$here/cluster-up.sh" bench >/dev/null
+MAREKVS_SIM_PROFILE=release "$here/sim-up.sh" bench >/dev/null
+(cd "$REPO" && cargo build -q --release -p marekvs-operator && cargo build -q --release -p marekvs-e2e --bin bench)
+bin=$("$here/build-control-plane.sh")
+opkc=$(operator_kubeconfig)
+export MAREKVS_OPERATOR_KUBECONFIG=$opkc
+export KUBECONFIG=$KUBECONFIG_PATH MAREKVS_SIM_CONTROL_URL=$SIM_CONTROL_URL
+# Established is not quite served: wait until the resource answers.
+wait_for "the MarekvsCluster API" 60 kc get marekvsclusters -A
+export MAREKVS_OPERATOR_BIN=${CARGO_TARGET_DIR:-$REPO/target}/release/marekvs-operator
+export MAREKVS_E2E_LOG_DIR=$STATE/logs
+{
+  echo "# $(date -u +%FT%TZ) $(git -C "$REPO" rev-parse --short HEAD) $(nproc) cores: bench ${*:-all}"
+  "${CARGO_TARGET_DIR:-$REPO/target}/release/bench" "${@:-all}" | tee /dev/stderr | grep '^RESULT'
+} >> "$out"
+log "results appended to $out"
