@@ -149,7 +149,8 @@ fn unsafe_reason(
     since: Instant,
     settle: Duration,
 ) -> Result<(), String> {
-    let running: Vec<(&String, &MemberSnap)> = s.members.iter().filter(|(_, m)| m.running).collect();
+    let running: Vec<(&String, &MemberSnap)> =
+        s.members.iter().filter(|(_, m)| m.running).collect();
     if running.is_empty() {
         return Err("nothing running".into());
     }
@@ -170,7 +171,10 @@ fn unsafe_reason(
             return Err(format!("{id}: not ready ({})", m.phase));
         }
         if m.underrep != 0 || m.join_pending != 0 {
-            return Err(format!("{id}: underrep {} join {}", m.underrep, m.join_pending));
+            return Err(format!(
+                "{id}: underrep {} join {}",
+                m.underrep, m.join_pending
+            ));
         }
         if let Some(t) = counters_changed.get(*id) {
             let quiet = s.at.saturating_duration_since((*t).max(since));
@@ -182,7 +186,12 @@ fn unsafe_reason(
     Ok(())
 }
 
-fn safe(s: &Snapshot, counters_changed: &BTreeMap<String, Instant>, since: Instant, settle: Duration) -> bool {
+fn safe(
+    s: &Snapshot,
+    counters_changed: &BTreeMap<String, Instant>,
+    since: Instant,
+    settle: Duration,
+) -> bool {
     unsafe_reason(s, counters_changed, since, settle).is_ok()
 }
 
@@ -295,7 +304,11 @@ async fn steps(runs: u64) -> anyhow::Result<()> {
             let at = |t: Option<Instant>| t.map(|t| format!("{:.2}", (t - started).as_secs_f64()));
             eprintln!(
                 "  step {i} {victim}: drain {:?} handoff-safe {:?} sigterm {:?} exit {:?} safe {:?}",
-                at(t.drain), at(t.handoff_safe), at(t.terminated), at(t.exited), at(t.safe_after)
+                at(t.drain),
+                at(t.handoff_safe),
+                at(t.terminated),
+                at(t.exited),
+                at(t.safe_after)
             );
             if let Some(term) = t.terminated {
                 delete_latencies.push(term.saturating_duration_since(hs).as_secs_f64());
