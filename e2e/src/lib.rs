@@ -250,6 +250,28 @@ impl Sim {
     }
 }
 
+/// Members named in `status.instanceNames` whose pod is missing, terminating or not Ready.
+/// `None` while the API answers nothing (the API server is down).
+pub async fn members_down(pods: &Api<Pod>, status: &MarekvsClusterStatus) -> Option<Vec<String>> {
+    let live: std::collections::BTreeSet<String> = pods
+        .list(&Default::default())
+        .await
+        .ok()?
+        .items
+        .into_iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none() && pod_condition(p, "Ready"))
+        .filter_map(|p| p.metadata.name)
+        .collect();
+    Some(
+        status
+            .instance_names
+            .iter()
+            .filter(|n| !live.contains(*n))
+            .cloned()
+            .collect(),
+    )
+}
+
 /// Name of a pod, for messages.
 pub fn name_of(pod: &Pod) -> String {
     pod.name_any()

@@ -33,19 +33,6 @@ async fn restart_api_server(cluster: &str) -> anyhow::Result<f64> {
     Ok(String::from_utf8_lossy(&out.stdout).trim().parse()?)
 }
 
-/// Members whose pods exist, are not terminating and are Ready; `None` while the API answers
-/// nothing (the API server is down).
-async fn ready_members(pods: &Api<Pod>) -> Option<BTreeSet<String>> {
-    let list = pods.list(&Default::default()).await.ok()?;
-    Some(
-        list.items
-            .into_iter()
-            .filter(|p| p.metadata.deletion_timestamp.is_none() && pod_condition(p, "Ready"))
-            .filter_map(|p| p.metadata.name)
-            .collect(),
-    )
-}
-
 #[tokio::test]
 async fn api_server_restarts_and_a_member_crash_mid_operation_lose_nothing() -> anyhow::Result<()> {
     let Some(sim) = Sim::from_env() else {
@@ -98,12 +85,7 @@ async fn api_server_restarts_and_a_member_crash_mid_operation_lose_nothing() -> 
             continue;
         };
         let s = status_of(&c);
-        if let Some(live) = ready_members(&pods).await {
-            let down: Vec<&String> = s
-                .instance_names
-                .iter()
-                .filter(|n| !live.contains(*n))
-                .collect();
+        if let Some(down) = members_down(&pods, &s).await {
             // The crashed member is down by our hand, not the operator's.
             let by_operator = down
                 .iter()

@@ -2,6 +2,7 @@
 
 use std::time::{Duration, Instant};
 
+use anyhow::Context as _;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::api::{Api, PostParams};
@@ -146,19 +147,7 @@ async fn kill_9_the_operator_again_and_again_through_a_scale_down_and_a_rollout(
         if let Some(r) = &s.rollout {
             steps_seen.insert(format!("rollout/{}", r.step));
         }
-        let live: std::collections::BTreeSet<String> = pods
-            .list(&Default::default())
-            .await?
-            .items
-            .into_iter()
-            .filter(|p| p.metadata.deletion_timestamp.is_none() && pod_condition(p, "Ready"))
-            .filter_map(|p| p.metadata.name)
-            .collect();
-        let down: Vec<&String> = s
-            .instance_names
-            .iter()
-            .filter(|n| !live.contains(*n))
-            .collect();
+        let down = members_down(&pods, &s).await.context("listing pods")?;
         assert!(
             down.len() <= 1,
             "two members down at once: {down:?} (after {kills} kills)"
