@@ -250,6 +250,15 @@ impl Sim {
     }
 }
 
+/// The status says the spec of `generation` is reached: Healthy, exactly `members`, every one
+/// of them on the current pod spec.
+pub fn converged(s: &MarekvsClusterStatus, generation: Option<i64>, members: &[&str]) -> bool {
+    s.phase.as_deref() == Some("Healthy")
+        && s.observed_generation == generation
+        && s.instance_names == members
+        && s.updated_nodes == Some(members.len() as i32)
+}
+
 /// Members named in `status.instanceNames` whose pod is missing, terminating or not Ready.
 /// `None` while the API answers nothing (the API server is down).
 pub async fn members_down(pods: &Api<Pod>, status: &MarekvsClusterStatus) -> Option<Vec<String>> {

@@ -96,11 +96,7 @@ async fn api_server_restarts_and_a_member_crash_mid_operation_lose_nothing() -> 
                 "two members down at once: {down:?} (crashed {crashed:?})"
             );
         }
-        if s.phase.as_deref() == Some("Healthy")
-            && s.observed_generation == generation
-            && s.instance_names == ["demo-0", "demo-1", "demo-2"]
-            && s.updated_nodes == Some(3)
-        {
+        if converged(&s, generation, &["demo-0", "demo-1", "demo-2"]) {
             break;
         }
         assert!(

@@ -152,11 +152,7 @@ async fn kill_9_the_operator_again_and_again_through_a_scale_down_and_a_rollout(
             down.len() <= 1,
             "two members down at once: {down:?} (after {kills} kills)"
         );
-        if s.phase.as_deref() == Some("Healthy")
-            && s.observed_generation == generation
-            && s.instance_names == ["demo-0", "demo-1", "demo-2"]
-            && s.updated_nodes == Some(3)
-        {
+        if converged(&s, generation, &["demo-0", "demo-1", "demo-2"]) {
             break;
         }
         assert!(
