@@ -14,6 +14,10 @@ finish() {
       [ -f "$f" ] && { echo "--- last lines of $f" >&2; tail -n 40 "$f" >&2; }
     done
   fi
+  if [ $rc -ne 0 ] && [ -n "${MAREKVS_E2E_KEEP:-}" ]; then
+    log "MAREKVS_E2E_KEEP is set: cluster $NAME left up for inspection (KUBECONFIG=$KUBECONFIG_PATH); hack/cluster-down.sh $NAME removes it"
+    exit $rc
+  fi
   "$here/cluster-down.sh" test >/dev/null 2>&1 || true
   if pgrep -f -- "$STATE/" >/dev/null; then
     log "processes left behind:"; pgrep -af -- "$STATE/" >&2

@@ -180,22 +180,34 @@ async fn run(
     // One watch per kind, each feeding a cache the reconciler reads: after the first LIST,
     // nothing is listed again (a LIST per reconcile was a LIST per cluster every 10 s).
     // managedFields are dropped from the caches: they are most of an object's size.
+    // Each watch backs off on its own errors, and its errors stop here: handed to the
+    // controller, they would put *all* watches to sleep behind its trigger backoff, which
+    // grows with every error of any watch. After an API server restart, five watches each
+    // reporting one "resource version too old" froze every cache for three minutes.
     macro_rules! cached {
-        ($kind:ty, $config:expr) => {{
+        ($kind:ty, $what:literal, $config:expr) => {{
             let (reader, writer) = reflector::store::<$kind>();
-            let stream = watcher(api::<$kind>(&client, &namespace), $config)
-                .default_backoff()
-                .modify(|o| o.managed_fields_mut().clear())
-                .reflect(writer)
-                .touched_objects();
-            (reader, stream)
+            let events =
+                watcher(api::<$kind>(&client, &namespace), $config).backoff(watch_backoff());
+            (
+                reader,
+                cache_and_trigger(events, writer, metrics.clone(), $what),
+            )
         }};
     }
-    let (crs, cr_stream) = cached!(MarekvsCluster, watcher::Config::default());
-    let (pods, pod_stream) = cached!(Pod, managed.clone());
-    let (pvcs, pvc_stream) = cached!(PersistentVolumeClaim, managed.clone());
-    let (services, service_stream) = cached!(Service, managed.clone());
-    let (pdbs, pdb_stream) = cached!(PodDisruptionBudget, managed.clone());
+    let (crs, cr_stream) = cached!(
+        MarekvsCluster,
+        "marekvsclusters",
+        watcher::Config::default()
+    );
+    let (pods, pod_stream) = cached!(Pod, "pods", managed.clone());
+    let (pvcs, pvc_stream) = cached!(
+        PersistentVolumeClaim,
+        "persistentvolumeclaims",
+        managed.clone()
+    );
+    let (services, service_stream) = cached!(Service, "services", managed.clone());
+    let (pdbs, pdb_stream) = cached!(PodDisruptionBudget, "poddisruptionbudgets", managed.clone());
     let ctx = Arc::new(reconcile::Ctx {
         client: client.clone(),
         recorder: Recorder::new(client.clone(), reporter),
@@ -281,11 +293,105 @@ async fn run(
     Ok(())
 }
 
+/// One watch's events: fed into its cache (without managedFields), then handed on as the
+/// objects to reconcile for. Errors are logged and counted here and go no further (see `run`).
+fn cache_and_trigger<K, S>(
+    events: S,
+    writer: reflector::store::Writer<K>,
+    metrics: Arc<telemetry::Metrics>,
+    what: &'static str,
+) -> impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static
+where
+    K: Resource + Clone + std::fmt::Debug + Send + Sync + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone + Default + Send + Sync,
+    S: futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
+{
+    events
+        .modify(|o| o.managed_fields_mut().clear())
+        .reflect(writer)
+        .touched_objects()
+        .filter(move |r| {
+            if let Err(e) = r {
+                warn!(watch = what, "watch error (retried with backoff): {e}");
+                metrics.watch_errors.inc(what);
+            }
+            futures::future::ready(r.is_ok())
+        })
+}
+
+/// Retry pacing of one watch: 250 ms doubling to 5 s, with jitter, reset by any event.
+/// Capped at 5 s (client-go's reflector goes to 30 s) so that a cache is at most a few
+/// seconds stale after the API server comes back; five watches cost one request a second
+/// while it is away.
+fn watch_backoff() -> watcher::ExponentialBackoff {
+    backon::ExponentialBuilder::default()
+        .with_min_delay(Duration::from_millis(250))
+        .with_max_delay(Duration::from_secs(5))
+        .with_factor(2.0)
+        .with_jitter()
+        .without_max_times()
+        .into()
+}
+
 /// A child changed: its cluster (the instance label) is due for a reconcile.
 fn note_child<K: ResourceExt>(m: &telemetry::Metrics, r: &Result<K, watcher::Error>) {
     if let Ok(o) = r
         && let (Some(ns), Some(name)) = (o.namespace(), o.labels().get(build::LABEL_INSTANCE))
     {
         m.triggered(&ns, name);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, ObjectMeta};
+
+    fn pod(name: &str) -> Pod {
+        Pod {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some("ns".into()),
+                managed_fields: Some(vec![ManagedFieldsEntry::default()]),
+                ..ObjectMeta::default()
+            },
+            ..Pod::default()
+        }
+    }
+
+    /// An error passed on to the controller would stall every watch behind its trigger
+    /// backoff; here errors are counted and dropped, and the objects still reach the cache.
+    #[tokio::test]
+    async fn watch_errors_are_counted_and_never_reach_the_controller() {
+        let (cache, writer) = reflector::store::<Pod>();
+        let metrics = Arc::new(telemetry::Metrics::default());
+        let events = futures::stream::iter(vec![
+            Ok(watcher::Event::Init),
+            Ok(watcher::Event::InitApply(pod("a"))),
+            Ok(watcher::Event::InitDone),
+            Err(watcher::Error::NoResourceVersion),
+            Err(watcher::Error::NoResourceVersion),
+            Ok(watcher::Event::Apply(pod("b"))),
+            Err(watcher::Error::NoResourceVersion),
+        ]);
+        let out: Vec<Result<Pod, watcher::Error>> =
+            cache_and_trigger(events, writer, metrics.clone(), "pods")
+                .collect()
+                .await;
+        let names: Vec<String> = out
+            .iter()
+            .map(|r| r.as_ref().expect("no error is handed on").name_any())
+            .collect();
+        assert_eq!(names, ["a", "b"]);
+        assert_eq!(metrics.watch_errors.get("pods"), 3);
+        let mut cached: Vec<String> = cache.state().iter().map(|p| p.name_any()).collect();
+        cached.sort();
+        assert_eq!(cached, ["a", "b"]);
+        assert!(cache.state().iter().all(|p| {
+            p.metadata
+                .managed_fields
+                .as_ref()
+                .is_none_or(|m| m.is_empty())
+        }));
     }
 }

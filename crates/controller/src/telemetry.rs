@@ -77,6 +77,16 @@ impl LabeledCounter {
             .or_insert(0) += 1;
     }
 
+    #[cfg(test)]
+    pub fn get(&self, label: &str) -> u64 {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(label)
+            .copied()
+            .unwrap_or(0)
+    }
+
     fn render(&self, out: &mut String, name: &str, label: &str, help: &str) {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
         for (v, n) in self.0.lock().unwrap_or_else(|e| e.into_inner()).iter() {
@@ -100,6 +110,7 @@ pub struct Metrics {
     pub scrape_duration: Histogram,
     pub reconciles: AtomicU64,
     pub errors: LabeledCounter,
+    pub watch_errors: LabeledCounter,
     pub actions: LabeledCounter,
     pub api_requests: LabeledCounter,
     pub scrape_failures: AtomicU64,
@@ -185,6 +196,12 @@ impl Metrics {
             "marekvs_operator_reconcile_errors_total",
             "kind",
             "Failed reconciles by kind of error.",
+        );
+        self.watch_errors.render(
+            &mut out,
+            "marekvs_operator_watch_errors_total",
+            "resource",
+            "Errors of the operator's watches (each is retried with its own backoff).",
         );
         self.actions.render(
             &mut out,
