@@ -454,7 +454,7 @@ pub async fn wait_cluster(
     timeout: Duration,
     pred: impl Fn(&MarekvsClusterStatus) -> bool,
 ) -> anyhow::Result<MarekvsCluster> {
-    wait_until(what, timeout, || async {
+    let waited = wait_until(what, timeout, || async {
         let c = api.get(name).await?;
         let s = status_of(&c);
         if pred(&s) {
@@ -470,7 +470,45 @@ pub async fn wait_cluster(
             ))
         }
     })
-    .await
+    .await;
+    match waited {
+        Ok(c) => Ok(c),
+        // What the pods were doing, for the failure message.
+        Err(e) => {
+            let ns = api.get(name).await.ok().and_then(|c| c.metadata.namespace);
+            let pods = match ns {
+                Some(ns) => Api::<Pod>::namespaced(api.clone().into_client(), &ns)
+                    .list(&Default::default())
+                    .await
+                    .map(|l| l.items.iter().map(pod_summary).collect::<Vec<_>>())
+                    .unwrap_or_default(),
+                None => Vec::new(),
+            };
+            Err(e.context(format!("pods then: {pods:?}")))
+        }
+    }
+}
+
+/// `name node=… phase=… ready=… terminating`, for failure messages.
+pub fn pod_summary(p: &Pod) -> String {
+    format!(
+        "{} node={} phase={} ready={}{}",
+        p.name_any(),
+        p.spec
+            .as_ref()
+            .and_then(|s| s.node_name.as_deref())
+            .unwrap_or("-"),
+        p.status
+            .as_ref()
+            .and_then(|s| s.phase.as_deref())
+            .unwrap_or("-"),
+        pod_condition(p, "Ready"),
+        if p.metadata.deletion_timestamp.is_some() {
+            " terminating"
+        } else {
+            ""
+        }
+    )
 }
 
 /// Healthy, with exactly these members, for the current generation.

@@ -103,20 +103,7 @@ async fn api_server_restarts_and_a_member_crash_mid_operation_lose_nothing() -> 
             let pods_now: Vec<String> = pods
                 .list(&Default::default())
                 .await
-                .map(|l| {
-                    l.items
-                        .iter()
-                        .map(|p| {
-                            format!(
-                                "{} uid={} terminating={} ready={}",
-                                name_of(p),
-                                p.metadata.uid.as_deref().unwrap_or("?"),
-                                p.metadata.deletion_timestamp.is_some(),
-                                pod_condition(p, "Ready")
-                            )
-                        })
-                        .collect()
-                })
+                .map(|l| l.items.iter().map(pod_summary).collect())
                 .unwrap_or_default();
             panic!(
                 "did not finish: {:?} {:?}; conditions {:?}; pods {pods_now:?}; outages {outages:?}",
