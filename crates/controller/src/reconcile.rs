@@ -222,23 +222,17 @@ async fn reconcile_inner(cr: &MarekvsCluster, ctx: &Ctx) -> Result<Duration, Err
     // Observe.
     let pods: BTreeMap<u32, Pod> = children(&ctx.pods, cr, "");
     let pvcs: BTreeMap<u32, PersistentVolumeClaim> = children(&ctx.pvcs, cr, "data-");
-    let scrapes = scrape_all(&ctx.members, &pods).await;
     let status = cr.status.clone().unwrap_or_default();
     let memory = memory_from_status(&name, &status);
-    let mut observed: BTreeMap<u32, MemberObs> = BTreeMap::new();
-    for o in pods.keys().chain(pvcs.keys()).chain(memory.members.iter()) {
-        let m = observed.entry(*o).or_default();
-        m.pod = pods.get(o).map(|p| {
-            pod_obs(
-                p,
-                &build::desired_template_hash(cr, *o, &ctx.cluster_domain),
-            )
-        });
-        m.pvc = pvcs.get(o).map(|p| PvcObs {
-            uid: p.uid().unwrap_or_default(),
-            terminating: p.metadata.deletion_timestamp.is_some(),
-            outdated: cr.spec.storage.replace_volumes && !volume_fits_in_place(cr, p),
-        });
+    let mut observed = observe(cr, ctx, &memory, &pods, &pvcs);
+
+    // A missing pod or PVC of an unchanged membership is re-created before the members are
+    // scraped: no member figure bears on it, and a deleted pod comes back sooner.
+    let recreated =
+        recreate_missing(ctx, cr, &spec, &status, &memory, &observed, &pods, &pvcs).await?;
+
+    let scrapes = scrape_all(&ctx.members, &pods).await;
+    for (o, m) in observed.iter_mut() {
         m.scrape = scrapes.get(o).cloned().flatten();
     }
 
@@ -322,21 +316,7 @@ async fn reconcile_inner(cr: &MarekvsCluster, ctx: &Ctx) -> Result<Duration, Err
         &name,
         now,
     );
-    // Re-creating a missing pod or PVC of an unchanged membership, with no step recorded in
-    // this pass, needs no record first: it is re-derived from what is observed and harmless to
-    // repeat. Done before the status write and the events, so a deleted pod comes back at once.
     let reference = cr.object_ref(&());
-    let recreate_first = !decision.actions.is_empty()
-        && decision
-            .actions
-            .iter()
-            .all(|a| matches!(a, Action::CreatePod(_) | Action::CreatePvc(_)))
-        && decision.memory.members == memory.members
-        && decision.memory.removal == memory.removal
-        && decision.memory.roll == memory.roll;
-    if recreate_first {
-        run_actions(ctx, cr, &decision.actions, &pods, &pvcs, &reference).await?;
-    }
 
     // Written only when it changed: a quiet cluster costs no write per pass.
     let unchanged = status_for_comparison(&new_status)
@@ -419,10 +399,14 @@ async fn reconcile_inner(cr: &MarekvsCluster, ctx: &Ctx) -> Result<Duration, Err
         .await;
     }
 
-    // Act.
-    if !recreate_first {
-        run_actions(ctx, cr, &decision.actions, &pods, &pvcs, &reference).await?;
-    }
+    // Act (what was re-created before the scrapes is not sent again).
+    let remaining: Vec<Action> = decision
+        .actions
+        .iter()
+        .filter(|a| !recreated.contains(a))
+        .copied()
+        .collect();
+    run_actions(ctx, cr, &remaining, &pods, &pvcs, &reference).await?;
     grow_volumes(ctx, cr, &pvcs).await;
 
     let stepped = (decision.memory.removal.is_some()
@@ -621,6 +605,88 @@ fn restarts(p: &Pod) -> i64 {
         .and_then(|s| s.container_statuses.as_ref())
         .map(|cs| cs.iter().map(|c| i64::from(c.restart_count)).sum())
         .unwrap_or(0)
+}
+
+/// What is known of each member from the caches (scrapes are added by the caller).
+fn observe(
+    cr: &MarekvsCluster,
+    ctx: &Ctx,
+    memory: &Memory,
+    pods: &BTreeMap<u32, Pod>,
+    pvcs: &BTreeMap<u32, PersistentVolumeClaim>,
+) -> BTreeMap<u32, MemberObs> {
+    let mut observed: BTreeMap<u32, MemberObs> = BTreeMap::new();
+    for o in pods.keys().chain(pvcs.keys()).chain(memory.members.iter()) {
+        let m = observed.entry(*o).or_default();
+        m.pod = pods.get(o).map(|p| {
+            pod_obs(
+                p,
+                &build::desired_template_hash(cr, *o, &ctx.cluster_domain),
+            )
+        });
+        m.pvc = pvcs.get(o).map(|p| PvcObs {
+            uid: p.uid().unwrap_or_default(),
+            terminating: p.metadata.deletion_timestamp.is_some(),
+            outdated: cr.spec.storage.replace_volumes && !volume_fits_in_place(cr, p),
+        });
+    }
+    observed
+}
+
+/// The creations a pass would make before any member is scraped, when that is all it would
+/// do: the membership, the removal and the rollout stay as recorded, so there is nothing to
+/// record first, and doing them again is harmless (409). Whatever else the pass decides
+/// waits for the scrapes. Returns the actions carried out.
+#[allow(clippy::too_many_arguments)]
+async fn recreate_missing(
+    ctx: &Ctx,
+    cr: &MarekvsCluster,
+    spec: &ClusterSpec,
+    status: &MarekvsClusterStatus,
+    memory: &Memory,
+    unscraped: &BTreeMap<u32, MemberObs>,
+    pods: &BTreeMap<u32, Pod>,
+    pvcs: &BTreeMap<u32, PersistentVolumeClaim>,
+) -> Result<Vec<Action>, Error> {
+    let creations = creations_only(spec, status, memory, unscraped, now_ms());
+    if !creations.is_empty() {
+        run_actions(ctx, cr, &creations, pods, pvcs, &cr.object_ref(&())).await?;
+    }
+    Ok(creations)
+}
+
+/// See [`recreate_missing`]; pure, for the tests.
+fn creations_only(
+    spec: &ClusterSpec,
+    status: &MarekvsClusterStatus,
+    memory: &Memory,
+    unscraped: &BTreeMap<u32, MemberObs>,
+    now: Millis,
+) -> Vec<Action> {
+    let mut spec = spec.clone();
+    // Under the autoscaler, the size it last asked for (its load figures come with the scrapes).
+    if let Some(desired) = status.autoscale.as_ref().and_then(|a| a.desired_nodes) {
+        spec.nodes = desired.max(1) as u32;
+    }
+    let d = decide(&Input {
+        spec: &spec,
+        memory,
+        observed: unscraped,
+        now,
+    });
+    let only_creations = d
+        .actions
+        .iter()
+        .all(|a| matches!(a, Action::CreatePod(_) | Action::CreatePvc(_)));
+    if only_creations
+        && d.memory.members == memory.members
+        && d.memory.removal == memory.removal
+        && d.memory.roll == memory.roll
+    {
+        d.actions.into_iter().collect()
+    } else {
+        Vec::new()
+    }
 }
 
 fn pod_obs(p: &Pod, desired_hash: &str) -> PodObs {
@@ -1493,6 +1559,45 @@ mod tests {
                 ..Scrape::default()
             }),
         }
+    }
+
+    /// Before the scrapes, only the re-creation of a missing child of an unchanged membership
+    /// is done; anything that needs a record first (a new member) waits for the full pass.
+    #[test]
+    fn a_missing_pod_is_recreated_before_the_scrapes_but_a_new_member_is_not() {
+        let up = |ready: bool| MemberObs {
+            pod: Some(PodObs {
+                ready,
+                ..PodObs::default()
+            }),
+            pvc: Some(PvcObs {
+                uid: "v".into(),
+                ..PvcObs::default()
+            }),
+            scrape: None,
+        };
+        let memory = Memory {
+            members: [0, 1, 2].into(),
+            ..Memory::default()
+        };
+        let mut observed: BTreeMap<u32, MemberObs> = (0..3).map(|o| (o, up(true))).collect();
+        let status = MarekvsClusterStatus::default();
+        let spec_of = |nodes: u32| core_spec(&cr(json!({"image": "x", "nodes": nodes}))).unwrap();
+        let now: Millis = 1_700_000_000_000;
+        assert!(creations_only(&spec_of(3), &status, &memory, &observed, now).is_empty());
+
+        observed.get_mut(&1).unwrap().pod = None;
+        assert_eq!(
+            creations_only(&spec_of(3), &status, &memory, &observed, now),
+            [Action::CreatePod(1)]
+        );
+        // A scale-down is wanted: still only the re-creation (no removal starts meanwhile).
+        assert_eq!(
+            creations_only(&spec_of(2), &status, &memory, &observed, now),
+            [Action::CreatePod(1)]
+        );
+        // A scale-up would add a member, which is recorded in status before it is created.
+        assert!(creations_only(&spec_of(4), &status, &memory, &observed, now).is_empty());
     }
 
     /// Everything the stepper remembers survives a trip through status: a restarted operator

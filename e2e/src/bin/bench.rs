@@ -215,7 +215,8 @@ async fn steps(runs: u64) -> anyhow::Result<()> {
     for run in 0..runs {
         let env = TestEnv::new("bench-steps").await?;
         let ns = env.namespace.clone();
-        let _op = Operator::start_with(&ns, &[("RUST_LOG", "warn")])?;
+        let log = std::env::var("BENCH_OPERATOR_LOG").unwrap_or_else(|_| "warn".into());
+        let _op = Operator::start_with(&ns, &[("RUST_LOG", log.as_str())])?;
         let mut sp = spec(8);
         sp["scaleDown"]["settleSeconds"] = json!(settle.as_secs());
         let api = create(&env, "bench", sp).await?;
@@ -391,7 +392,8 @@ async fn time_replacement(pods: &Api<Pod>, name: &str, label: &str) -> anyhow::R
 async fn replace(runs: u64) -> anyhow::Result<()> {
     let env = TestEnv::new("bench-replace").await?;
     let ns = env.namespace.clone();
-    let _op = Operator::start_with(&ns, &[("RUST_LOG", "warn")])?;
+    let log = std::env::var("BENCH_OPERATOR_LOG").unwrap_or_else(|_| "warn".into());
+    let _op = Operator::start_with(&ns, &[("RUST_LOG", log.as_str())])?;
     let api = create(&env, "rep", spec(3)).await?;
     wait_healthy(&api, "rep", &["rep-0", "rep-1", "rep-2"], T).await?;
     // A plain StatefulSet of the same size, on the same fake nodes.
