@@ -30,7 +30,7 @@ export MAREKVS_OPERATOR_KUBECONFIG=$opkc
 export KUBECONFIG=$KUBECONFIG_PATH MAREKVS_SIM_CONTROL_URL=$SIM_CONTROL_URL
 # Established is not quite served: wait until the resource answers.
 wait_for "the MarekvsCluster API" 60 kc get marekvsclusters -A
-export MAREKVS_OPERATOR_BIN=${CARGO_TARGET_DIR:-$REPO/target}/release/marekvs-operator
+export MAREKVS_OPERATOR_BIN=${BENCH_OPERATOR_BIN:-${CARGO_TARGET_DIR:-$REPO/target}/release/marekvs-operator}
 export MAREKVS_E2E_LOG_DIR=${MAREKVS_E2E_LOG_DIR:-$STATE/logs}
 {
   echo "# $(date -u +%FT%TZ) $(git -C "$REPO" rev-parse --short HEAD) $(nproc) cores: bench ${*:-all}"

@@ -389,6 +389,31 @@ async fn time_replacement(pods: &Api<Pod>, name: &str, label: &str) -> anyhow::R
     anyhow::bail!("no replacement for {name}")
 }
 
+/// Until the cluster's object has not changed for `quiet`.
+async fn wait_status_quiet(
+    api: &Api<MarekvsCluster>,
+    name: &str,
+    quiet: Duration,
+) -> anyhow::Result<()> {
+    let deadline = Instant::now() + T;
+    let mut last = (
+        api.get(name).await?.metadata.resource_version,
+        Instant::now(),
+    );
+    while last.1.elapsed() < quiet {
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "{name}'s status never stayed unchanged"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let rv = api.get(name).await?.metadata.resource_version;
+        if rv != last.0 {
+            last = (rv, Instant::now());
+        }
+    }
+    Ok(())
+}
+
 async fn replace(runs: u64) -> anyhow::Result<()> {
     let env = TestEnv::new("bench-replace").await?;
     let ns = env.namespace.clone();
@@ -430,6 +455,9 @@ async fn replace(runs: u64) -> anyhow::Result<()> {
     let mut ours = Vec::new();
     let mut theirs = Vec::new();
     for i in 0..runs {
+        // In steady state, as a pod is usually lost: right after Healthy, the operator is
+        // still writing status, and a reconcile in flight delays the next one.
+        wait_status_quiet(&api, "rep", Duration::from_secs(3)).await?;
         let m = format!("rep-{}", i % 3);
         ours.push(time_replacement(&pods, &m, "app.kubernetes.io/instance=rep").await?);
         wait_healthy(&api, "rep", &["rep-0", "rep-1", "rep-2"], T).await?;
