@@ -760,7 +760,19 @@ pub fn decide(input: &Input) -> Decision {
             _ => {}
         }
     }
-    let busy = phase != ClusterPhase::Healthy || !actions.is_empty();
+    // Members that are only waiting for their pod to appear or turn ready: the pod watch wakes
+    // the cluster when that happens, so looking every second would only add scrapes (at 1,600
+    // members coming up, 200 clusters a second, each scraping its members).
+    let waiting_on_pods_only = matches!(
+        phase,
+        ClusterPhase::ScalingUp | ClusterPhase::Replacing | ClusterPhase::Reconciling
+    ) && blocked.is_none()
+        && actions.is_empty()
+        && members.iter().all(|o| {
+            phases.get(o) == Some(&MemberPhase::Active)
+                || obs(*o).pod.as_ref().is_none_or(|p| !p.ready)
+        });
+    let busy = (phase != ClusterPhase::Healthy || !actions.is_empty()) && !waiting_on_pods_only;
     let gating = removal.is_some() || roll.is_some();
     Decision {
         memory: Memory {

@@ -2,6 +2,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use marekvs_core::stepper::{REQUEUE_BUSY_MS, REQUEUE_IDLE_MS};
 use marekvs_core::*;
 use proptest::prelude::*;
 
@@ -180,6 +181,64 @@ fn creates_three_members_and_becomes_healthy() {
     assert_eq!(ds[0].phase, ClusterPhase::ScalingUp);
     assert_eq!(ds.last().unwrap().phase, ClusterPhase::Healthy);
     assert_eq!(names(&mem), vec![0, 1, 2]);
+}
+
+/// A cluster whose members only wait for their pods to turn ready is left to the pod watch
+/// (the idle pace); once a ready member waits on what only a scrape shows, it is polled.
+#[test]
+fn members_waiting_only_for_their_pods_are_not_polled() {
+    let s = spec(3, 2);
+    let memory = Memory {
+        members: [0, 1, 2].into(),
+        phases: [
+            (0, MemberPhase::Joining),
+            (1, MemberPhase::Joining),
+            (2, MemberPhase::Joining),
+        ]
+        .into(),
+        ..Memory::default()
+    };
+    let member = |ready: bool, scraped: bool| MemberObs {
+        pod: Some(PodObs {
+            ready,
+            ..PodObs::default()
+        }),
+        pvc: Some(PvcObs {
+            uid: "v".into(),
+            ..PvcObs::default()
+        }),
+        scrape: scraped.then(|| Scrape {
+            view_members: 3,
+            ..Scrape::default()
+        }),
+    };
+    let requeue = |observed: BTreeMap<u32, MemberObs>| {
+        decide(&Input {
+            spec: &s,
+            memory: &memory,
+            observed: &observed,
+            now: 10_000,
+        })
+        .requeue_ms
+    };
+    // Pods scheduled, none ready yet.
+    let pending: BTreeMap<u32, MemberObs> = (0..3).map(|o| (o, member(false, false))).collect();
+    assert_eq!(requeue(pending.clone()), REQUEUE_IDLE_MS);
+    // One pod ready but its member not answering yet: only a scrape will show it.
+    let mut one_ready = pending;
+    one_ready.insert(0, member(true, false));
+    assert_eq!(requeue(one_ready), REQUEUE_BUSY_MS);
+    // A pod missing: there is something to do at once.
+    let missing: BTreeMap<u32, MemberObs> = (0..3)
+        .map(|o| {
+            let mut m = member(false, false);
+            if o == 2 {
+                m.pod = None;
+            }
+            (o, m)
+        })
+        .collect();
+    assert_eq!(requeue(missing), REQUEUE_BUSY_MS);
 }
 
 #[test]
