@@ -163,7 +163,7 @@ mod tests {
             .map(|(o, ip)| {
                 let pod: Pod =
                     serde_json::from_value(serde_json::json!({"status": {"podIP": ip}})).unwrap();
-                (o as u32, pod)
+                (o as u32, std::sync::Arc::new(pod))
             })
             .collect();
         let results = scrape_all(&client, &pods).await;
