@@ -955,7 +955,6 @@ async fn hostile_members_never_crash_the_operator_nor_stall_other_clusters() -> 
     let good = create(&env, "good", spec(3)).await?;
     wait_healthy(&bad, "bad", &["bad-0", "bad-1", "bad-2", "bad-3"], T).await?;
     wait_healthy(&good, "good", &["good-0", "good-1", "good-2"], T).await?;
-    patch_spec(&bad, "bad", json!({"nodes": 3})).await?;
 
     let good_sizes = [
         vec!["good-0", "good-1", "good-2", "good-3"],
@@ -988,23 +987,32 @@ async fn hostile_members_never_crash_the_operator_nor_stall_other_clusters() -> 
             "NotAllReady",
         ),
     ];
+    let unscraped = |s: &MarekvsClusterStatus, member: &str| {
+        s.members.iter().any(|m| {
+            m.name == member
+                && m.conditions.iter().any(|c| {
+                    c.type_ == "Scraped" && c.status == "False" && c.reason == "ScrapeFailed"
+                })
+        })
+    };
     for (i, (what, member, fault, reason)) in faults.into_iter().enumerate() {
         sim.set_faults(&ns, member, fault).await?;
+        if i == 0 {
+            // The scale-down is asked for once the first member is unknown: a removal started
+            // just before would be held at its hand-off instead (safe too, but not this check).
+            wait_cluster(&bad, "bad", &format!("{member} unscraped"), T, |s| {
+                unscraped(s, member)
+            })
+            .await?;
+            patch_spec(&bad, "bad", json!({"nodes": 3})).await?;
+        }
         wait_cluster(
             &bad,
             "bad",
             &format!("{member} unscraped, bad blocked on {reason} ({what})"),
             T,
             |s| {
-                let unscraped = s.members.iter().any(|m| {
-                    m.name == member
-                        && m.conditions.iter().any(|c| {
-                            c.type_ == "Scraped"
-                                && c.status == "False"
-                                && c.reason == "ScrapeFailed"
-                        })
-                });
-                unscraped
+                unscraped(s, member)
                     && s.phase.as_deref() == Some("Blocked")
                     && condition(s, "Blocked")
                         .is_some_and(|c| c.status == "True" && c.reason == reason)
