@@ -61,28 +61,22 @@ fn summary(name: &str, unit: &str, mut v: Vec<f64>) {
 async fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let what = args.first().map(String::as_str).unwrap_or("all");
+    let scale_with_args = || {
+        scale(
+            arg(&args, "--clusters", 200),
+            arg(&args, "--members", 8),
+            arg(&args, "--steady-seconds", 120),
+            arg(&args, "--batch", 20),
+        )
+    };
     match what {
         "steps" => steps(arg(&args, "--runs", 3)).await,
         "replace" => replace(arg(&args, "--runs", 20)).await,
-        "scale" => {
-            scale(
-                arg(&args, "--clusters", 200),
-                arg(&args, "--members", 8),
-                arg(&args, "--steady-seconds", 120),
-                arg(&args, "--batch", 20),
-            )
-            .await
-        }
+        "scale" => scale_with_args().await,
         "all" => {
             steps(arg(&args, "--runs", 3)).await?;
             replace(arg(&args, "--runs", 20)).await?;
-            scale(
-                arg(&args, "--clusters", 200),
-                arg(&args, "--members", 8),
-                arg(&args, "--steady-seconds", 120),
-                arg(&args, "--batch", 20),
-            )
-            .await
+            scale_with_args().await
         }
         other => anyhow::bail!("unknown benchmark {other:?}: steps, replace, scale or all"),
     }
@@ -644,16 +638,12 @@ async fn scale(clusters: u64, members: u64, steady: u64, batch: u64) -> anyhow::
     let api_after = apiserver_metrics().await?;
     let (cpu1, rss) = proc_stat(pid).context("operator /proc")?;
     let minutes = t0.elapsed().as_secs_f64() / 60.0;
+    // How much a counter of the operator's grew over the window.
+    let grew = |name: &str, label: (&str, &str)| {
+        metric_sum(&after, name, Some(label)) - metric_sum(&before, name, Some(label))
+    };
     for verb in ["GET", "LIST", "WATCH", "POST", "PUT", "PATCH", "DELETE"] {
-        let n = metric_sum(
-            &after,
-            "marekvs_operator_api_requests_total",
-            Some(("verb", verb)),
-        ) - metric_sum(
-            &before,
-            "marekvs_operator_api_requests_total",
-            Some(("verb", verb)),
-        );
+        let n = grew("marekvs_operator_api_requests_total", ("verb", verb));
         println!(
             "RESULT\tscale steady: API {verb} per minute\t{:.1}",
             n / minutes
@@ -673,15 +663,7 @@ async fn scale(clusters: u64, members: u64, steady: u64, batch: u64) -> anyhow::
         ("status_write", "status writes"),
         ("status_unchanged", "status unchanged"),
     ] {
-        let n = metric_sum(
-            &after,
-            "marekvs_operator_actions_total",
-            Some(("action", action)),
-        ) - metric_sum(
-            &before,
-            "marekvs_operator_actions_total",
-            Some(("action", action)),
-        );
+        let n = grew("marekvs_operator_actions_total", ("action", action));
         println!(
             "RESULT\tscale steady: {label} per minute\t{:.1}",
             n / minutes
