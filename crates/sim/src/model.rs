@@ -196,6 +196,13 @@ pub struct Cluster {
     rng: u64,
     seq: u64,
     last_tick_ms: Option<u64>,
+    /// The last full tick changed nothing and nothing can change without an event (a call
+    /// below, or new settings): ticks only add load until then. At 1,600 members the full
+    /// tick of every quiet cluster, ten times a second under the world lock, starved the
+    /// members' HTTP servers and the pods' readiness probes.
+    quiet: bool,
+    /// Tests turn this off to check that skipping quiet ticks changes nothing.
+    skip_quiet_ticks: bool,
 }
 
 fn ms(d: Duration) -> u64 {
@@ -238,7 +245,14 @@ impl Cluster {
             rng: seed | 1,
             seq: 0,
             last_tick_ms: None,
+            quiet: false,
+            skip_quiet_ticks: true,
         }
+    }
+
+    /// Something happened from outside: the next tick runs in full.
+    pub fn wake(&mut self) {
+        self.quiet = false;
     }
 
     fn next_rand(&mut self) -> u64 {
@@ -291,6 +305,7 @@ impl Cluster {
     /// A member process starts (pod running): it joins on `volume`, learning the current
     /// members from its seeds at once; they learn of it after a gossip delay.
     pub fn start_member(&mut self, now: Duration, spec: MemberSpec) {
+        self.wake();
         let MemberSpec {
             key,
             node_id,
@@ -354,6 +369,7 @@ impl Cluster {
 
     /// `/drain`: the member turns Leaving and gossips it. Idempotent.
     pub fn drain(&mut self, now: Duration, key: &str) -> bool {
+        self.wake();
         let now_ms = ms(now);
         let Some(m) = self.members.get_mut(key) else {
             return false;
@@ -387,6 +403,7 @@ impl Cluster {
 
     /// SIGTERM: the member keeps serving while it flushes, then exits.
     pub fn terminate(&mut self, now: Duration, key: &str) {
+        self.wake();
         let until_ms = ms(now) + self.settings.flush_ms;
         if let Some(m) = self.members.get_mut(key)
             && m.process == Process::Running
@@ -397,6 +414,7 @@ impl Cluster {
 
     /// SIGKILL or a crash: gone at once; peers notice after the crash-detection delay.
     pub fn kill(&mut self, now: Duration, key: &str) {
+        self.wake();
         let now_ms = ms(now);
         let Some(m) = self.members.get_mut(key) else {
             return;
@@ -418,6 +436,7 @@ impl Cluster {
     }
 
     pub fn set_faults(&mut self, key: &str, faults: Faults) -> bool {
+        self.wake();
         match self.members.get_mut(key) {
             Some(m) => {
                 m.faults = faults;
@@ -467,7 +486,9 @@ impl Cluster {
         })
     }
 
-    fn account_availability(&mut self) {
+    /// Returns whether any partition's availability changed.
+    fn account_availability(&mut self) -> bool {
+        let mut changed = false;
         let p = self.settings.partitions as usize;
         let mut online = vec![false; p];
         for m in self.members.values().filter(|m| m.is_up()) {
@@ -484,10 +505,13 @@ impl Cluster {
             if !on && !self.unavailable[i] {
                 self.unavailable[i] = true;
                 self.lost_partitions_total += 1;
-            } else if *on {
+                changed = true;
+            } else if *on && self.unavailable[i] {
                 self.unavailable[i] = false;
+                changed = true;
             }
         }
+        changed
     }
 
     /// Advance the model to `now`.
@@ -498,12 +522,19 @@ impl Cluster {
             .map(|t| now_ms.saturating_sub(t) as f64 / 1000.0)
             .unwrap_or(0.0);
         self.last_tick_ms = Some(now_ms);
+        if self.quiet && self.skip_quiet_ticks {
+            self.add_load(dt);
+            return;
+        }
         let keys: Vec<String> = self.members.keys().cloned().collect();
+        // Whether this tick changed anything but the load counters.
+        let mut changed = false;
 
         // Flushing members whose time is up exit; peers notice after the leave delay.
         for key in &keys {
             let exit = matches!(self.members[key].process, Process::Flushing { until_ms } if until_ms <= now_ms);
             if exit {
+                changed = true;
                 let m = self.members.get_mut(key).expect("member exists");
                 m.process = Process::Exited;
                 let id = m.node_id.clone();
@@ -534,6 +565,7 @@ impl Cluster {
                 {
                     continue;
                 }
+                changed = true;
                 m.view_seq.insert(c.subject.clone(), c.seq);
                 match c.state {
                     Some(s) => m.view.insert(c.subject.clone(), s),
@@ -570,6 +602,7 @@ impl Cluster {
             };
             let mut copied = 0u64;
             let idle = missing.is_empty();
+            changed |= !idle;
             for pid in missing {
                 if budget < 1.0 {
                     break;
@@ -598,7 +631,7 @@ impl Cluster {
                 }
             }
             if self.members[key].phase == NodePhase::Active {
-                self.drop_unowned(key, &owned);
+                changed |= self.drop_unowned(key, &owned);
             }
         }
 
@@ -609,6 +642,7 @@ impl Cluster {
                 continue;
             }
             if self.join_gate_pending(key) == 0 {
+                changed = true;
                 let m = self.members.get_mut(key).expect("member exists");
                 m.phase = NodePhase::Active;
                 let id = m.node_id.clone();
@@ -631,28 +665,47 @@ impl Cluster {
             }
         }
 
-        // Load: commands spread over serving members.
-        let serving: Vec<String> = keys
-            .iter()
-            .filter(|k| {
-                let m = &self.members[*k];
-                m.is_up() && m.phase != NodePhase::Joining
-            })
-            .cloned()
-            .collect();
-        if !serving.is_empty() && self.settings.load_ops_per_sec > 0.0 {
-            let each = self.settings.load_ops_per_sec * dt / serving.len() as f64;
-            for k in serving {
-                let m = self.members.get_mut(&k).expect("member exists");
-                m.commands_get += each * 0.8;
-                m.commands_set += each * 0.2;
-            }
-        }
+        self.add_load(dt);
+        changed |= self.account_availability();
 
-        self.account_availability();
+        // Quiet until an event: nothing moved, and nothing is timed to move (gossip in
+        // flight, a flush running out, a member still joining).
+        self.quiet = !changed
+            && self.members.values().all(|m| {
+                !m.is_up()
+                    || (m.pending.is_empty()
+                        && m.process == Process::Running
+                        && m.phase != NodePhase::Joining)
+            });
     }
 
-    fn drop_unowned(&mut self, key: &str, owned: &[u32]) {
+    /// Load: commands spread over serving members.
+    fn add_load(&mut self, dt: f64) {
+        if self.settings.load_ops_per_sec <= 0.0 {
+            return;
+        }
+        let serving = self
+            .members
+            .values()
+            .filter(|m| m.is_up() && m.phase != NodePhase::Joining)
+            .count();
+        if serving == 0 {
+            return;
+        }
+        let each = self.settings.load_ops_per_sec * dt / serving as f64;
+        for m in self
+            .members
+            .values_mut()
+            .filter(|m| m.is_up() && m.phase != NodePhase::Joining)
+        {
+            m.commands_get += each * 0.8;
+            m.commands_set += each * 0.2;
+        }
+    }
+
+    /// Returns whether it dropped anything.
+    fn drop_unowned(&mut self, key: &str, owned: &[u32]) -> bool {
+        let mut dropped = false;
         let m = &self.members[key];
         let owned_set: BTreeSet<u32> = owned.iter().copied().collect();
         let cands: Vec<String> = Self::candidates(&m.view)
@@ -688,8 +741,10 @@ impl Cluster {
                 });
             if all_have {
                 self.volumes.get_mut(&volume).expect("volume exists")[pid as usize] = false;
+                dropped = true;
             }
         }
+        dropped
     }
 
     fn join_gate_pending(&mut self, key: &str) -> u64 {
@@ -966,5 +1021,98 @@ mod tests {
         c.start_member(secs(20.5), spec(1, 2));
         let f = c.figures(secs(20.5), "ns/demo-1").unwrap();
         assert_eq!(f.held_partitions, held);
+    }
+
+    #[derive(Clone, Debug)]
+    enum Event {
+        Start(usize),
+        Drain(usize),
+        Terminate(usize),
+        Kill(usize),
+        Remove(usize),
+        Wait(u8),
+    }
+
+    fn event() -> impl proptest::strategy::Strategy<Value = Event> {
+        use proptest::prelude::*;
+        prop_oneof![
+            (0..6usize).prop_map(Event::Start),
+            (0..6usize).prop_map(Event::Drain),
+            (0..6usize).prop_map(Event::Terminate),
+            (0..6usize).prop_map(Event::Kill),
+            (0..6usize).prop_map(Event::Remove),
+            (1..80u8).prop_map(Event::Wait),
+        ]
+    }
+
+    /// Everything the model shows: figures of every member, losses, availability.
+    fn observable(c: &mut Cluster, now: Duration) -> Vec<(String, Option<MemberFigures>)> {
+        let keys: Vec<String> = c.members.keys().cloned().collect();
+        let mut out: Vec<(String, Option<MemberFigures>)> = keys
+            .into_iter()
+            .map(|k| {
+                let f = c.figures(now, &k);
+                (k, f)
+            })
+            .collect();
+        out.push((
+            format!(
+                "lost={} unavailable={}",
+                c.lost_partitions_total,
+                c.unavailable_partitions()
+            ),
+            None,
+        ));
+        out
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+        /// Skipping the ticks of a quiet cluster is invisible: the same events give the same
+        /// figures, tick by tick, as running every tick in full.
+        #[test]
+        fn skipping_quiet_ticks_changes_nothing(events in proptest::collection::vec(event(), 1..40)) {
+            let mut fast = boot(4, 2);
+            let mut full = fast.clone();
+            full.skip_quiet_ticks = false;
+            let mut t = 20.1;
+            for e in events {
+                let now = secs(t);
+                for c in [&mut fast, &mut full] {
+                    match &e {
+                        Event::Start(i) => {
+                            if !c.members.get(&format!("ns/demo-{i}")).is_some_and(Member::is_up) {
+                                c.start_member(now, spec(*i, 2));
+                            }
+                        }
+                        Event::Drain(i) => { c.drain(now, &format!("ns/demo-{i}")); }
+                        Event::Terminate(i) => c.terminate(now, &format!("ns/demo-{i}")),
+                        Event::Kill(i) => c.kill(now, &format!("ns/demo-{i}")),
+                        Event::Remove(i) => c.remove_member(now, &format!("ns/demo-{i}")),
+                        Event::Wait(_) => {}
+                    }
+                }
+                let ticks = if let Event::Wait(n) = e { u32::from(n) } else { 1 };
+                for _ in 0..ticks {
+                    t += 0.1;
+                    fast.tick(secs(t));
+                    full.tick(secs(t));
+                    proptest::prop_assert_eq!(observable(&mut fast, secs(t)), observable(&mut full, secs(t)));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_settled_cluster_goes_quiet_and_any_event_wakes_it() {
+        let mut c = boot(4, 2);
+        run(&mut c, 20.1, 40.0);
+        assert!(c.quiet, "a converged, idle cluster is quiet");
+        c.drain(secs(40.1), "ns/demo-3");
+        assert!(!c.quiet);
+        c.tick(secs(40.2));
+        assert!(!c.quiet, "gossip of the drain is in flight");
+        run(&mut c, 40.3, 80.0);
+        assert!(c.quiet, "settled again after the hand-off");
     }
 }

@@ -178,6 +178,7 @@ impl World {
                 partitions,
                 ..settings.clone()
             };
+            c.wake();
         }
         self.settings = settings;
     }
