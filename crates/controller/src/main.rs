@@ -185,13 +185,16 @@ async fn run(
     // grows with every error of any watch. After an API server restart, five watches each
     // reporting one "resource version too old" froze every cache for three minutes.
     macro_rules! cached {
-        ($kind:ty, $what:literal, $config:expr) => {{
+        ($kind:ty, $what:literal, $config:expr) => {
+            cached!($kind, $what, $config, |_: &$kind| {})
+        };
+        ($kind:ty, $what:literal, $config:expr, $on_delete:expr) => {{
             let (reader, writer) = reflector::store::<$kind>();
             let events =
                 watcher(api::<$kind>(&client, &namespace), $config).backoff(watch_backoff());
             (
                 reader,
-                cache_and_trigger(events, writer, metrics.clone(), $what),
+                cache_and_trigger(events, writer, metrics.clone(), $what, $on_delete),
             )
         }};
     }
@@ -200,7 +203,11 @@ async fn run(
         "marekvsclusters",
         watcher::Config::default()
     );
-    let (pods, pod_stream) = cached!(Pod, "pods", managed.clone());
+    // Deleted pods also go to the fast re-creation path (see `recreate_deleted_pods`).
+    let (deleted_tx, deleted_rx) = tokio::sync::mpsc::unbounded_channel::<Pod>();
+    let (pods, pod_stream) = cached!(Pod, "pods", managed.clone(), move |p: &Pod| {
+        let _ = deleted_tx.send(p.clone());
+    });
     let (pvcs, pvc_stream) = cached!(
         PersistentVolumeClaim,
         "persistentvolumeclaims",
@@ -219,6 +226,7 @@ async fn run(
         pdbs: pdbs.clone(),
         metrics: metrics.clone(),
     });
+    tokio::spawn(recreate_deleted_pods(deleted_rx, crs.clone(), ctx.clone()));
     // Queue bookkeeping for the metrics: note when a watch event asks for a cluster.
     info!(
         namespace = namespace.as_deref().unwrap_or("<all>"),
@@ -300,6 +308,7 @@ fn cache_and_trigger<K, S>(
     writer: reflector::store::Writer<K>,
     metrics: Arc<telemetry::Metrics>,
     what: &'static str,
+    on_delete: impl Fn(&K) + Send + 'static,
 ) -> impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static
 where
     K: Resource + Clone + std::fmt::Debug + Send + Sync + 'static,
@@ -309,6 +318,12 @@ where
     events
         .modify(|o| o.managed_fields_mut().clear())
         .reflect(writer)
+        // After the cache saw it: whoever acts on a deletion finds the object gone there.
+        .inspect(move |e| {
+            if let Ok(watcher::Event::Delete(o)) = e {
+                on_delete(o);
+            }
+        })
         .touched_objects()
         .filter(move |r| {
             if let Err(e) = r {
@@ -317,6 +332,37 @@ where
             }
             futures::future::ready(r.is_ok())
         })
+}
+
+/// Re-creates the pod of a member as soon as the watch reports it deleted, beside the
+/// controller rather than behind it: the controller runs one pass per cluster at a time, and
+/// a pass in flight (writing status takes 10–20 ms) held the re-creation back. The pass that
+/// the same event triggers still runs and re-derives everything; what it finds made already
+/// is not made again (409) nor announced twice.
+async fn recreate_deleted_pods(
+    mut deleted: tokio::sync::mpsc::UnboundedReceiver<Pod>,
+    crs: reflector::Store<MarekvsCluster>,
+    ctx: Arc<reconcile::Ctx>,
+) {
+    while let Some(pod) = deleted.recv().await {
+        debug!(pod = %pod.name_any(), "pod deleted");
+        let (Some(ns), Some(cluster)) = (
+            pod.namespace(),
+            pod.labels().get(build::LABEL_INSTANCE).cloned(),
+        ) else {
+            continue;
+        };
+        let Some(cr) = crs.get(&ObjectRef::new(&cluster).within(&ns)) else {
+            continue;
+        };
+        let ctx = ctx.clone();
+        tokio::spawn(async move {
+            if let Err(e) = reconcile::recreate_deleted(&ctx, &cr).await {
+                // The pass triggered by the same event retries it.
+                debug!(cluster = %cr.name_any(), "fast re-creation: {e}");
+            }
+        });
+    }
 }
 
 /// Retry pacing of one watch: 250 ms doubling to 5 s, with jitter, reset by any event.
@@ -361,8 +407,9 @@ mod tests {
 
     /// An error passed on to the controller would stall every watch behind its trigger
     /// backoff; here errors are counted and dropped, and the objects still reach the cache.
+    /// A deletion is handed to the fast re-creation path once the cache no longer has it.
     #[tokio::test]
-    async fn watch_errors_are_counted_and_never_reach_the_controller() {
+    async fn watch_errors_stop_here_and_deletions_reach_the_fast_path() {
         let (cache, writer) = reflector::store::<Pod>();
         let metrics = Arc::new(telemetry::Metrics::default());
         let events = futures::stream::iter(vec![
@@ -373,20 +420,32 @@ mod tests {
             Err(watcher::Error::NoResourceVersion),
             Ok(watcher::Event::Apply(pod("b"))),
             Err(watcher::Error::NoResourceVersion),
+            Ok(watcher::Event::Apply(pod("c"))),
+            Ok(watcher::Event::Delete(pod("a"))),
         ]);
+        // Deletions reach the fast path after the cache has dropped the object.
+        let deleted = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let on_delete = {
+            let (deleted, cache) = (deleted.clone(), cache.clone());
+            move |p: &Pod| {
+                let still_cached = cache.get(&ObjectRef::from_obj(p)).is_some();
+                deleted.lock().unwrap().push((p.name_any(), still_cached));
+            }
+        };
         let out: Vec<Result<Pod, watcher::Error>> =
-            cache_and_trigger(events, writer, metrics.clone(), "pods")
+            cache_and_trigger(events, writer, metrics.clone(), "pods", on_delete)
                 .collect()
                 .await;
         let names: Vec<String> = out
             .iter()
             .map(|r| r.as_ref().expect("no error is handed on").name_any())
             .collect();
-        assert_eq!(names, ["a", "b"]);
+        assert_eq!(names, ["a", "b", "c", "a"]);
         assert_eq!(metrics.watch_errors.get("pods"), 3);
+        assert_eq!(*deleted.lock().unwrap(), [("a".to_string(), false)]);
         let mut cached: Vec<String> = cache.state().iter().map(|p| p.name_any()).collect();
         cached.sort();
-        assert_eq!(cached, ["a", "b"]);
+        assert_eq!(cached, ["b", "c"]);
         assert!(cache.state().iter().all(|p| {
             p.metadata
                 .managed_fields

@@ -32,11 +32,11 @@ use marekvs_core::autoscale::{
 use marekvs_core::units::quantity_bytes;
 use marekvs_core::{
     Action, BlockReason, ClusterPhase, ClusterSpec, Decision, Disk, EventKind, Input, MemberObs,
-    MemberPhase, Memory, Millis, PodObs, PvcObs, Removal, RemovalStep, Roll, RollStep, Sample,
-    Scrape, VictimReason, decide,
+    MemberPhase, Memory, Millis, Note, PodObs, PvcObs, Removal, RemovalStep, Roll, RollStep,
+    Sample, Scrape, VictimReason, decide,
 };
 use serde_json::json;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::build::{
     self, ANNOTATION_DRAINED_AT, ANNOTATION_DRAINED_RESTARTS, ANNOTATION_TEMPLATE_HASH, MANAGER,
@@ -372,7 +372,11 @@ async fn reconcile_inner(cr: &MarekvsCluster, ctx: &Ctx) -> Result<Duration, Err
             .await;
         }
     }
-    for note in &decision.notes {
+    for note in decision
+        .notes
+        .iter()
+        .filter(|n| !recreated.made_elsewhere(n))
+    {
         publish(
             &ctx.recorder,
             &reference,
@@ -405,7 +409,7 @@ async fn reconcile_inner(cr: &MarekvsCluster, ctx: &Ctx) -> Result<Duration, Err
     let remaining: Vec<Action> = decision
         .actions
         .iter()
-        .filter(|a| !recreated.contains(a))
+        .filter(|a| !recreated.actions.contains(a))
         .copied()
         .collect();
     run_actions(ctx, cr, &remaining, &pods, &pvcs, &reference).await?;
@@ -649,12 +653,71 @@ async fn recreate_missing(
     unscraped: &BTreeMap<u32, MemberObs>,
     pods: &BTreeMap<u32, Arc<Pod>>,
     pvcs: &BTreeMap<u32, Arc<PersistentVolumeClaim>>,
-) -> Result<Vec<Action>, Error> {
-    let creations = creations_only(spec, status, memory, unscraped, now_ms());
-    if !creations.is_empty() {
-        run_actions(ctx, cr, &creations, pods, pvcs, &cr.object_ref(&())).await?;
+) -> Result<Recreated, Error> {
+    let (actions, notes) = creations_only(spec, status, memory, unscraped, now_ms());
+    let mut already_there = BTreeSet::new();
+    if !actions.is_empty() {
+        already_there = run_actions(ctx, cr, &actions, pods, pvcs, &cr.object_ref(&())).await?;
     }
-    Ok(creations)
+    Ok(Recreated {
+        actions,
+        notes,
+        already_there,
+    })
+}
+
+/// What [`recreate_missing`] did.
+struct Recreated {
+    /// The creations sent.
+    actions: Vec<Action>,
+    /// The decision's notes about them.
+    notes: Vec<Note>,
+    /// Of those, the pods that were already there (the other path made them first).
+    already_there: BTreeSet<Action>,
+}
+
+impl Recreated {
+    /// Members whose pod this path did not make: their replacement is announced by the
+    /// path that made it.
+    fn made_elsewhere(&self, note: &Note) -> bool {
+        note.member
+            .is_some_and(|o| self.already_there.contains(&Action::CreatePod(o)))
+    }
+}
+
+/// The fast path for a deleted pod, run from the pod watch's delete event, outside the
+/// controller's queue (one pass per cluster at a time): a pass in flight for the same
+/// cluster, often writing status for 10–20 ms, no longer delays the new pod. It makes the
+/// same creations, from the same caches, as a pass's first step ([`recreate_missing`]):
+/// only those of an unchanged membership, removal and rollout; anything else waits for the
+/// pass that the same event triggers. Whichever path creates the pod second gets 409.
+pub async fn recreate_deleted(ctx: &Ctx, cr: &MarekvsCluster) -> Result<(), Error> {
+    if cr.metadata.deletion_timestamp.is_some() || !(synced(&ctx.pods) && synced(&ctx.pvcs)) {
+        return Ok(());
+    }
+    let spec = core_spec(cr)?;
+    let pods: BTreeMap<u32, Arc<Pod>> = children(&ctx.pods, cr, "");
+    let pvcs: BTreeMap<u32, Arc<PersistentVolumeClaim>> = children(&ctx.pvcs, cr, "data-");
+    let status = cr.status.clone().unwrap_or_default();
+    let memory = memory_from_status(&cr.name_any(), &status);
+    let observed = observe(cr, ctx, &memory, &pods, &pvcs);
+    let done = recreate_missing(ctx, cr, &spec, &status, &memory, &observed, &pods, &pvcs).await?;
+    if !done.actions.is_empty() {
+        ctx.metrics.actions.inc("fast_recreate");
+        debug!(cluster = %cr.name_any(), actions = ?done.actions, already_there = ?done.already_there, "fast re-creation");
+    }
+    let reference = cr.object_ref(&());
+    for note in done.notes.iter().filter(|n| !done.made_elsewhere(n)) {
+        publish(
+            &ctx.recorder,
+            &reference,
+            note.kind,
+            note.reason,
+            &note.message,
+        )
+        .await;
+    }
+    Ok(())
 }
 
 /// See [`recreate_missing`]; pure, for the tests.
@@ -664,7 +727,7 @@ fn creations_only(
     memory: &Memory,
     unscraped: &BTreeMap<u32, MemberObs>,
     now: Millis,
-) -> Vec<Action> {
+) -> (Vec<Action>, Vec<Note>) {
     let mut spec = spec.clone();
     // Under the autoscaler, the size it last asked for (its load figures come with the scrapes).
     if let Some(desired) = status.autoscale.as_ref().and_then(|a| a.desired_nodes) {
@@ -685,9 +748,9 @@ fn creations_only(
         && d.memory.removal == memory.removal
         && d.memory.roll == memory.roll
     {
-        d.actions.into_iter().collect()
+        (d.actions.into_iter().collect(), d.notes)
     } else {
-        Vec::new()
+        (Vec::new(), Vec::new())
     }
 }
 
@@ -1315,7 +1378,7 @@ async fn act(
     action: Action,
     pods: &BTreeMap<u32, Arc<Pod>>,
     pvcs: &BTreeMap<u32, Arc<PersistentVolumeClaim>>,
-) -> Result<(), Error> {
+) -> Result<Made, Error> {
     let ns = cr.namespace().unwrap_or_default();
     let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
     let pvcs_api: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
@@ -1344,14 +1407,19 @@ async fn act(
                 .create(&pp, &build::pod(cr, o, &ctx.cluster_domain))
                 .await
                 .map(|_| ());
-            ok_if(r, &[409])?;
+            if let Err(kube::Error::Api(e)) = &r
+                && e.code == 409
+            {
+                return Ok(Made::AlreadyThere);
+            }
+            r?;
         }
         Action::Drain(o) => {
             let Some(pod) = pods.get(&o) else {
-                return Ok(());
+                return Ok(Made::Done);
             };
             let Some(ip) = pod.status.as_ref().and_then(|s| s.pod_ip.clone()) else {
-                return Ok(());
+                return Ok(Made::Done);
             };
             if ctx.members.drain(&ip).await {
                 // Recorded on the pod, so the next pass (or a restarted operator) knows.
@@ -1372,7 +1440,7 @@ async fn act(
         }
         Action::DeletePod(o) => {
             let Some(pod) = pods.get(&o) else {
-                return Ok(());
+                return Ok(Made::Done);
             };
             let dp = DeleteParams {
                 preconditions: Some(Preconditions {
@@ -1386,7 +1454,7 @@ async fn act(
         }
         Action::DeletePvc(o) => {
             let Some(pvc) = pvcs.get(&o) else {
-                return Ok(());
+                return Ok(Made::Done);
             };
             let dp = DeleteParams {
                 preconditions: Some(Preconditions {
@@ -1399,7 +1467,7 @@ async fn act(
             ok_if(r, &[404, 409])?;
         }
     }
-    Ok(())
+    Ok(Made::Done)
 }
 
 async fn run_actions(
@@ -1409,22 +1477,37 @@ async fn run_actions(
     pods: &BTreeMap<u32, Arc<Pod>>,
     pvcs: &BTreeMap<u32, Arc<PersistentVolumeClaim>>,
     reference: &k8s_openapi::api::core::v1::ObjectReference,
-) -> Result<(), Error> {
+) -> Result<BTreeSet<Action>, Error> {
+    let mut already_there = BTreeSet::new();
     for action in actions {
-        if let Err(e) = act(ctx, cr, *action, pods, pvcs).await {
-            warn!(cluster = %cr.name_any(), ?action, "action failed: {e}");
-            publish(
-                &ctx.recorder,
-                reference,
-                EventKind::Warning,
-                "ActionFailed",
-                &format!("{action:?}: {e}"),
-            )
-            .await;
-            return Err(e);
+        match act(ctx, cr, *action, pods, pvcs).await {
+            Ok(Made::Done) => {}
+            Ok(Made::AlreadyThere) => {
+                already_there.insert(*action);
+            }
+            Err(e) => {
+                warn!(cluster = %cr.name_any(), ?action, "action failed: {e}");
+                publish(
+                    &ctx.recorder,
+                    reference,
+                    EventKind::Warning,
+                    "ActionFailed",
+                    &format!("{action:?}: {e}"),
+                )
+                .await;
+                return Err(e);
+            }
         }
     }
-    Ok(())
+    Ok(already_there)
+}
+
+/// What an action did.
+enum Made {
+    Done,
+    /// A pod to create was already there: the other path (the watch's fast re-creation, or
+    /// the pass) made it.
+    AlreadyThere,
 }
 
 fn requested_bytes(pvc: &PersistentVolumeClaim) -> Option<u128> {
@@ -1590,20 +1673,48 @@ mod tests {
         let status = MarekvsClusterStatus::default();
         let spec_of = |nodes: u32| core_spec(&cr(json!({"image": "x", "nodes": nodes}))).unwrap();
         let now: Millis = 1_700_000_000_000;
-        assert!(creations_only(&spec_of(3), &status, &memory, &observed, now).is_empty());
+        assert!(
+            creations_only(&spec_of(3), &status, &memory, &observed, now)
+                .0
+                .is_empty()
+        );
 
         observed.get_mut(&1).unwrap().pod = None;
         assert_eq!(
-            creations_only(&spec_of(3), &status, &memory, &observed, now),
+            creations_only(&spec_of(3), &status, &memory, &observed, now).0,
             [Action::CreatePod(1)]
         );
         // A scale-down is wanted: still only the re-creation (no removal starts meanwhile).
         assert_eq!(
-            creations_only(&spec_of(2), &status, &memory, &observed, now),
+            creations_only(&spec_of(2), &status, &memory, &observed, now).0,
             [Action::CreatePod(1)]
         );
         // A scale-up would add a member, which is recorded in status before it is created.
-        assert!(creations_only(&spec_of(4), &status, &memory, &observed, now).is_empty());
+        assert!(
+            creations_only(&spec_of(4), &status, &memory, &observed, now)
+                .0
+                .is_empty()
+        );
+    }
+
+    /// A replacement is announced once, by the path whose create made the pod: the pass
+    /// drops its note for a pod the fast path made first (and the other way round).
+    #[test]
+    fn a_replacement_made_elsewhere_is_not_announced_again() {
+        let done = Recreated {
+            actions: vec![Action::CreatePod(1), Action::CreatePod(2)],
+            notes: Vec::new(),
+            already_there: [Action::CreatePod(1)].into(),
+        };
+        let note = |member| Note {
+            kind: EventKind::Normal,
+            reason: "MemberReplaced",
+            message: String::new(),
+            member,
+        };
+        assert!(done.made_elsewhere(&note(Some(1))));
+        assert!(!done.made_elsewhere(&note(Some(2))));
+        assert!(!done.made_elsewhere(&note(None)));
     }
 
     /// Everything the stepper remembers survives a trip through status: a restarted operator

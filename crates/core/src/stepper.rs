@@ -72,6 +72,7 @@ pub fn decide(input: &Input) -> Decision {
             notes.push(Note {
                 kind: EventKind::Normal,
                 reason: "MemberAdopted",
+                member: None,
                 message: format!("adopted {} (its pod exists)", spec.member_name(*o)),
             });
         }
@@ -100,6 +101,7 @@ pub fn decide(input: &Input) -> Decision {
         notes.push(Note {
             kind: EventKind::Normal,
             reason: "RemovalCancelled",
+            member: None,
             message: format!(
                 "spec.nodes grew back to {}: {} stays; if it was drained it restarts on its own volume",
                 spec.nodes,
@@ -124,6 +126,7 @@ pub fn decide(input: &Input) -> Decision {
             notes.push(Note {
                 kind: EventKind::Normal,
                 reason: "MemberCreated",
+                member: None,
                 message: format!(
                     "creating {}{}",
                     spec.member_name(o),
@@ -167,6 +170,7 @@ pub fn decide(input: &Input) -> Decision {
                     notes.push(Note {
                         kind: EventKind::Normal,
                         reason: "MemberReplaced",
+                        member: Some(o),
                         message: format!(
                             "{} has no pod: re-creating it {}",
                             spec.member_name(o),
@@ -270,6 +274,7 @@ pub fn decide(input: &Input) -> Decision {
                     notes.push(Note {
                         kind: EventKind::Normal,
                         reason: "Draining",
+                        member: None,
                         message: format!("{name} drained: handing its data off"),
                     });
                     advance(r, RemovalStep::HandingOff);
@@ -366,6 +371,7 @@ pub fn decide(input: &Input) -> Decision {
         notes.push(Note {
             kind: EventKind::Normal,
             reason: "MemberRemoved",
+            member: None,
             message: format!(
                 "{} removed; every remaining view converged and re-replication settled{}",
                 spec.member_name(v),
@@ -398,6 +404,7 @@ pub fn decide(input: &Input) -> Decision {
             notes.push(Note {
                 kind: EventKind::Normal,
                 reason: "MemberRestarting",
+                member: None,
                 message: format!("re-creating {name} with the current spec on its own volume"),
             });
         }
@@ -413,6 +420,7 @@ pub fn decide(input: &Input) -> Decision {
             notes.push(Note {
                 kind: EventKind::Normal,
                 reason: "UpdateCancelled",
+                member: None,
                 message: format!("{name} already runs the current spec; not restarting it"),
             });
         }
@@ -430,6 +438,7 @@ pub fn decide(input: &Input) -> Decision {
                     notes.push(Note {
                         kind: EventKind::Normal,
                         reason: "Draining",
+                        member: None,
                         message: format!("{name} drained before its restart: handing its data off"),
                     });
                     advance(r, RollStep::HandingOff);
@@ -545,6 +554,7 @@ pub fn decide(input: &Input) -> Decision {
         notes.push(Note {
             kind: EventKind::Normal,
             reason: "MemberUpdated",
+            member: None,
             message: format!(
                 "{} runs the current spec; the cluster is fully replicated again",
                 spec.member_name(o)
@@ -598,6 +608,7 @@ pub fn decide(input: &Input) -> Decision {
                 notes.push(Note {
                     kind: EventKind::Normal,
                     reason: "ScaleDownStarted",
+                    member: None,
                     message: format!(
                         "removing {} ({}): {} → {} members",
                         spec.member_name(o),
@@ -664,6 +675,7 @@ pub fn decide(input: &Input) -> Decision {
                 notes.push(Note {
                     kind: EventKind::Normal,
                     reason: "UpdateStarted",
+                    member: None,
                     message: format!(
                         "restarting {} with the current spec ({} of {} members outdated)",
                         spec.member_name(o),
@@ -718,12 +730,14 @@ pub fn decide(input: &Input) -> Decision {
                 "UpdateBlocked"
             },
             message: format!("{}: {}", b.reason.as_str(), b.message),
+            member: None,
         });
     }
     if blocked.is_none() && memory.blocked.is_some() {
         notes.push(Note {
             kind: EventKind::Normal,
             reason: "Unblocked",
+            member: None,
             message: "the held step may proceed".into(),
         });
     }
@@ -802,6 +816,7 @@ fn lost_before_hand_off(name: &str) -> Note {
     Note {
         kind: EventKind::Warning,
         reason: "LostBeforeHandOff",
+        member: None,
         message: format!(
             "{name} lost its pod before its data was handed off: re-creating it on its volume and draining it again"
         ),
@@ -812,6 +827,7 @@ fn restarted_while_draining(name: &str) -> Note {
     Note {
         kind: EventKind::Warning,
         reason: "RestartedWhileDraining",
+        member: None,
         message: format!(
             "{name} restarted after its drain and may own data again: draining it again, then waiting for a fresh hand-off"
         ),

@@ -275,6 +275,9 @@ pub struct Note {
     pub kind: EventKind,
     pub reason: &'static str,
     pub message: String,
+    /// The member it is about, where the shell needs to know (a replacement already made by
+    /// the operator's fast path is not announced twice).
+    pub member: Option<u32>,
 }
 
 /// Why the cluster is waiting, in words.
