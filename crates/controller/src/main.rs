@@ -179,7 +179,7 @@ async fn run(
     ));
     // One watch per kind, each feeding a cache the reconciler reads: after the first LIST,
     // nothing is listed again (a LIST per reconcile was a LIST per cluster every 10 s).
-    // managedFields are dropped from the caches: they are most of an object's size.
+    // The caches keep only what the operator reads (`Slim`).
     // Each watch backs off on its own errors, and its errors stop here: handed to the
     // controller, they would put *all* watches to sleep behind its trigger backoff, which
     // grows with every error of any watch. After an API server restart, five watches each
@@ -301,6 +301,24 @@ async fn run(
     Ok(())
 }
 
+/// What a cache keeps of an object. managedFields go from every kind: they are most of an
+/// object's size.
+trait Slim: Resource + Sized {
+    fn slim(&mut self) {
+        self.managed_fields_mut().clear();
+    }
+}
+impl Slim for MarekvsCluster {}
+impl Slim for PersistentVolumeClaim {}
+impl Slim for Service {}
+impl Slim for PodDisruptionBudget {}
+impl Slim for Pod {
+    fn slim(&mut self) {
+        self.managed_fields_mut().clear();
+        reconcile::slim_pod(self);
+    }
+}
+
 /// One watch's events: fed into its cache (without managedFields), then handed on as the
 /// objects to reconcile for. Errors are logged and counted here and go no further (see `run`).
 fn cache_and_trigger<K, S>(
@@ -311,12 +329,12 @@ fn cache_and_trigger<K, S>(
     on_delete: impl Fn(&K) + Send + 'static,
 ) -> impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static
 where
-    K: Resource + Clone + std::fmt::Debug + Send + Sync + 'static,
+    K: Slim + Clone + std::fmt::Debug + Send + Sync + 'static,
     K::DynamicType: Eq + std::hash::Hash + Clone + Default + Send + Sync,
     S: futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
 {
     events
-        .modify(|o| o.managed_fields_mut().clear())
+        .modify(K::slim)
         .reflect(writer)
         // After the cache saw it: whoever acts on a deletion finds the object gone there.
         .inspect(move |e| {

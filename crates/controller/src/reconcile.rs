@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use futures::future::join_all;
 use k8s_openapi::api::core::v1::Service;
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{ContainerStatus, PersistentVolumeClaim, Pod, PodStatus};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
@@ -751,6 +751,35 @@ fn creations_only(
         (d.actions.into_iter().collect(), d.notes)
     } else {
         (Vec::new(), Vec::new())
+    }
+}
+
+/// Drops from a cached pod what the operator never reads: the spec (it builds that itself and
+/// tracks it by the `marekvs.io/template-hash` annotation) and all of the status but the Ready
+/// condition, the pod IP and the restart counts. Kept: the metadata (owner, labels,
+/// annotations, uid, deletion). At 1,600 members the cached pods were half the live heap
+/// (25 MiB of 49, heaptrack), about 16 KiB each.
+pub fn slim_pod(p: &mut Pod) {
+    p.spec = None;
+    if let Some(s) = p.status.take() {
+        p.status = Some(PodStatus {
+            conditions: s
+                .conditions
+                .map(|cs| cs.into_iter().filter(|c| c.type_ == "Ready").collect()),
+            pod_ip: s.pod_ip,
+            phase: s.phase,
+            container_statuses: s.container_statuses.map(|cs| {
+                cs.into_iter()
+                    .map(|c| ContainerStatus {
+                        name: c.name,
+                        ready: c.ready,
+                        restart_count: c.restart_count,
+                        ..ContainerStatus::default()
+                    })
+                    .collect()
+            }),
+            ..PodStatus::default()
+        });
     }
 }
 
@@ -1695,6 +1724,59 @@ mod tests {
                 .0
                 .is_empty()
         );
+    }
+
+    /// The slimmed pod of the cache tells the operator everything the full one does.
+    #[test]
+    fn a_slimmed_pod_reads_the_same() {
+        let full: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "demo-1", "namespace": "ns", "uid": "u1",
+                "labels": {"app.kubernetes.io/instance": "demo"},
+                "annotations": {ANNOTATION_TEMPLATE_HASH: "h1", ANNOTATION_DRAINED_AT: "2026-11-23T00:00:00Z",
+                    ANNOTATION_DRAINED_RESTARTS: "2"},
+                "deletionTimestamp": "2026-11-23T00:00:01Z"},
+            "spec": {"containers": [{"name": "marekvs", "image": "x",
+                "env": [{"name": "A", "value": "b"}]}], "hostname": "demo-1"},
+            "status": {"phase": "Running", "podIP": "127.1.0.7", "hostIP": "127.0.0.2",
+                "conditions": [{"type": "PodScheduled", "status": "True"},
+                    {"type": "Ready", "status": "True"}],
+                "containerStatuses": [{"name": "marekvs", "image": "x", "imageID": "y",
+                    "ready": true, "restartCount": 2, "state": {"running": {}}}]}
+        }))
+        .unwrap();
+        let mut slim = full.clone();
+        slim_pod(&mut slim);
+        assert!(slim.spec.is_none());
+        assert!(
+            serde_json::to_string(&slim).unwrap().len()
+                < serde_json::to_string(&full).unwrap().len()
+        );
+        for hash in ["h1", "h2"] {
+            assert_eq!(pod_obs(&slim, hash), pod_obs(&full, hash));
+        }
+        assert_eq!(restarts(&slim), 2);
+        assert_eq!(
+            slim.status.as_ref().and_then(|s| s.pod_ip.as_deref()),
+            Some("127.1.0.7")
+        );
+        assert_eq!(slim.metadata, full.metadata);
+        // Not ready, and no status at all, stay so.
+        let mut unready = full.clone();
+        unready
+            .status
+            .as_mut()
+            .unwrap()
+            .conditions
+            .as_mut()
+            .unwrap()[1]
+            .status = "False".into();
+        let mut slim_unready = unready.clone();
+        slim_pod(&mut slim_unready);
+        assert_eq!(pod_obs(&slim_unready, "h1"), pod_obs(&unready, "h1"));
+        assert!(!pod_obs(&slim_unready, "h1").ready);
+        let mut bare = Pod::default();
+        slim_pod(&mut bare);
+        assert_eq!(bare, Pod::default());
     }
 
     /// A replacement is announced once, by the path whose create made the pod: the pass
