@@ -17,6 +17,7 @@ use std::sync::atomic::Ordering;
 use tracing::{debug, error, info, warn};
 
 mod build;
+mod fastpath;
 mod lease;
 mod reconcile;
 mod scrape;
@@ -198,15 +199,27 @@ async fn run(
             )
         }};
     }
+    // A cluster's gate is taken when the watch reports one of its pods deleted, before the
+    // controller sees the event, so that the pass the same deletion triggers lets the
+    // re-creation go first (see `fastpath`).
+    let gate = Arc::new(fastpath::Gate::default());
+    let cr_gate = gate.clone();
     let (crs, cr_stream) = cached!(
         MarekvsCluster,
         "marekvsclusters",
-        watcher::Config::default()
+        watcher::Config::default(),
+        move |cr: &MarekvsCluster| cr_gate
+            .forget(&cr.namespace().unwrap_or_default(), &cr.name_any())
     );
     // Deleted pods also go to the fast re-creation path (see `recreate_deleted_pods`).
-    let (deleted_tx, deleted_rx) = tokio::sync::mpsc::unbounded_channel::<Pod>();
+    let (deleted_tx, deleted_rx) = tokio::sync::mpsc::unbounded_channel::<DeletedPod>();
+    let pod_gate = gate.clone();
     let (pods, pod_stream) = cached!(Pod, "pods", managed.clone(), move |p: &Pod| {
-        let _ = deleted_tx.send(p.clone());
+        let held = p
+            .namespace()
+            .zip(p.labels().get(build::LABEL_INSTANCE))
+            .and_then(|(ns, cluster)| pod_gate.hold(&ns, cluster));
+        let _ = deleted_tx.send((p.clone(), held));
     });
     let (pvcs, pvc_stream) = cached!(
         PersistentVolumeClaim,
@@ -225,6 +238,7 @@ async fn run(
         services: services.clone(),
         pdbs: pdbs.clone(),
         metrics: metrics.clone(),
+        gate,
     });
     tokio::spawn(recreate_deleted_pods(deleted_rx, crs.clone(), ctx.clone()));
     // Queue bookkeeping for the metrics: note when a watch event asks for a cluster.
@@ -352,17 +366,21 @@ where
         })
 }
 
+/// A deleted pod, with its cluster's gate if this deletion took it.
+type DeletedPod = (Pod, Option<tokio::sync::OwnedMutexGuard<()>>);
+
 /// Re-creates the pod of a member as soon as the watch reports it deleted, beside the
 /// controller rather than behind it: the controller runs one pass per cluster at a time, and
 /// a pass in flight (writing status takes 10–20 ms) held the re-creation back. The pass that
-/// the same event triggers still runs and re-derives everything; what it finds made already
-/// is not made again (409) nor announced twice.
+/// the same event triggers still runs and re-derives everything, after the re-creation's POST
+/// (the gate, see `fastpath`); what it finds made already is not made again (409) nor
+/// announced twice.
 async fn recreate_deleted_pods(
-    mut deleted: tokio::sync::mpsc::UnboundedReceiver<Pod>,
+    mut deleted: tokio::sync::mpsc::UnboundedReceiver<DeletedPod>,
     crs: reflector::Store<MarekvsCluster>,
     ctx: Arc<reconcile::Ctx>,
 ) {
-    while let Some(pod) = deleted.recv().await {
+    while let Some((pod, held)) = deleted.recv().await {
         debug!(pod = %pod.name_any(), "pod deleted");
         let (Some(ns), Some(cluster)) = (
             pod.namespace(),
@@ -379,6 +397,7 @@ async fn recreate_deleted_pods(
                 // The pass triggered by the same event retries it.
                 debug!(cluster = %cr.name_any(), "fast re-creation: {e}");
             }
+            drop(held);
         });
     }
 }

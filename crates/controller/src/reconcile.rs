@@ -56,6 +56,8 @@ pub struct Ctx {
     pub services: Store<Service>,
     pub pdbs: Store<PodDisruptionBudget>,
     pub metrics: Arc<Metrics>,
+    /// Held while a deleted pod of a cluster is being re-created; a pass waits for it.
+    pub gate: Arc<crate::fastpath::Gate>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -201,6 +203,8 @@ async fn reconcile_inner(cr: &MarekvsCluster, ctx: &Ctx) -> Result<Duration, Err
     if !(synced(&ctx.pods) && synced(&ctx.pvcs) && synced(&ctx.services) && synced(&ctx.pdbs)) {
         return Err(Error::NotSynced);
     }
+    // A deleted pod being re-created goes first: its POST is what a user waits for.
+    ctx.gate.wait(&ns, &name).await;
 
     // Children that do not depend on the runbook: server-side apply, one field manager.
     apply_if_changed(
@@ -326,6 +330,8 @@ async fn reconcile_inner(cr: &MarekvsCluster, ctx: &Ctx) -> Result<Duration, Err
     if unchanged {
         ctx.metrics.actions.inc("status_unchanged");
     } else {
+        // A pass that began before a pod's deletion lets its re-creation go first here.
+        ctx.gate.wait(&ns, &name).await;
         patch_status(&ctx.client, cr, &new_status).await?;
         ctx.metrics.actions.inc("status_write");
     }
