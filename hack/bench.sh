@@ -16,6 +16,8 @@ mkdir -p "$(dirname "$out")"
 
 finish() {
   local rc=$?
+  # The cluster's state goes with it; an audit log (APISERVER_AUDIT=1) is kept.
+  if [ -f "$STATE/logs/audit.log" ]; then cp "$STATE/logs/audit.log" "$(dirname "$out")/audit.log"; fi
   "$here/cluster-down.sh" bench >/dev/null 2>&1 || true
   exit $rc
 }

@@ -75,6 +75,25 @@ start_bg etcd "$bin/etcd" \
 wait_for "etcd" 60 curl -fsS "http://127.0.0.1:$ETCD_PORT/health"
 
 # --- kube-apiserver ---
+# APISERVER_AUDIT=1 logs every pod create and delete, and every request of the operator,
+# with microsecond timestamps to $STATE/logs/audit.log (for hack/audit-replacements.py; off
+# by default, it costs a write per request).
+audit_args=()
+if [ "${APISERVER_AUDIT:-0}" = 1 ]; then
+  cat > "$STATE/audit-policy.yaml" <<POLICY
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+- level: Metadata
+  resources: [{group: "", resources: [pods]}]
+  verbs: [create, delete]
+- level: Metadata
+  users: [system:serviceaccount:marekvs-system:marekvs-operator]
+- level: None
+POLICY
+  audit_args=(--audit-policy-file "$STATE/audit-policy.yaml" --audit-log-path "$STATE/logs/audit.log")
+fi
 # No --advertise-address: 127.0.0.1 is refused there; the reconciler of the `kubernetes`
 # Service endpoints is off, so the advertised address is never used.
 start_bg kube-apiserver "$bin/kube-apiserver" \
@@ -89,7 +108,7 @@ start_bg kube-apiserver "$bin/kube-apiserver" \
   --authorization-mode Node,RBAC \
   --allow-privileged=true \
   --storage-backend etcd3 \
-  --profiling=false
+  --profiling=false "${audit_args[@]}"
 wait_for "kube-apiserver" 120 kc get --raw /readyz
 
 # --- kube-controller-manager (GC, PV binder, namespaces, service accounts, PDBs, node lifecycle) ---

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
@@ -411,6 +411,67 @@ async fn wait_status_quiet(
     Ok(())
 }
 
+/// A StatefulSet `name` of 3 whose pod is the operator's pod of cluster `ours` (the same
+/// containers, probes and volume), as it would run under a StatefulSet: a volume claim
+/// template for the data volume, its own seeds, and none of what admission or scheduling
+/// added (the API server's work on a create grows with the pod, so both create the same one).
+fn statefulset_like(pod: &Value, pvc: &Value, ours: &str, name: &str) -> Value {
+    let mut spec = pod["spec"].clone();
+    let s = spec.as_object_mut().expect("a pod spec");
+    for added in [
+        "nodeName",
+        "hostname",
+        "subdomain",
+        "priority",
+        "tolerations",
+        "serviceAccount",
+    ] {
+        s.remove(added);
+    }
+    let is_token = |v: &Value| {
+        v["name"]
+            .as_str()
+            .is_some_and(|n| n.starts_with("kube-api-access"))
+    };
+    if let Some(vs) = s.get_mut("volumes").and_then(Value::as_array_mut) {
+        vs.retain(|v| !is_token(v) && v["name"] != "data");
+    }
+    let containers = s["containers"].as_array_mut().expect("containers");
+    for c in containers {
+        if let Some(ms) = c.get_mut("volumeMounts").and_then(Value::as_array_mut) {
+            ms.retain(|m| !is_token(m));
+        }
+        if let Some(env) = c.get_mut("env").and_then(Value::as_array_mut) {
+            for e in env {
+                if e["name"] == "MAREKVS_SEEDS"
+                    && let Some(v) = e["value"].as_str()
+                {
+                    e["value"] =
+                        json!(v.replace(&format!("{ours}-headless"), &format!("{name}-headless")));
+                }
+            }
+        }
+    }
+    json!({
+        "apiVersion": "apps/v1", "kind": "StatefulSet",
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": 3, "serviceName": format!("{name}-headless"),
+            "podManagementPolicy": "Parallel",
+            "selector": {"matchLabels": {"bench": name}},
+            "template": {"metadata": {"labels": {"bench": name}}, "spec": spec},
+            "volumeClaimTemplates": [{
+                "metadata": {"name": "data"},
+                "spec": {
+                    "accessModes": pvc["spec"]["accessModes"],
+                    "storageClassName": pvc["spec"]["storageClassName"],
+                    "resources": {"requests": pvc["spec"]["resources"]["requests"]}
+                }
+            }]
+        }
+    })
+}
+
 async fn replace(runs: u64) -> anyhow::Result<()> {
     let env = TestEnv::new("bench-replace").await?;
     let ns = env.namespace.clone();
@@ -418,22 +479,13 @@ async fn replace(runs: u64) -> anyhow::Result<()> {
     let _op = Operator::start_with(&ns, &[("RUST_LOG", log.as_str())])?;
     let api = create(&env, "rep", spec(3)).await?;
     wait_healthy(&api, "rep", &["rep-0", "rep-1", "rep-2"], T).await?;
-    // A plain StatefulSet of the same size, on the same fake nodes.
-    let sts: StatefulSet = serde_json::from_value(json!({
-        "apiVersion": "apps/v1", "kind": "StatefulSet",
-        "metadata": {"name": "sts"},
-        "spec": {
-            "replicas": 3, "serviceName": "sts", "podManagementPolicy": "OrderedReady",
-            "selector": {"matchLabels": {"bench": "sts"}},
-            "template": {
-                "metadata": {"labels": {"bench": "sts"}},
-                "spec": {
-                    "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}],
-                    "terminationGracePeriodSeconds": 0
-                }
-            }
-        }
-    }))?;
+    // A plain StatefulSet of the same size and the same pod, on the same fake nodes: the
+    // simulator runs its pods as the members of a second marekvs cluster.
+    let our_pod = serde_json::to_value(env.api::<Pod>().get("rep-0").await?)?;
+    let our_pvc =
+        serde_json::to_value(env.api::<PersistentVolumeClaim>().get("data-rep-0").await?)?;
+    let sts: StatefulSet =
+        serde_json::from_value(statefulset_like(&our_pod, &our_pvc, "rep", "sts"))?;
     env.api::<StatefulSet>()
         .create(&PostParams::default(), &sts)
         .await?;
