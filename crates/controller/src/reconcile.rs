@@ -378,20 +378,7 @@ async fn reconcile_inner(cr: &MarekvsCluster, ctx: &Ctx) -> Result<Duration, Err
             .await;
         }
     }
-    for note in decision
-        .notes
-        .iter()
-        .filter(|n| !recreated.made_elsewhere(n))
-    {
-        publish(
-            &ctx.recorder,
-            &reference,
-            note.kind,
-            note.reason,
-            &note.message,
-        )
-        .await;
-    }
+    publish_notes(ctx, &reference, &decision.notes, &recreated).await;
     let choices_were_valid = status
         .conditions
         .iter()
@@ -712,17 +699,7 @@ pub async fn recreate_deleted(ctx: &Ctx, cr: &MarekvsCluster) -> Result<(), Erro
         ctx.metrics.actions.inc("fast_recreate");
         debug!(cluster = %cr.name_any(), actions = ?done.actions, already_there = ?done.already_there, "fast re-creation");
     }
-    let reference = cr.object_ref(&());
-    for note in done.notes.iter().filter(|n| !done.made_elsewhere(n)) {
-        publish(
-            &ctx.recorder,
-            &reference,
-            note.kind,
-            note.reason,
-            &note.message,
-        )
-        .await;
-    }
+    publish_notes(ctx, &cr.object_ref(&()), &done.notes, &done).await;
     Ok(())
 }
 
@@ -1382,6 +1359,25 @@ async fn patch_status(
     )
     .await?;
     Ok(())
+}
+
+/// A pass's notes as Events, but not those of creations the other path made (announced there).
+async fn publish_notes(
+    ctx: &Ctx,
+    reference: &k8s_openapi::api::core::v1::ObjectReference,
+    notes: &[Note],
+    recreated: &Recreated,
+) {
+    for note in notes.iter().filter(|n| !recreated.made_elsewhere(n)) {
+        publish(
+            &ctx.recorder,
+            reference,
+            note.kind,
+            note.reason,
+            &note.message,
+        )
+        .await;
+    }
 }
 
 async fn publish(
