@@ -333,7 +333,7 @@ impl Slim for Pod {
     }
 }
 
-/// One watch's events: fed into its cache (without managedFields), then handed on as the
+/// One watch's events: fed into its cache (slimmed, see `Slim`), then handed on as the
 /// objects to reconcile for. Errors are logged and counted here and go no further (see `run`).
 fn cache_and_trigger<K, S>(
     events: S,
