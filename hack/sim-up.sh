@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Starts marekvs-sim (pod runner, volume provisioner, simulated members, control API) against
 # the local cluster NAME. Idempotent. With MAREKVS_BIN=/path/to/marekvs-server, member pods
-# run that real binary instead of the simulator.
+# run that real binary instead of the simulator; their output goes to
+# .state/NAME/logs/pods/<namespace>_<pod>_<container>.log.
 #
 #   hack/sim-up.sh [NAME]          # prints the control API URL
 set -euo pipefail
@@ -25,7 +26,8 @@ else
   (cd "$REPO" && cargo build -q -p marekvs-sim)
 fi
 sim="${CARGO_TARGET_DIR:-$REPO/target}/$profile/marekvs-sim"
-args=(--control "127.0.0.1:$SIM_CONTROL_PORT" --volumes-dir "$STATE/volumes")
+mkdir -p "$STATE/logs/pods"
+args=(--control "127.0.0.1:$SIM_CONTROL_PORT" --volumes-dir "$STATE/volumes" --pod-logs-dir "$STATE/logs/pods")
 [ -n "${MAREKVS_BIN:-}" ] && args+=(--real-bin "$MAREKVS_BIN")
 KUBECONFIG="$KUBECONFIG_PATH" start_bg marekvs-sim "$sim" "${args[@]}"
 wait_for "marekvs-sim control API" 60 curl -fsS "$SIM_CONTROL_URL/settings"

@@ -4,11 +4,15 @@
 //! - [`model`]: a pure, deterministic model of a marekvs cluster (views, placement, copies, loss).
 //! - [`world`]: the model shared by the member HTTP servers, the pod runner and the control API.
 //! - [`node_http`]: the node contract on each member's pod IP, port 9121.
-//! - [`podlet`]: a minimal kubelet for pods on fake nodes (IPs, probes, preStop, grace periods).
+//! - [`podlet`]: a minimal kubelet for pods on fake nodes (IPs, probes, restarts, preStop,
+//!   grace periods).
+//! - [`container_state`]: the container statuses it reports and its restart back-off.
+//! - [`real_node`]: a real marekvs binary as a member (listeners on the pod IP, per-pod log).
 //! - [`provisioner`]: binds PVCs of the harness StorageClass to PVs it creates.
 //! - [`control`]: the loopback control API tests use to read state and inject faults.
 #![forbid(unsafe_code)]
 
+pub mod container_state;
 pub mod control;
 pub mod model;
 pub mod node_http;

@@ -19,9 +19,11 @@ use tracing::info;
 ///
 /// Watches every pod scheduled to a fake (kwok) node, gives it a loopback IP from the node's
 /// podCIDR, and runs a simulated marekvs member there serving the node contract on port
-/// 9121 (or, with --real-bin, a real marekvs server). Readiness follows the pod's readiness
-/// probe; deletion runs the preStop hook and waits for the member to exit. Also provisions
-/// the volumes of the `marekvs.io/sim-hostpath` StorageClass.
+/// 9121 (or, with --real-bin, a real marekvs server with its listeners bound to the pod IP
+/// and its output in --pod-logs-dir). Readiness follows the pod's readiness probe; a member
+/// that exits is restarted with the kubelet's back-off (CrashLoopBackOff); deletion runs the
+/// preStop hook and waits for the member to exit. Also provisions the volumes of the
+/// `marekvs.io/sim-hostpath` StorageClass.
 #[derive(Parser, Debug)]
 #[command(version)]
 struct Args {
@@ -38,6 +40,11 @@ struct Args {
     /// Run this marekvs server binary for each member pod instead of the simulator.
     #[arg(long, env = "MAREKVS_BIN")]
     real_bin: Option<PathBuf>,
+    /// Directory for the output of real members (--real-bin), one file per pod and container:
+    /// `<namespace>_<pod>_<container>.log`, appended across restarts. Default: `pods` beside
+    /// the volumes directory.
+    #[arg(long, env = "MAREKVS_SIM_POD_LOGS")]
+    pod_logs_dir: Option<PathBuf>,
     /// Seed of the simulator's jitter, for reproducible runs.
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -70,8 +77,15 @@ async fn main() -> anyhow::Result<()> {
         ..Settings::default()
     };
     let world = SharedWorld::new(settings, args.seed);
+    let pod_logs_dir = match args.pod_logs_dir {
+        Some(dir) => dir,
+        None => volumes_dir.parent().unwrap_or(&volumes_dir).join("pods"),
+    };
     if let Some(bin) = &args.real_bin {
-        info!(bin = %bin.display(), "running real marekvs nodes instead of the simulator");
+        std::fs::create_dir_all(&pod_logs_dir)
+            .with_context(|| format!("creating {}", pod_logs_dir.display()))?;
+        info!(bin = %bin.display(), pod_logs = %pod_logs_dir.display(),
+            "running real marekvs nodes instead of the simulator");
     }
 
     let ticker = {
@@ -89,6 +103,7 @@ async fn main() -> anyhow::Result<()> {
         world.clone(),
         args.real_bin.clone(),
         volumes_dir.clone(),
+        pod_logs_dir,
     );
     let provisioner = Provisioner {
         client,

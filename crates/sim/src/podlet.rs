@@ -6,7 +6,12 @@
 //! - starts the marekvs member (simulated, or a real binary) at that IP;
 //! - follows the readiness probe: the Ready condition changes only after the probe's own
 //!   success/failure thresholds against the member's `/ready`;
-//! - restarts a member that crashed (restartCount grows, as with `restartPolicy: Always`);
+//! - restarts a member that exited, as with `restartPolicy: Always`: the exit shows as the
+//!   container's last state, the restart waits out the kubelet's back-off (`CrashLoopBackOff`),
+//!   then restartCount grows; one that cannot even start waits as `RunContainerError`
+//!   (states and back-off: [`crate::container_state`]);
+//! - runs a real member with its listeners on the pod IP and its output in a per-pod log
+//!   file ([`crate::real_node`]);
 //! - on deletion runs the preStop HTTP hook, sends SIGTERM, waits for the member to exit (or
 //!   the grace period to run out, then SIGKILL), and only then removes the pod.
 //!
@@ -34,9 +39,15 @@ use tracing::{debug, info, warn};
 
 use marekvs_core::units::quantity_bytes;
 
+use crate::container_state::{
+    ContainerState, MemberStatus, Terminated, container_statuses, crash_loop_message,
+    next_crash_count, restart_backoff,
+};
 use crate::model::{Faults, MemberSpec};
 use crate::node_http::{self, METRICS_PORT, NodeServer};
-use crate::real_node::RealNode;
+use crate::real_node::{
+    Exit, GOSSIP_PORT, NodeEnv, PodLog, RealNode, StartFailure, node_env, start_header,
+};
 use crate::world::SharedWorld;
 
 /// Annotation kwok uses to pick the nodes it manages; the harness runs pods on those nodes.
@@ -51,6 +62,8 @@ pub struct Podlet {
     pub real_bin: Option<PathBuf>,
     /// Where real nodes keep their data, one directory per PVC.
     pub volumes_dir: PathBuf,
+    /// Where real nodes' output goes, one file per pod and container.
+    pub pod_logs_dir: PathBuf,
     http: reqwest::Client,
     used_ips: Mutex<BTreeSet<Ipv4Addr>>,
     /// Real-node members: cluster key → member key → pod IP (to rewrite seeds).
@@ -63,6 +76,7 @@ impl Podlet {
         world: SharedWorld,
         real_bin: Option<PathBuf>,
         volumes_dir: PathBuf,
+        pod_logs_dir: PathBuf,
     ) -> Arc<Self> {
         let http = reqwest::Client::builder()
             .no_proxy()
@@ -74,6 +88,7 @@ impl Podlet {
             world,
             real_bin,
             volumes_dir,
+            pod_logs_dir,
             http,
             used_ips: Mutex::new(BTreeSet::new()),
             real_members: Mutex::new(BTreeMap::new()),
@@ -244,7 +259,7 @@ impl Podlet {
         let container = member_container(&pod).cloned();
         let host_ip = node_ip(&node);
         let started = Timestamp::now();
-        let mut restarts: i32 = pod
+        let restarts: i32 = pod
             .status
             .as_ref()
             .and_then(|s| s.container_statuses.as_ref())
@@ -254,17 +269,17 @@ impl Podlet {
 
         let Some(container) = container else {
             // Not a marekvs member: run it as a container without probes.
-            self.patch_status(&pods, &pod, ip, &host_ip, &started, true, restarts)
+            self.patch_status(&pods, &pod, ip, &host_ip, &started, None)
                 .await?;
             info!(pod = %key, %ip, "running (not a marekvs member)");
             return self.wait_and_finish_plain(rx, &pods, &pod).await;
         };
+        let cname = container.name.as_str();
 
         // Report the pod Running first: if it is gone already, no member is started for it.
-        self.patch_status(&pods, &pod, ip, &host_ip, &started, false, restarts)
+        let mut status = MemberStatus::running(started, restarts, None);
+        self.patch_status(&pods, &pod, ip, &host_ip, &started, Some((cname, &status)))
             .await?;
-        let mut member = self.start_member(&pod, &container, &key, ip).await?;
-        info!(pod = %key, %ip, "member started");
 
         let probe = container.readiness_probe.clone();
         let probe_get = probe.as_ref().and_then(|p| p.http_get.clone());
@@ -299,88 +314,160 @@ impl Podlet {
                 .unwrap_or(0)
                 .max(0) as u64,
         );
-        let mut ready = false;
         let mut successes = 0;
         let mut failures = 0;
-        if probe_get.is_none() {
-            ready = true;
-            self.patch_ready(&pods, &pod, true, restarts).await?;
-        }
-
         let mut probe_timer =
             tokio::time::interval_at(tokio::time::Instant::now() + initial_delay, period);
         let mut exit_check = tokio::time::interval(Duration::from_millis(200));
         let mut terminating: Option<tokio::time::Instant> = None;
 
+        // The process; kept after it exits (a simulated member stays in the model, a real one
+        // in its cluster's seeds) until it is started again.
+        let mut member: Option<MemberProcess> = None;
+        // Set while the member is down: when it may be started again.
+        let mut restart_at: Option<tokio::time::Instant> = Some(tokio::time::Instant::now());
+        // Whether the container has run before: only then does a start count as a restart.
+        let mut has_run = false;
+        let mut crashes_in_a_row: u32 = 0;
+        let mut run_since = tokio::time::Instant::now();
+        let mut starts: u64 = 0;
+
         loop {
+            // Start (or restart) the member once its back-off is over.
+            // `hold_down` keeps a member that has run down after it exits.
+            if terminating.is_none()
+                && restart_at.is_some_and(|at| tokio::time::Instant::now() >= at)
+                && !(has_run && self.world.lock().faults(&key).hold_down)
+            {
+                restart_at = None;
+                if let Some(old) = member.take() {
+                    self.forget_member(&key, &old);
+                    drop(old); // frees its ports before the new process binds them
+                }
+                starts += 1;
+                let restart_count = status.restart_count + i32::from(has_run);
+                match self
+                    .start_member(&pod, &container, &key, ip, starts, restart_count)
+                    .await
+                {
+                    Ok(m) => {
+                        member = Some(m);
+                        // The first start is the one the pod status already reports.
+                        let at = if starts == 1 {
+                            started
+                        } else {
+                            Timestamp::now()
+                        };
+                        status.start(at, has_run);
+                        has_run = true;
+                        run_since = tokio::time::Instant::now();
+                        (successes, failures) = (0, 0);
+                        probe_timer = tokio::time::interval_at(
+                            tokio::time::Instant::now() + initial_delay,
+                            period,
+                        );
+                        // Without a probe the container is ready once it runs.
+                        status.ready = probe_get.is_none();
+                        info!(pod = %key, %ip, restarts = status.restart_count, "member started");
+                        if starts > 1 || status.ready {
+                            self.patch_member(&pods, &pod, &started, cname, &status)
+                                .await?;
+                        }
+                    }
+                    Err(failure) => {
+                        crashes_in_a_row = crashes_in_a_row.saturating_add(1);
+                        let backoff = restart_backoff(crashes_in_a_row);
+                        warn!(pod = %key, reason = failure.reason, retry_in = ?backoff,
+                            "member could not be started: {}", failure.message);
+                        status.failed_to_start(failure.reason, failure.message);
+                        restart_at = Some(tokio::time::Instant::now() + backoff);
+                        self.patch_member(&pods, &pod, &started, cname, &status)
+                            .await?;
+                    }
+                }
+            }
+
             tokio::select! {
                 changed = rx.changed() => {
                     let gone = changed.is_err() || rx.borrow().is_none();
                     if gone {
                         // Force-deleted from the API: the container is killed at once.
-                        member.kill(&self.world);
-                        self.forget_member(&key, &member);
+                        if let Some(mut m) = member.take() {
+                            m.kill(&self.world);
+                            self.forget_member(&key, &m);
+                        }
                         return Ok(());
                     }
                     let cur = rx.borrow().clone().expect("checked above");
                     if terminating.is_none()
                         && cur.metadata.deletion_timestamp.is_none()
-                        && pod_ready_condition(&cur).is_some_and(|r| r != ready)
+                        && pod_ready_condition(&cur).is_some_and(|r| r != status.reported_ready())
                     {
                         // Someone else changed Ready (the node lifecycle controller, after a
                         // missed heartbeat): report what the probe says, as a kubelet would.
-                        self.patch_ready(&pods, &pod, ready, restarts).await?;
+                        self.patch_member(&pods, &pod, &started, cname, &status).await?;
                     }
                     if terminating.is_none() && cur.metadata.deletion_timestamp.is_some() {
                         let grace = cur.metadata.deletion_grace_period_seconds.unwrap_or(30).max(0) as u64;
                         let deadline = tokio::time::Instant::now() + Duration::from_secs(grace);
                         terminating = Some(deadline);
-                        info!(pod = %key, grace, "terminating: preStop, then SIGTERM");
-                        self.run_pre_stop(&container, ip, Duration::from_secs(grace)).await;
-                        member.terminate(&self.world).await;
+                        // A container that is not running gets neither hook nor signal.
+                        if let Some(m) = member.as_mut().filter(|_| status.is_running()) {
+                            info!(pod = %key, grace, "terminating: preStop, then SIGTERM");
+                            self.run_pre_stop(&container, ip, Duration::from_secs(grace)).await;
+                            m.terminate(&self.world).await;
+                        }
                     }
                 }
-                _ = probe_timer.tick(), if probe_get.is_some() => {
+                _ = probe_timer.tick(), if probe_get.is_some() && status.is_running() => {
                     let ok = self.probe(probe_get.as_ref().expect("guarded"), &container, ip, timeout).await;
                     *self.world.lock().probes.entry(key.clone()).or_insert(0) += 1;
                     if ok { successes += 1; failures = 0; } else { failures += 1; successes = 0; }
+                    let ready = status.ready;
                     let next = if ready { failures < failure_threshold } else { successes >= success_threshold };
                     if next != ready {
-                        ready = next;
-                        debug!(pod = %key, ready, "readiness changed");
-                        self.patch_ready(&pods, &pod, ready, restarts).await?;
+                        status.ready = next;
+                        debug!(pod = %key, ready = next, "readiness changed");
+                        self.patch_member(&pods, &pod, &started, cname, &status).await?;
                     }
                 }
                 _ = exit_check.tick() => {
                     if let Some(deadline) = terminating {
-                        if member.exited(&self.world) {
+                        if member.as_mut().is_none_or(|m| m.exited(&self.world)) {
                             info!(pod = %key, "member exited; removing pod");
-                            self.forget_member(&key, &member);
+                            if let Some(m) = member.take() {
+                                self.forget_member(&key, &m);
+                            }
                             return self.delete_now(&pod).await;
                         }
                         if tokio::time::Instant::now() >= deadline {
                             info!(pod = %key, "grace period over: SIGKILL");
-                            member.kill(&self.world);
-                            self.forget_member(&key, &member);
+                            if let Some(mut m) = member.take() {
+                                m.kill(&self.world);
+                                self.forget_member(&key, &m);
+                            }
                             return self.delete_now(&pod).await;
                         }
-                    } else if member.exited(&self.world) {
-                        // Crashed: restart it in place, as restartPolicy Always does.
-                        restarts += 1;
-                        warn!(pod = %key, restarts, "member exited unexpectedly; restarting");
-                        if ready {
-                            ready = false;
-                        }
-                        successes = 0;
-                        failures = 0;
-                        self.patch_ready(&pods, &pod, false, restarts).await?;
-                        tokio::time::sleep(Duration::from_secs(1)).await;
-                        if self.world.lock().faults(&key).hold_down {
-                            continue;
-                        }
-                        self.forget_member(&key, &member);
-                        drop(member); // frees its port before the new process binds it
-                        member = self.start_member(&pod, &container, &key, ip).await?;
+                    } else if status.is_running()
+                        && let Some(exit) = member.as_mut().and_then(|m| m.exit(&self.world))
+                    {
+                        // It exited on its own: restart it in place, as restartPolicy Always
+                        // does, after the kubelet's back-off.
+                        crashes_in_a_row = next_crash_count(crashes_in_a_row, run_since.elapsed());
+                        let backoff = restart_backoff(crashes_in_a_row);
+                        warn!(pod = %key, code = exit.code, retry_in = ?backoff,
+                            "member exited unexpectedly: {}", exit.message);
+                        let started_at = match status.state {
+                            ContainerState::Running { started_at } => started_at,
+                            _ => started,
+                        };
+                        status.exited(
+                            Terminated::new(exit.code, exit.message, started_at, Timestamp::now()),
+                            backoff,
+                            crash_loop_message(backoff, cname, &pod),
+                        );
+                        restart_at = Some(tokio::time::Instant::now() + backoff);
+                        self.patch_member(&pods, &pod, &started, cname, &status).await?;
                     }
                 }
             }
@@ -407,13 +494,16 @@ impl Podlet {
         }
     }
 
+    /// Start the member process: `start` counts the attempts for this pod (for the log).
     async fn start_member(
         &self,
         pod: &Pod,
         container: &Container,
         key: &str,
         ip: Ipv4Addr,
-    ) -> anyhow::Result<MemberProcess> {
+        start: u64,
+        restart_count: i32,
+    ) -> Result<MemberProcess, StartFailure> {
         let ns = pod.namespace().unwrap_or_default();
         let env = resolve_env(pod, container, ip);
         let node_id = env
@@ -428,31 +518,51 @@ impl Podlet {
             "{ns}/{}",
             env.get("MAREKVS_SEEDS").cloned().unwrap_or_default()
         );
-        let (volume, disk_bytes) = self.volume_of(pod).await?;
+        let (volume, disk_bytes) = self
+            .volume_of(pod)
+            .await
+            .map_err(|e| StartFailure::create(format!("{e:#}")))?;
 
         if let Some(bin) = &self.real_bin {
+            let data_dir = self.volumes_dir.join(&volume);
+            std::fs::create_dir_all(&data_dir).map_err(|e| {
+                StartFailure::create(format!("creating {}: {e}", data_dir.display()))
+            })?;
             let seeds: Vec<String> = {
                 let mut reg = self.real_members.lock().unwrap_or_else(|e| e.into_inner());
                 let members = reg.entry(cluster.clone()).or_default();
                 let seeds = members
                     .iter()
                     .filter(|(k, _)| k.as_str() != key)
-                    .map(|(_, ip)| format!("{ip}:7946"))
+                    .map(|(_, ip)| format!("{ip}:{GOSSIP_PORT}"))
                     .collect();
                 members.insert(key.to_string(), ip);
                 seeds
             };
-            let data_dir = self.volumes_dir.join(&volume);
-            std::fs::create_dir_all(&data_dir)
-                .with_context(|| format!("creating {}", data_dir.display()))?;
-            let mut env = env;
-            env.insert("MAREKVS_NODE_ID".into(), node_id);
-            env.insert("MAREKVS_ADVERTISE_IP".into(), ip.to_string());
-            env.insert("MAREKVS_DATA_DIR".into(), data_dir.display().to_string());
-            // Services have no endpoints for loopback pods and there is no cluster DNS here.
-            env.insert("MAREKVS_SEEDS".into(), seeds.join(","));
-            let node = RealNode::spawn(bin, &env, &container.args.clone().unwrap_or_default())?;
-            return Ok(MemberProcess::Real { node, cluster });
+            let add = NodeEnv {
+                ip,
+                node_id: &node_id,
+                data_dir: &data_dir,
+                seeds: &seeds,
+            };
+            let (env, warnings) = node_env(&env, &add);
+            for w in warnings {
+                warn!(pod = %key, "{w}");
+            }
+            let log = PodLog::new(&self.pod_logs_dir, &ns, &pod.name_any(), &container.name);
+            let header = start_header(start, restart_count, &Timestamp::now(), bin);
+            let args = container.args.clone().unwrap_or_default();
+            return match RealNode::spawn(bin, &env, &args, &log, &header) {
+                Ok(node) => Ok(MemberProcess::Real {
+                    node: Box::new(node),
+                    cluster,
+                }),
+                Err(e) => {
+                    // Not running: not a seed for the others either.
+                    self.forget_real(&cluster, key);
+                    Err(e)
+                }
+            };
         }
 
         self.world.lock().start_member(
@@ -466,24 +576,32 @@ impl Podlet {
                 faults: Faults::default(),
             },
         );
-        let server = node_http::serve(self.world.clone(), key.to_string(), IpAddr::V4(ip))
-            .await
-            .with_context(|| format!("binding {ip}:{METRICS_PORT}"))?;
-        Ok(MemberProcess::Sim {
-            key: key.to_string(),
-            _server: server,
-        })
+        match node_http::serve(self.world.clone(), key.to_string(), IpAddr::V4(ip)).await {
+            Ok(server) => Ok(MemberProcess::Sim {
+                key: key.to_string(),
+                _server: server,
+            }),
+            Err(e) => {
+                // A member nobody can reach is no member: take it out of the model again.
+                self.world.lock().remove_member(key);
+                Err(StartFailure::create(format!(
+                    "binding {ip}:{METRICS_PORT}: {e:#}"
+                )))
+            }
+        }
     }
 
     fn forget_member(&self, key: &str, member: &MemberProcess) {
         match member {
             MemberProcess::Sim { .. } => self.world.lock().remove_member(key),
-            MemberProcess::Real { cluster, .. } => {
-                let mut reg = self.real_members.lock().unwrap_or_else(|e| e.into_inner());
-                if let Some(m) = reg.get_mut(cluster) {
-                    m.remove(key);
-                }
-            }
+            MemberProcess::Real { cluster, .. } => self.forget_real(cluster, key),
+        }
+    }
+
+    fn forget_real(&self, cluster: &str, key: &str) {
+        let mut reg = self.real_members.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(m) = reg.get_mut(cluster) {
+            m.remove(key);
         }
     }
 
@@ -559,7 +677,7 @@ impl Podlet {
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
+    /// The pod's whole status; `member` is the marekvs container's name and status.
     async fn patch_status(
         &self,
         pods: &Api<Pod>,
@@ -567,12 +685,11 @@ impl Podlet {
         ip: Ipv4Addr,
         host_ip: &str,
         started: &Timestamp,
-        ready: bool,
-        restarts: i32,
+        member: Option<(&str, &MemberStatus)>,
     ) -> anyhow::Result<()> {
         let now = Timestamp::now().to_string();
+        let ready = member.is_none_or(|(_, m)| m.reported_ready());
         let ready_s = if ready { "True" } else { "False" };
-        let container_statuses = container_statuses(pod, ready, restarts, &started.to_string());
         let patch = json!({
             "status": {
                 "phase": "Running",
@@ -587,7 +704,7 @@ impl Podlet {
                     {"type": "ContainersReady", "status": ready_s, "lastTransitionTime": now},
                     {"type": "Ready", "status": ready_s, "lastTransitionTime": now},
                 ],
-                "containerStatuses": container_statuses,
+                "containerStatuses": container_statuses(pod, member, started),
             }
         });
         let (name, params, patch) = (
@@ -601,28 +718,28 @@ impl Podlet {
         Ok(())
     }
 
-    async fn patch_ready(
+    /// The member container's status and the readiness that follows from it.
+    async fn patch_member(
         &self,
         pods: &Api<Pod>,
         pod: &Pod,
-        ready: bool,
-        restarts: i32,
+        started: &Timestamp,
+        container: &str,
+        member: &MemberStatus,
     ) -> anyhow::Result<()> {
         let now = Timestamp::now().to_string();
-        let ready_s = if ready { "True" } else { "False" };
-        let started = pod
-            .status
-            .as_ref()
-            .and_then(|s| s.start_time.as_ref())
-            .map(|t| t.0.to_string())
-            .unwrap_or_else(|| now.clone());
+        let ready_s = if member.reported_ready() {
+            "True"
+        } else {
+            "False"
+        };
         let patch = json!({
             "status": {
                 "conditions": [
                     {"type": "ContainersReady", "status": ready_s, "lastTransitionTime": now},
                     {"type": "Ready", "status": ready_s, "lastTransitionTime": now},
                 ],
-                "containerStatuses": container_statuses(pod, ready, restarts, &started),
+                "containerStatuses": container_statuses(pod, Some((container, member)), started),
             }
         });
         let (name, params, patch) = (
@@ -690,8 +807,14 @@ fn is_transient(e: &kube::Error) -> bool {
 
 /// The member process behind a pod.
 enum MemberProcess {
-    Sim { key: String, _server: NodeServer },
-    Real { node: RealNode, cluster: String },
+    Sim {
+        key: String,
+        _server: NodeServer,
+    },
+    Real {
+        node: Box<RealNode>,
+        cluster: String,
+    },
 }
 
 impl MemberProcess {
@@ -713,6 +836,18 @@ impl MemberProcess {
         match self {
             MemberProcess::Sim { key, .. } => !world.lock().is_running(key),
             MemberProcess::Real { node, .. } => node.exited(),
+        }
+    }
+
+    /// How it ended, once it has. A simulated member only ends on its own when the control
+    /// API kills it.
+    fn exit(&mut self, world: &SharedWorld) -> Option<Exit> {
+        match self {
+            MemberProcess::Sim { key, .. } => (!world.lock().is_running(key)).then(|| Exit {
+                code: 137,
+                message: "killed by the simulator control API (kill -9)".into(),
+            }),
+            MemberProcess::Real { node, .. } => node.exit(),
         }
     }
 }
@@ -738,36 +873,6 @@ fn member_container(pod: &Pod) -> Option<&Container> {
                     .any(|p| p.container_port == i32::from(METRICS_PORT))
             })
     })
-}
-
-fn container_statuses(
-    pod: &Pod,
-    member_ready: bool,
-    restarts: i32,
-    started: &str,
-) -> serde_json::Value {
-    let member = member_container(pod).map(|c| c.name.clone());
-    let statuses: Vec<serde_json::Value> = pod
-        .spec
-        .as_ref()
-        .map(|s| s.containers.as_slice())
-        .unwrap_or_default()
-        .iter()
-        .map(|c| {
-            let is_member = Some(&c.name) == member.as_ref();
-            json!({
-                "name": c.name,
-                "image": c.image.clone().unwrap_or_default(),
-                "imageID": "",
-                "containerID": format!("marekvs-sim://{}/{}", pod.uid().unwrap_or_default(), c.name),
-                "ready": if is_member { member_ready } else { true },
-                "started": true,
-                "restartCount": if is_member { restarts } else { 0 },
-                "state": {"running": {"startedAt": started}},
-            })
-        })
-        .collect();
-    serde_json::Value::Array(statuses)
 }
 
 /// The node's InternalIP, which kwok reports (a loopback address in this harness).
