@@ -1,9 +1,12 @@
 //! The marekvs data-plane simulator and the harness that "runs" member pods on the fake
 //! (kwok) nodes of the local control plane.
 //!
-//! - [`model`]: a pure, deterministic model of a marekvs cluster (views, placement, copies, loss).
-//! - [`world`]: the model shared by the member HTTP servers, the pod runner and the control API.
+//! - [`model`]: a pure, deterministic model of a marekvs cluster (views, placement, copies,
+//!   loss, and the keys stored on its volumes).
+//! - [`world`]: the model shared by the member servers, the pod runner and the control API.
 //! - [`node_http`]: the node contract on each member's pod IP, port 9121.
+//! - [`resp`]: the Redis protocol (RESP2/RESP3) codec, pure.
+//! - [`node_resp`]: each member's Redis-protocol port, 6379, serving keys through the model.
 //! - [`podlet`]: a minimal kubelet for pods on fake nodes (IPs, probes, restarts, preStop,
 //!   grace periods).
 //! - [`container_state`]: the container statuses it reports and its restart back-off.
@@ -16,7 +19,9 @@ pub mod container_state;
 pub mod control;
 pub mod model;
 pub mod node_http;
+pub mod node_resp;
 pub mod podlet;
 pub mod provisioner;
 pub mod real_node;
+pub mod resp;
 pub mod world;

@@ -1,7 +1,23 @@
-//! A deterministic model of a marekvs cluster, as measured on real nodes (see
-//! `shared/docs/marekvs-node-contract.md`): per-member membership views that lag the truth,
-//! rendezvous placement over the members a view sees Active, data copies tracked per volume
-//! and moved at a finite rate, and a counter of partitions whose every copy vanished.
+//! A deterministic model of a marekvs cluster, mirroring what real nodes were measured to do.
+//!
+//! - Membership: every member holds its own view of the others (node id and phase). Views lag
+//!   the truth: a join, a phase change or a departure reaches each peer after its own jittered
+//!   gossip or failure-detection delay, so views disagree for a while.
+//! - Placement: the key space is cut into `Settings::partitions` partitions; a member places
+//!   each partition on the `replicas_n` highest rendezvous scores among the members its view
+//!   sees Active.
+//! - Data: each volume (the member's PVC) holds a set of partitions and, for partitions that
+//!   have any, their keys. New owners copy what they gained at a finite rate (bootstrap while
+//!   joining, anti-entropy repair otherwise), taking the newest version of every key from
+//!   every running holder; copying a partition costs more the more data it holds. An old
+//!   holder hands a partition off (its keys merged into the owners) and drops it only once
+//!   every owner holds it. A partition whose every copy vanished from the running members is
+//!   counted as lost; a new owner then starts it with whatever its own volume already had.
+//! - Keys: any running member serves any key. A write goes to every running holder of the
+//!   key's partition and to every running owner in the writing member's view; a read returns
+//!   the newest version across running members' volumes, but a write is visible through other
+//!   members only after a jittered delay (reads are eventually consistent). Deletes write
+//!   tombstones.
 //!
 //! Pure: no I/O, no clock. Time is passed in as a `Duration` since an arbitrary epoch, and all
 //! randomness comes from a seeded generator, so a run is reproducible.
@@ -36,8 +52,15 @@ pub struct Settings {
     pub crash_detect_ms: (u64, u64),
     /// How long a member flushes after SIGTERM before it exits.
     pub flush_ms: u64,
-    /// Partitions one member copies per second (bootstrap and anti-entropy repair).
+    /// Empty partitions one member copies per second (bootstrap and anti-entropy repair).
     pub copy_rate_per_sec: f64,
+    /// Copying a partition costs one unit of the copy budget plus one per this many bytes of
+    /// key data it holds (each entry counts its key, its value and `ENTRY_OVERHEAD_BYTES`),
+    /// so a hand-off takes longer the more data moves.
+    pub copy_bytes_per_unit: u64,
+    /// Spread of the delay before a write is visible to reads through members other than
+    /// the one it was written through (through that one it is visible at once).
+    pub read_visibility_ms: (u64, u64),
     /// Bytes of data per partition, for the disk gauges.
     pub bytes_per_partition: u64,
     /// Cluster-wide command rate spread over the serving members.
@@ -53,6 +76,8 @@ impl Default for Settings {
             crash_detect_ms: (3000, 5000),
             flush_ms: 3000,
             copy_rate_per_sec: 2048.0,
+            copy_bytes_per_unit: 64 * 1024,
+            read_visibility_ms: (200, 2000),
             bytes_per_partition: 64 * 1024,
             load_ops_per_sec: 0.0,
         }
@@ -112,6 +137,8 @@ pub struct MemberSpec {
     pub volume: String,
     pub disk_bytes: u64,
     pub faults: Faults,
+    /// Its address (the pod IP), which peers list in `CLUSTER NODES`.
+    pub addr: String,
 }
 
 /// What a member's view holds about a peer.
@@ -133,6 +160,7 @@ struct PendingViewChange {
 #[derive(Clone, Debug)]
 pub struct Member {
     pub node_id: String,
+    pub addr: String,
     pub replicas_n: usize,
     pub volume: String,
     pub disk_bytes: u64,
@@ -179,15 +207,227 @@ pub struct MemberFigures {
     pub uptime_seconds: f64,
 }
 
+/// Bytes an entry counts for besides its key and value (version, visibility, writer), for the
+/// copy cost.
+pub const ENTRY_OVERHEAD_BYTES: u64 = 48;
+
+/// The member a command was sent to is not running (or not known): it serves nothing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NotServing;
+
+impl std::fmt::Display for NotServing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the member is not running")
+    }
+}
+
+impl std::error::Error for NotServing {}
+
+/// Versions of a key an entry remembers besides its own, for reads through members that do
+/// not see the newest ones yet.
+const MAX_REPLACED_VERSIONS: usize = 8;
+
+/// One version of a key as a volume stores it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Entry {
+    /// `None`: a tombstone.
+    value: Option<Vec<u8>>,
+    /// Cluster-wide write counter: the highest version of a key is its current value.
+    version: u64,
+    written_ms: u64,
+    /// Before this instant only reads through `written_via` see it.
+    visible_at_ms: u64,
+    /// Node id of the member the write was sent to.
+    written_via: String,
+    /// The version this one replaced, while some member may still read it.
+    replaced: Option<Box<Entry>>,
+}
+
+impl Entry {
+    fn bytes(&self, key: &[u8]) -> u64 {
+        let value = self.value.as_ref().map_or(0, Vec::len);
+        (key.len() + value) as u64 + ENTRY_OVERHEAD_BYTES
+    }
+
+    /// The newest version, this one or one it replaced, that a read through `node_id` sees.
+    fn visible_version(&self, node_id: &str, now_ms: u64) -> Option<&Entry> {
+        let mut version = Some(self);
+        while let Some(v) = version {
+            if v.visible_at_ms <= now_ms || v.written_via == node_id {
+                return Some(v);
+            }
+            version = v.replaced.as_deref();
+        }
+        None
+    }
+
+    /// This (newer) version in place of `older`, remembering it unless this one already
+    /// brings its own history (a copy).
+    fn replacing(mut self, mut older: Entry) -> Entry {
+        if self.replaced.is_none() {
+            older.forget_unreadable(self.written_ms);
+            self.replaced = Some(Box::new(older));
+        }
+        self
+    }
+
+    /// Drop the versions no read can return any more: those behind one every member saw by
+    /// `at_ms` (time only moves on), and any beyond `MAX_REPLACED_VERSIONS`.
+    fn forget_unreadable(&mut self, at_ms: u64) {
+        let mut version = self;
+        for _ in 0..MAX_REPLACED_VERSIONS {
+            if version.visible_at_ms <= at_ms {
+                break;
+            }
+            match version.replaced {
+                Some(ref mut older) => version = older,
+                None => return,
+            }
+        }
+        version.replaced = None;
+    }
+}
+
+/// The keys of one partition on one volume.
+#[derive(Clone, Debug, Default)]
+struct PartitionData {
+    entries: BTreeMap<Vec<u8>, Entry>,
+    /// Sum of `Entry::bytes`, kept up to date for the copy cost.
+    bytes: u64,
+}
+
+impl PartitionData {
+    /// Keep `entry` unless this partition already has a newer (or the same) version of `key`.
+    fn merge(&mut self, key: &[u8], entry: Entry) {
+        let entry = match self.entries.remove(key) {
+            Some(old) if old.version >= entry.version => old,
+            Some(old) => {
+                self.bytes = self.bytes - old.bytes(key) + entry.bytes(key);
+                entry.replacing(old)
+            }
+            None => {
+                self.bytes += entry.bytes(key);
+                entry
+            }
+        };
+        self.entries.insert(key.to_vec(), entry);
+    }
+}
+
+/// A member's volume: outlives the member, so a member returning on it finds its data.
+#[derive(Clone, Debug)]
+struct Volume {
+    /// Which partitions it holds (has a complete copy of).
+    held: Vec<bool>,
+    /// Key data, only for partitions that have any, so empty partitions cost nothing. It may
+    /// hold a partition it does not (yet) hold in full: writes reach a new owner while it copies.
+    data: BTreeMap<u32, PartitionData>,
+}
+
+impl Volume {
+    fn new(partitions: usize) -> Self {
+        Volume {
+            held: vec![false; partitions],
+            data: BTreeMap::new(),
+        }
+    }
+
+    fn entry(&self, pid: u32, key: &[u8]) -> Option<&Entry> {
+        self.data.get(&pid)?.entries.get(key)
+    }
+
+    fn merge_all(&mut self, pid: u32, entries: Vec<(Vec<u8>, Entry)>) {
+        if entries.is_empty() {
+            return;
+        }
+        let data = self.data.entry(pid).or_default();
+        for (key, entry) in entries {
+            data.merge(&key, entry);
+        }
+    }
+
+    fn live_keys(&self) -> u64 {
+        self.data
+            .values()
+            .flat_map(|d| d.entries.values())
+            .filter(|e| e.value.is_some())
+            .count() as u64
+    }
+}
+
+/// A member's view, as `CLUSTER NODES` and `CLUSTER INFO` show it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MemberView {
+    pub node_id: String,
+    pub replicas_n: usize,
+    /// Every node id in the view (itself included), in node id order.
+    pub peers: Vec<ViewPeer>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ViewPeer {
+    pub node_id: String,
+    /// The address it last started with; `None` if this cluster never ran it (cannot happen
+    /// for a view built by the model, but a view is not the member list).
+    pub addr: Option<String>,
+    pub phase: NodePhase,
+    pub myself: bool,
+}
+
+impl MemberView {
+    /// Peers the view sees Active: the placement candidates.
+    pub fn active(&self) -> usize {
+        self.peers
+            .iter()
+            .filter(|p| p.phase == NodePhase::Active)
+            .count()
+    }
+}
+
+/// Partition of a key: FNV-1a (64 bit) of the key's bytes, finished with the splitmix64 mixer
+/// so the low bits are well spread, modulo the number of partitions.
+pub fn partition_of(key: &[u8], partitions: u32) -> u32 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in key {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    (mix64(h) % u64::from(partitions.max(1))) as u32
+}
+
+fn mix64(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// A node's 40-hex run id (`CLUSTER MYID`): fixed for a (cluster, node id) pair, so it is
+/// stable across restarts of the same member and differs between clusters.
+pub fn run_id(cluster: &str, node_id: &str) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in cluster.bytes().chain([0]).chain(node_id.bytes()) {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    let words = [1u64, 2, 3].map(|i| mix64(h ^ i.wrapping_mul(0x9e37_79b9_7f4a_7c15)));
+    let mut id = format!("{:016x}{:016x}{:016x}", words[0], words[1], words[2]);
+    id.truncate(40);
+    id
+}
+
 /// One marekvs cluster: the members that gossip with each other, and their volumes.
 #[derive(Clone, Debug)]
 pub struct Cluster {
     pub settings: Settings,
     /// Member key (for the harness: `namespace/pod`) → member.
     pub members: BTreeMap<String, Member>,
-    /// Volume id → which partitions it holds. Outlives members: a member that returns on the
-    /// same volume finds its data.
-    volumes: BTreeMap<String, Vec<bool>>,
+    /// Volume id → the partitions and keys it holds. Outlives members: a member that returns
+    /// on the same volume finds its data.
+    volumes: BTreeMap<String, Volume>,
+    /// Node id → the address it last started with, for views that still list a departed peer.
+    addrs: BTreeMap<String, String>,
+    /// Last write version handed out.
+    write_version: u64,
     /// A partition exists once some member held it; before that, bootstrapping it copies nothing.
     existed: Vec<bool>,
     /// Partitions currently without any copy on a running member.
@@ -232,6 +472,25 @@ fn is_owner(me: &str, candidates: &[&str], n: usize, pid: u32) -> bool {
     better < n
 }
 
+/// The owners of `pid` among `candidates`: those with fewer than `n` strictly higher scores
+/// (the rule of `is_owner`, with one sort instead of a scan per candidate).
+fn owners_of<'a>(candidates: &[&'a str], n: usize, pid: u32) -> Vec<&'a str> {
+    let mut scored: Vec<(u64, &'a str)> = candidates.iter().map(|c| (score(c, pid), *c)).collect();
+    scored.sort_by(|a, b| b.cmp(a));
+    let mut owners = Vec::new();
+    let mut higher = 0;
+    for (i, (s, c)) in scored.iter().enumerate() {
+        if i > 0 && scored[i - 1].0 != *s {
+            higher = i;
+        }
+        if higher >= n {
+            break;
+        }
+        owners.push(*c);
+    }
+    owners
+}
+
 impl Cluster {
     pub fn new(settings: Settings, seed: u64) -> Self {
         let p = settings.partitions as usize;
@@ -239,6 +498,8 @@ impl Cluster {
             settings,
             members: BTreeMap::new(),
             volumes: BTreeMap::new(),
+            addrs: BTreeMap::new(),
+            write_version: 0,
             existed: vec![false; p],
             unavailable: vec![false; p],
             lost_partitions_total: 0,
@@ -313,13 +574,15 @@ impl Cluster {
             volume,
             disk_bytes,
             faults,
+            addr,
         } = spec;
         let (key, node_id, volume) = (key.as_str(), node_id.as_str(), volume.as_str());
         let now_ms = ms(now);
         let p = self.settings.partitions as usize;
         self.volumes
             .entry(volume.to_string())
-            .or_insert_with(|| vec![false; p]);
+            .or_insert_with(|| Volume::new(p));
+        self.addrs.insert(node_id.to_string(), addr.clone());
         let mut view = BTreeMap::new();
         for m in self
             .members
@@ -338,6 +601,7 @@ impl Cluster {
             key.to_string(),
             Member {
                 node_id: node_id.to_string(),
+                addr,
                 replicas_n: replicas_n.max(1),
                 volume: volume.to_string(),
                 disk_bytes,
@@ -365,6 +629,51 @@ impl Cluster {
             }),
             delay,
         );
+        self.reconcile_returning_volume(volume);
+    }
+
+    /// A member (re)starting on a volume with data: anti-entropy brings it and the running
+    /// holders of the partitions it holds to the newest version of every key. It may bring
+    /// keys the others lost (they started those partitions empty) and may have missed writes
+    /// while it was down; left apart, the copies would diverge and the next failure would
+    /// lose or roll back keys. Real nodes repair over time; here it happens at once, which
+    /// reads cannot tell apart (they take the newest version of all running copies anyway).
+    fn reconcile_returning_volume(&mut self, volume: &str) {
+        let running: BTreeSet<String> = self
+            .members
+            .values()
+            .filter(|m| m.is_up())
+            .map(|m| m.volume.clone())
+            .collect();
+        let with_data: BTreeSet<u32> = running
+            .iter()
+            .filter_map(|v| self.volumes.get(v))
+            .flat_map(|v| v.data.keys().copied())
+            .collect();
+        let Some(returning) = self.volumes.get(volume) else {
+            return;
+        };
+        let pids: Vec<u32> = with_data
+            .into_iter()
+            .filter(|pid| returning.held[*pid as usize])
+            .collect();
+        for pid in pids {
+            let holders: Vec<String> = running
+                .iter()
+                .filter(|v| self.volumes.get(*v).is_some_and(|v| v.held[pid as usize]))
+                .cloned()
+                .collect();
+            let entries: Vec<(Vec<u8>, Entry)> = holders
+                .iter()
+                .filter_map(|v| self.volumes.get(v)?.data.get(&pid))
+                .flat_map(|d| d.entries.iter().map(|(k, e)| (k.clone(), e.clone())))
+                .collect();
+            for holder in &holders {
+                if let Some(v) = self.volumes.get_mut(holder) {
+                    v.merge_all(pid, entries.clone());
+                }
+            }
+        }
     }
 
     /// `/drain`: the member turns Leaving and gossips it. Idempotent.
@@ -477,13 +786,47 @@ impl Cluster {
         owned
     }
 
-    /// Whether a running member other than `except` holds `pid`.
-    fn has_online_copy(&self, pid: u32, except: Option<&str>) -> bool {
-        self.members.iter().any(|(k, m)| {
-            Some(k.as_str()) != except
-                && m.is_up()
-                && self.volumes.get(&m.volume).is_some_and(|v| v[pid as usize])
-        })
+    /// Copy sources of `pid`: the volumes of running members other than `except` that hold
+    /// it; only the first one found unless `all` (with no key data anywhere, one will do and
+    /// a large cluster's hand-off does not scan every member per partition).
+    fn copy_sources(&self, pid: u32, except: &str, all: bool) -> BTreeSet<String> {
+        self.members
+            .iter()
+            .filter(|(k, m)| k.as_str() != except && m.is_up())
+            .filter(|(_, m)| {
+                self.volumes
+                    .get(&m.volume)
+                    .is_some_and(|v| v.held[pid as usize])
+            })
+            .map(|(_, m)| m.volume.clone())
+            .take(if all { usize::MAX } else { 1 })
+            .collect()
+    }
+
+    /// Budget units copying `pid` from `sources` costs: one, plus one per
+    /// `copy_bytes_per_unit` of the largest source's key data.
+    fn copy_cost(&self, pid: u32, sources: &BTreeSet<String>) -> f64 {
+        let bytes = sources
+            .iter()
+            .filter_map(|v| self.volumes.get(v)?.data.get(&pid))
+            .map(|d| d.bytes)
+            .max()
+            .unwrap_or(0);
+        1.0 + bytes as f64 / self.settings.copy_bytes_per_unit.max(1) as f64
+    }
+
+    /// Copy `pid` into `volume`: every key of every source, newest version winning (newer
+    /// entries the volume already has stay).
+    fn copy_partition(&mut self, volume: &str, pid: u32, sources: &BTreeSet<String>) {
+        let entries: Vec<(Vec<u8>, Entry)> = sources
+            .iter()
+            .filter_map(|v| self.volumes.get(v)?.data.get(&pid))
+            .flat_map(|d| d.entries.iter().map(|(k, e)| (k.clone(), e.clone())))
+            .collect();
+        if let Some(v) = self.volumes.get_mut(volume) {
+            v.merge_all(pid, entries);
+            v.held[pid as usize] = true;
+        }
     }
 
     /// Returns whether any partition's availability changed.
@@ -493,7 +836,7 @@ impl Cluster {
         let mut online = vec![false; p];
         for m in self.members.values().filter(|m| m.is_up()) {
             if let Some(v) = self.volumes.get(&m.volume) {
-                for (i, held) in v.iter().enumerate() {
+                for (i, held) in v.held.iter().enumerate() {
                     online[i] |= *held;
                 }
             }
@@ -576,62 +919,11 @@ impl Cluster {
         }
 
         // Copy what each member owns but lacks; drop what it no longer owns once every owner has it.
-        let global_rate = self.settings.copy_rate_per_sec;
+        // Without key data anywhere, a copy carries nothing: one source is enough.
+        let any_data = self.volumes.values().any(|v| !v.data.is_empty());
         for key in &keys {
-            if !self.members[key].is_up() {
-                continue;
-            }
-            let owned = self.owned(key);
-            let (volume, joining, rate) = {
-                let m = &self.members[key];
-                (
-                    m.volume.clone(),
-                    m.phase == NodePhase::Joining,
-                    m.faults.copy_rate_per_sec.unwrap_or(global_rate),
-                )
-            };
-            let missing: Vec<u32> = owned
-                .iter()
-                .copied()
-                .filter(|pid| !self.volumes[&volume][*pid as usize])
-                .collect();
-            let mut budget = {
-                let m = self.members.get_mut(key).expect("member exists");
-                m.copy_budget += rate.max(0.0) * dt;
-                m.copy_budget
-            };
-            let mut copied = 0u64;
-            let idle = missing.is_empty();
-            changed |= !idle;
-            for pid in missing {
-                if budget < 1.0 {
-                    break;
-                }
-                let i = pid as usize;
-                // A partition that never existed, or whose every copy is already gone, starts
-                // empty; otherwise it needs a running source.
-                if self.existed[i] && !self.unavailable[i] && !self.has_online_copy(pid, Some(key))
-                {
-                    continue;
-                }
-                self.volumes.get_mut(&volume).expect("volume exists")[i] = true;
-                self.existed[i] = true;
-                self.unavailable[i] = false;
-                budget -= 1.0;
-                copied += 1;
-            }
-            {
-                let m = self.members.get_mut(key).expect("member exists");
-                // No banking of budget while idle, so a later hand-off is not copied in a burst.
-                m.copy_budget = if idle { 0.0 } else { budget.min(rate.max(1.0)) };
-                if joining {
-                    m.bootstraps_completed += copied;
-                } else {
-                    m.ae_repair_ops += copied;
-                }
-            }
-            if self.members[key].phase == NodePhase::Active {
-                changed |= self.drop_unowned(key, &owned);
+            if self.members[key].is_up() {
+                changed |= self.copy_and_hand_off(key, dt, any_data);
             }
         }
 
@@ -679,6 +971,73 @@ impl Cluster {
             });
     }
 
+    /// Copy what member `key` owns but lacks, within its copy budget; if Active, hand off
+    /// what it no longer owns. Returns whether anything moved or is waiting to.
+    fn copy_and_hand_off(&mut self, key: &str, dt: f64, any_data: bool) -> bool {
+        let owned = self.owned(key);
+        let (volume, joining, rate) = {
+            let m = &self.members[key];
+            (
+                m.volume.clone(),
+                m.phase == NodePhase::Joining,
+                m.faults
+                    .copy_rate_per_sec
+                    .unwrap_or(self.settings.copy_rate_per_sec),
+            )
+        };
+        let missing: Vec<u32> = owned
+            .iter()
+            .copied()
+            .filter(|pid| !self.volumes[&volume].held[*pid as usize])
+            .collect();
+        let mut budget = {
+            let m = self.members.get_mut(key).expect("member exists");
+            m.copy_budget += rate.max(0.0) * dt;
+            m.copy_budget
+        };
+        let mut copied = 0u64;
+        let idle = missing.is_empty();
+        // Cost of a partition the budget did not cover yet: the budget may grow to it.
+        let mut blocked_cost = 0.0f64;
+        for pid in missing {
+            if budget < 1.0 {
+                break;
+            }
+            let i = pid as usize;
+            let sources = self.copy_sources(pid, key, any_data);
+            // A partition that never existed, or whose every copy is already gone, starts
+            // with what this volume has (usually nothing); otherwise it needs a running source.
+            if sources.is_empty() && self.existed[i] && !self.unavailable[i] {
+                continue;
+            }
+            let cost = self.copy_cost(pid, &sources);
+            if budget < cost {
+                blocked_cost = cost;
+                break;
+            }
+            self.copy_partition(&volume, pid, &sources);
+            self.existed[i] = true;
+            self.unavailable[i] = false;
+            budget -= cost;
+            copied += 1;
+        }
+        let m = self.members.get_mut(key).expect("member exists");
+        // No banking of budget while idle, so a later hand-off is not copied in a burst; but
+        // enough to copy the largest partition that is waiting.
+        m.copy_budget = if idle {
+            0.0
+        } else {
+            budget.min(rate.max(1.0).max(blocked_cost))
+        };
+        if joining {
+            m.bootstraps_completed += copied;
+        } else {
+            m.ae_repair_ops += copied;
+        }
+        let dropped = m.phase == NodePhase::Active && self.drop_unowned(key, &owned);
+        !idle || dropped
+    }
+
     /// Load: commands spread over serving members.
     fn add_load(&mut self, dt: f64) {
         if self.settings.load_ops_per_sec <= 0.0 {
@@ -703,9 +1062,11 @@ impl Cluster {
         }
     }
 
-    /// Returns whether it dropped anything.
+    /// Hand off and drop what this member no longer owns, once every owner in its view holds
+    /// it on a running member: its keys are merged into those owners first, so a write that
+    /// reached only this copy survives. Partial data (writes that reached it as an owner in
+    /// another member's view) goes the same way. Returns whether it dropped anything.
     fn drop_unowned(&mut self, key: &str, owned: &[u32]) -> bool {
-        let mut dropped = false;
         let m = &self.members[key];
         let owned_set: BTreeSet<u32> = owned.iter().copied().collect();
         let cands: Vec<String> = Self::candidates(&m.view)
@@ -715,36 +1076,49 @@ impl Cluster {
         let cand_refs: Vec<&str> = cands.iter().map(String::as_str).collect();
         let n = m.replicas_n;
         let volume = m.volume.clone();
-        let held: Vec<u32> = self.volumes[&volume]
-            .iter()
-            .enumerate()
-            .filter(|(i, h)| **h && !owned_set.contains(&(*i as u32)))
-            .map(|(i, _)| i as u32)
+        let v = &self.volumes[&volume];
+        let unowned: BTreeSet<u32> = (0..self.settings.partitions)
+            .filter(|pid| v.held[*pid as usize])
+            .chain(v.data.keys().copied())
+            .filter(|pid| !owned_set.contains(pid))
             .collect();
-        for pid in held {
-            // Hand-off: keep the copy until every owner in this view holds it on a running member.
-            let owners: Vec<&str> = cand_refs
-                .iter()
-                .copied()
-                .filter(|c| is_owner(c, &cand_refs, n, pid))
+        let mut dropped = false;
+        for pid in unowned {
+            let owner_volumes: Option<Vec<String>> = owners_of(&cand_refs, n, pid)
+                .into_iter()
+                .map(|o| self.running_volume_holding(o, pid))
                 .collect();
-            let all_have = !owners.is_empty()
-                && owners.iter().all(|o| {
-                    self.members.values().any(|pm| {
-                        pm.node_id == *o
-                            && pm.is_up()
-                            && self
-                                .volumes
-                                .get(&pm.volume)
-                                .is_some_and(|v| v[pid as usize])
-                    })
-                });
-            if all_have {
-                self.volumes.get_mut(&volume).expect("volume exists")[pid as usize] = false;
-                dropped = true;
+            let Some(owner_volumes) = owner_volumes.filter(|ov| !ov.is_empty()) else {
+                continue;
+            };
+            let v = self.volumes.get_mut(&volume).expect("volume exists");
+            v.held[pid as usize] = false;
+            let entries: Vec<(Vec<u8>, Entry)> = v
+                .data
+                .remove(&pid)
+                .map(|d| d.entries.into_iter().collect())
+                .unwrap_or_default();
+            for ov in owner_volumes.iter().filter(|ov| **ov != volume) {
+                if let Some(target) = self.volumes.get_mut(ov) {
+                    target.merge_all(pid, entries.clone());
+                }
             }
+            dropped = true;
         }
         dropped
+    }
+
+    /// The volume of a running member with node id `node_id` that holds `pid`.
+    fn running_volume_holding(&self, node_id: &str, pid: u32) -> Option<String> {
+        self.members
+            .values()
+            .filter(|m| m.node_id == node_id && m.is_up())
+            .find(|m| {
+                self.volumes
+                    .get(&m.volume)
+                    .is_some_and(|v| v.held[pid as usize])
+            })
+            .map(|m| m.volume.clone())
     }
 
     fn join_gate_pending(&mut self, key: &str) -> u64 {
@@ -753,7 +1127,7 @@ impl Cluster {
         }
         let owned = self.owned(key);
         let v = &self.volumes[&self.members[key].volume];
-        owned.iter().filter(|pid| !v[**pid as usize]).count() as u64
+        owned.iter().filter(|pid| !v.held[**pid as usize]).count() as u64
     }
 
     /// What `/metrics` and `/ready` report for a member; `None` when it is not running.
@@ -769,7 +1143,7 @@ impl Cluster {
         } else {
             0
         };
-        let held = self.volumes[&m.volume].iter().filter(|h| **h).count() as u64;
+        let held = self.volumes[&m.volume].held.iter().filter(|h| **h).count() as u64;
         let mut f = MemberFigures {
             phase: Some(m.phase),
             ready: matches!(m.phase, NodePhase::Active | NodePhase::Leaving),
@@ -809,10 +1183,208 @@ impl Cluster {
                     .members
                     .values()
                     .filter(|m| m.is_up() && m.phase != NodePhase::Leaving)
-                    .filter(|m| self.volumes.get(&m.volume).is_some_and(|v| v[i]))
+                    .filter(|m| self.volumes.get(&m.volume).is_some_and(|v| v.held[i]))
                     .count()
                     >= n
         })
+    }
+}
+
+/// Keys: the commands a member serves. Any running member serves any key.
+impl Cluster {
+    fn serving(&self, member: &str) -> Result<&Member, NotServing> {
+        self.members
+            .get(member)
+            .filter(|m| m.is_up())
+            .ok_or(NotServing)
+    }
+
+    fn partition(&self, key: &[u8]) -> u32 {
+        partition_of(key, self.settings.partitions)
+    }
+
+    /// `SET key value` through `member`.
+    pub fn set(
+        &mut self,
+        now: Duration,
+        member: &str,
+        key: &[u8],
+        value: &[u8],
+    ) -> Result<(), NotServing> {
+        self.write(now, member, key, Some(value.to_vec()))?;
+        if let Some(m) = self.members.get_mut(member) {
+            m.commands_set += 1.0;
+        }
+        Ok(())
+    }
+
+    /// `GET key` through `member`: the newest version it can see; `None` for a key that is
+    /// missing, deleted, or not visible to it yet.
+    pub fn get(
+        &mut self,
+        now: Duration,
+        member: &str,
+        key: &[u8],
+    ) -> Result<Option<Vec<u8>>, NotServing> {
+        let value = self.read(now, member, key)?;
+        if let Some(m) = self.members.get_mut(member) {
+            m.commands_get += 1.0;
+        }
+        Ok(value)
+    }
+
+    /// `DEL key...` through `member`: writes a tombstone for each key and answers how many of
+    /// them existed as `member` saw them (a key given twice counts once, as in Redis).
+    pub fn del(
+        &mut self,
+        now: Duration,
+        member: &str,
+        keys: &[Vec<u8>],
+    ) -> Result<u64, NotServing> {
+        let mut existed = 0;
+        for key in keys {
+            if self.read(now, member, key)?.is_some() {
+                existed += 1;
+            }
+            self.write(now, member, key, None)?;
+        }
+        Ok(existed)
+    }
+
+    /// `EXISTS key...` through `member`: how many of the keys it sees (repeats count again).
+    pub fn exists(&self, now: Duration, member: &str, keys: &[Vec<u8>]) -> Result<u64, NotServing> {
+        let mut found = 0;
+        for key in keys {
+            if self.read(now, member, key)?.is_some() {
+                found += 1;
+            }
+        }
+        Ok(found)
+    }
+
+    /// `DBSIZE`: keys (not tombstones) on `member`'s own volume.
+    pub fn dbsize(&self, member: &str) -> Result<u64, NotServing> {
+        let m = self.serving(member)?;
+        Ok(self.volumes.get(&m.volume).map_or(0, Volume::live_keys))
+    }
+
+    /// `member`'s membership view with its peers' addresses.
+    pub fn view(&self, member: &str) -> Result<MemberView, NotServing> {
+        let m = self.serving(member)?;
+        let peers = m
+            .view
+            .iter()
+            .map(|(id, state)| ViewPeer {
+                node_id: id.clone(),
+                addr: self.addrs.get(id).cloned(),
+                phase: state.phase,
+                myself: *id == m.node_id,
+            })
+            .collect();
+        Ok(MemberView {
+            node_id: m.node_id.clone(),
+            replicas_n: m.replicas_n,
+            peers,
+        })
+    }
+
+    /// Keys whose newest version on the running members' volumes is a value (visibility aside):
+    /// what the cluster would answer once every write is visible.
+    pub fn live_keys(&self) -> u64 {
+        let mut newest: BTreeMap<&[u8], &Entry> = BTreeMap::new();
+        for v in self.running_volumes() {
+            for (key, e) in v.data.values().flat_map(|d| d.entries.iter()) {
+                let slot = newest.entry(key.as_slice()).or_insert(e);
+                if e.version > slot.version {
+                    *slot = e;
+                }
+            }
+        }
+        newest.values().filter(|e| e.value.is_some()).count() as u64
+    }
+
+    /// Distinct volumes of running members.
+    fn running_volumes(&self) -> impl Iterator<Item = &Volume> {
+        let names: BTreeSet<&str> = self
+            .members
+            .values()
+            .filter(|m| m.is_up())
+            .map(|m| m.volume.as_str())
+            .collect();
+        names.into_iter().filter_map(|n| self.volumes.get(n))
+    }
+
+    /// What `GET` answers, without counting the command.
+    fn read(&self, now: Duration, member: &str, key: &[u8]) -> Result<Option<Vec<u8>>, NotServing> {
+        let me = self.serving(member)?;
+        let pid = self.partition(key);
+        let now_ms = ms(now);
+        let newest = self
+            .running_volumes()
+            .filter_map(|v| v.entry(pid, key)?.visible_version(&me.node_id, now_ms))
+            .max_by_key(|e| e.version);
+        Ok(newest.and_then(|e| e.value.clone()))
+    }
+
+    /// Store a new version of `key` (`None`: a tombstone) through `member`.
+    fn write(
+        &mut self,
+        now: Duration,
+        member: &str,
+        key: &[u8],
+        value: Option<Vec<u8>>,
+    ) -> Result<(), NotServing> {
+        let me = self.serving(member)?;
+        let (written_via, own_volume) = (me.node_id.clone(), me.volume.clone());
+        let pid = self.partition(key);
+        let mut targets = self.write_targets(member, pid);
+        self.wake();
+        self.write_version += 1;
+        let visibility = self.settings.read_visibility_ms;
+        let entry = Entry {
+            value,
+            version: self.write_version,
+            written_ms: ms(now),
+            visible_at_ms: ms(now) + self.jitter(visibility),
+            written_via,
+            replaced: None,
+        };
+        if targets.is_empty() {
+            // No running member holds or owns the partition: this member keeps the write as
+            // the partition's one copy, which the owners then copy from it.
+            if let Some(v) = self.volumes.get_mut(&own_volume) {
+                v.held[pid as usize] = true;
+                self.existed[pid as usize] = true;
+            }
+            targets.insert(own_volume);
+        }
+        for target in targets {
+            if let Some(v) = self.volumes.get_mut(&target) {
+                v.merge_all(pid, vec![(key.to_vec(), entry.clone())]);
+            }
+        }
+        Ok(())
+    }
+
+    /// Volumes a write of `pid` through `member` reaches: every running member that holds the
+    /// partition, and every running member among its owners in `member`'s view (a new owner
+    /// still copying it included).
+    fn write_targets(&self, member: &str, pid: u32) -> BTreeSet<String> {
+        let m = &self.members[member];
+        let cands = Self::candidates(&m.view);
+        let owners: BTreeSet<&str> = owners_of(&cands, m.replicas_n, pid).into_iter().collect();
+        self.members
+            .values()
+            .filter(|pm| pm.is_up())
+            .filter(|pm| {
+                owners.contains(pm.node_id.as_str())
+                    || self
+                        .volumes
+                        .get(&pm.volume)
+                        .is_some_and(|v| v.held[pid as usize])
+            })
+            .map(|pm| pm.volume.clone())
+            .collect()
     }
 }
 
@@ -849,6 +1421,7 @@ mod tests {
             volume: format!("vol-{i}"),
             disk_bytes: 1 << 30,
             faults: Faults::default(),
+            addr: format!("10.0.0.{i}"),
         }
     }
 
@@ -1030,6 +1603,8 @@ mod tests {
         Terminate(usize),
         Kill(usize),
         Remove(usize),
+        Set(usize, u8),
+        Del(usize, u8),
         Wait(u8),
     }
 
@@ -1041,20 +1616,35 @@ mod tests {
             (0..6usize).prop_map(Event::Terminate),
             (0..6usize).prop_map(Event::Kill),
             (0..6usize).prop_map(Event::Remove),
+            (0..6usize, 0..PROP_KEYS).prop_map(|(i, k)| Event::Set(i, k)),
+            (0..6usize, 0..PROP_KEYS).prop_map(|(i, k)| Event::Del(i, k)),
             (1..80u8).prop_map(Event::Wait),
         ]
     }
 
-    /// Everything the model shows: figures of every member, losses, availability.
+    /// Keys the property test writes.
+    const PROP_KEYS: u8 = 8;
+
+    fn prop_key(k: u8) -> Vec<u8> {
+        format!("key-{k}").into_bytes()
+    }
+
+    /// Everything the model shows: figures of every member, what each member reads for every
+    /// key and holds, losses, availability.
     fn observable(c: &mut Cluster, now: Duration) -> Vec<(String, Option<MemberFigures>)> {
         let keys: Vec<String> = c.members.keys().cloned().collect();
         let mut out: Vec<(String, Option<MemberFigures>)> = keys
             .into_iter()
             .map(|k| {
+                let reads: Vec<_> = (0..PROP_KEYS)
+                    .map(|i| c.read(now, &k, &prop_key(i)))
+                    .collect();
+                let dbsize = c.dbsize(&k);
                 let f = c.figures(now, &k);
-                (k, f)
+                (format!("{k} reads={reads:?} dbsize={dbsize:?}"), f)
             })
             .collect();
+        out.push((format!("live_keys={}", c.live_keys()), None));
         out.push((
             format!(
                 "lost={} unavailable={}",
@@ -1089,6 +1679,13 @@ mod tests {
                         Event::Terminate(i) => c.terminate(now, &format!("ns/demo-{i}")),
                         Event::Kill(i) => c.kill(now, &format!("ns/demo-{i}")),
                         Event::Remove(i) => c.remove_member(now, &format!("ns/demo-{i}")),
+                        Event::Set(i, k) => {
+                            let value = format!("{t:.1}");
+                            let _ = c.set(now, &format!("ns/demo-{i}"), &prop_key(*k), value.as_bytes());
+                        }
+                        Event::Del(i, k) => {
+                            let _ = c.del(now, &format!("ns/demo-{i}"), &[prop_key(*k)]);
+                        }
                         Event::Wait(_) => {}
                     }
                 }
@@ -1114,5 +1711,370 @@ mod tests {
         assert!(!c.quiet, "gossip of the drain is in flight");
         run(&mut c, 40.3, 80.0);
         assert!(c.quiet, "settled again after the hand-off");
+    }
+
+    fn member(i: usize) -> String {
+        format!("ns/demo-{i}")
+    }
+
+    fn key(i: usize) -> Vec<u8> {
+        format!("user:{i}").into_bytes()
+    }
+
+    fn value(i: usize) -> Vec<u8> {
+        format!("value-{i}").into_bytes()
+    }
+
+    /// Write keys `0..n` through the members in turn, at `t`.
+    fn write_keys(c: &mut Cluster, t: f64, n: usize, through: &[usize]) {
+        for i in 0..n {
+            let m = member(through[i % through.len()]);
+            c.set(secs(t), &m, &key(i), &value(i)).unwrap();
+        }
+    }
+
+    /// Keys `0..n` that `GET` through `m` does not return with their value.
+    fn unreadable(c: &mut Cluster, t: f64, m: usize, n: usize) -> Vec<usize> {
+        (0..n)
+            .filter(|i| c.get(secs(t), &member(m), &key(*i)).unwrap() != Some(value(*i)))
+            .collect()
+    }
+
+    /// Partitions whose only copies on running members are on the given members' volumes.
+    fn held_only_by(c: &Cluster, only: &[usize]) -> BTreeSet<u32> {
+        let only: Vec<String> = only.iter().map(|i| member(*i)).collect();
+        (0..c.settings.partitions)
+            .filter(|pid| {
+                let holders: Vec<&String> = c
+                    .members
+                    .iter()
+                    .filter(|(_, m)| m.is_up() && c.volumes[&m.volume].held[*pid as usize])
+                    .map(|(k, _)| k)
+                    .collect();
+                !holders.is_empty() && holders.iter().all(|k| only.contains(k))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn keys_survive_a_one_at_a_time_scale_down_at_rf2() {
+        let mut c = boot(5, 2);
+        write_keys(&mut c, 20.0, 1000, &[0, 1, 2, 3, 4]);
+        run(&mut c, 20.1, 23.0);
+        let mut t = 23.0;
+        for leaving in [4, 3] {
+            c.drain(secs(t), &member(leaving));
+            run(&mut c, t + 0.1, t + 20.0);
+            c.terminate(secs(t + 20.0), &member(leaving));
+            run(&mut c, t + 20.1, t + 35.0);
+            t += 35.0;
+            assert!(c.figures(secs(t), &member(leaving)).is_none());
+        }
+        assert_eq!(c.lost_partitions_total, 0);
+        for survivor in 0..3 {
+            assert_eq!(unreadable(&mut c, t, survivor, 1000), Vec::<usize>::new());
+        }
+        assert_eq!(c.live_keys(), 1000);
+    }
+
+    #[test]
+    fn losing_both_copies_loses_exactly_the_keys_of_those_partitions() {
+        let mut c = boot(5, 2);
+        write_keys(&mut c, 20.0, 2000, &[0, 1, 2]);
+        run(&mut c, 20.1, 23.0);
+        let doomed = held_only_by(&c, &[3, 4]);
+        assert!(!doomed.is_empty(), "some partitions live only on 3 and 4");
+        c.kill(secs(23.0), &member(3));
+        c.kill(secs(23.2), &member(4));
+        // Long enough for the survivors to notice, take over, and start the lost ones empty.
+        run(&mut c, 23.3, 45.0);
+        assert_eq!(c.lost_partitions_total, doomed.len() as u64);
+        let expected_lost: Vec<usize> = (0..2000)
+            .filter(|i| doomed.contains(&partition_of(&key(*i), c.settings.partitions)))
+            .collect();
+        assert!(!expected_lost.is_empty());
+        for survivor in 0..3 {
+            assert_eq!(unreadable(&mut c, 45.0, survivor, 2000), expected_lost);
+        }
+        assert!(
+            c.fully_replicated(2),
+            "the lost partitions were started again, empty"
+        );
+        assert_eq!(c.live_keys(), (2000 - expected_lost.len()) as u64);
+    }
+
+    #[test]
+    fn a_write_is_visible_through_other_members_only_after_the_delay() {
+        let mut c = boot(3, 2);
+        let (lo, hi) = c.settings.read_visibility_ms;
+        assert!(lo > 0);
+        c.set(secs(20.0), &member(0), b"k", b"v1").unwrap();
+        assert_eq!(
+            c.get(secs(20.0), &member(0), b"k").unwrap(),
+            Some(b"v1".to_vec())
+        );
+        assert_eq!(c.get(secs(20.0), &member(1), b"k").unwrap(), None);
+        let later = 20.0 + hi as f64 / 1000.0;
+        assert_eq!(
+            c.get(secs(later), &member(1), b"k").unwrap(),
+            Some(b"v1".to_vec())
+        );
+        assert_eq!(
+            c.get(secs(later), &member(2), b"k").unwrap(),
+            Some(b"v1".to_vec())
+        );
+        // An overwrite: other members read the older version until the new one is visible.
+        c.set(secs(later), &member(0), b"k", b"v2").unwrap();
+        assert_eq!(
+            c.get(secs(later), &member(2), b"k").unwrap(),
+            Some(b"v1".to_vec())
+        );
+        assert_eq!(
+            c.get(secs(later), &member(0), b"k").unwrap(),
+            Some(b"v2".to_vec())
+        );
+        let f = c.figures(secs(later), &member(0)).unwrap();
+        assert_eq!((f.commands_set_total, f.commands_get_total), (2, 2));
+    }
+
+    #[test]
+    fn a_member_returning_on_its_volume_brings_its_keys_back() {
+        let mut c = boot(4, 2);
+        write_keys(&mut c, 20.0, 500, &[0, 1]);
+        run(&mut c, 20.1, 23.0);
+        c.remove_member(secs(23.0), &member(2));
+        c.remove_member(secs(23.0), &member(3));
+        // The survivors notice, take over, and start the lost partitions empty.
+        run(&mut c, 23.1, 35.0);
+        let missing = unreadable(&mut c, 35.0, 0, 500);
+        assert!(!missing.is_empty(), "partitions only on 2 and 3 are gone");
+        assert!(c.lost_partitions_total > 0);
+        assert!(c.fully_replicated(2));
+        c.start_member(secs(35.0), spec(2, 2));
+        assert_eq!(unreadable(&mut c, 35.0, 0, 500), Vec::<usize>::new());
+        // The owners already hold those partitions (empty): its keys reach them only by the
+        // hand-off before it drops what it no longer owns.
+        run(&mut c, 35.1, 75.0);
+        assert!(c.figures(secs(75.0), &member(2)).unwrap().ready);
+        assert!(c.fully_replicated(2));
+        for m in 0..3 {
+            assert_eq!(unreadable(&mut c, 75.0, m, 500), Vec::<usize>::new());
+        }
+        c.remove_member(secs(75.0), &member(2));
+        assert_eq!(
+            unreadable(&mut c, 75.0, 0, 500),
+            Vec::<usize>::new(),
+            "the survivors hold every key without it"
+        );
+    }
+
+    #[test]
+    fn a_write_to_a_partition_nobody_holds_makes_it_available_again() {
+        let mut c = boot(2, 1);
+        c.drain(secs(20.0), &member(0));
+        c.kill(secs(20.0), &member(1));
+        run(&mut c, 20.1, 40.0);
+        assert!(
+            c.quiet,
+            "nobody is Active: nothing to copy, nothing to drop"
+        );
+        let unavailable = c.unavailable_partitions();
+        assert!(unavailable > 0, "what only 1 held is gone");
+        let lost_key = (0..)
+            .map(key)
+            .find(|k| c.unavailable[partition_of(k, c.settings.partitions) as usize])
+            .unwrap();
+        c.set(secs(40.0), &member(0), &lost_key, b"v").unwrap();
+        c.tick(secs(40.1));
+        assert_eq!(c.unavailable_partitions(), unavailable - 1);
+        assert_eq!(
+            c.get(secs(40.1), &member(0), &lost_key),
+            Ok(Some(b"v".to_vec()))
+        );
+    }
+
+    #[test]
+    fn keys_a_member_holds_for_a_partition_it_does_not_own_are_handed_off() {
+        let mut c = boot(3, 2);
+        c.set(secs(20.0), &member(0), b"k", b"old").unwrap();
+        run(&mut c, 20.1, 25.0);
+        let pid = partition_of(b"k", c.settings.partitions);
+        let outsider = (0..3)
+            .find(|i| !c.volumes[&c.members[&member(*i)].volume].held[pid as usize])
+            .unwrap();
+        // A newer write that reached only the outsider (an owner in some stale view).
+        c.write_version += 1;
+        let stray = Entry {
+            value: Some(b"new".to_vec()),
+            version: c.write_version,
+            written_ms: 25_000,
+            visible_at_ms: 25_000,
+            written_via: outsider.to_string(),
+            replaced: None,
+        };
+        let volume = c.members[&member(outsider)].volume.clone();
+        c.volumes
+            .get_mut(&volume)
+            .unwrap()
+            .merge_all(pid, vec![(b"k".to_vec(), stray)]);
+        c.wake();
+        c.tick(secs(25.1));
+        assert!(!c.volumes[&volume].data.contains_key(&pid), "dropped");
+        for i in (0..3).filter(|i| *i != outsider) {
+            let own = c.volumes[&c.members[&member(i)].volume].entry(pid, b"k");
+            assert_eq!(own.and_then(|e| e.value.as_deref()), Some(&b"new"[..]));
+        }
+        assert_eq!(
+            c.get(secs(25.1), &member(outsider), b"k"),
+            Ok(Some(b"new".to_vec()))
+        );
+    }
+
+    #[test]
+    fn deletes_are_tombstones_that_win_over_older_values() {
+        let mut c = boot(3, 2);
+        c.set(secs(20.0), &member(0), b"a", b"1").unwrap();
+        c.set(secs(20.0), &member(0), b"b", b"2").unwrap();
+        assert_eq!(c.live_keys(), 2);
+        let t = 23.0;
+        let deleted = c.del(
+            secs(t),
+            &member(1),
+            &[b"a".to_vec(), b"a".to_vec(), b"nope".to_vec()],
+        );
+        assert_eq!(
+            deleted,
+            Ok(1),
+            "a key given twice counts once, a missing one not at all"
+        );
+        assert_eq!(c.get(secs(t), &member(1), b"a").unwrap(), None);
+        assert_eq!(
+            c.get(secs(t), &member(2), b"a").unwrap(),
+            Some(b"1".to_vec()),
+            "not visible yet"
+        );
+        assert_eq!(c.get(secs(t + 2.0), &member(2), b"a").unwrap(), None);
+        let keys = [b"a".to_vec(), b"b".to_vec(), b"b".to_vec()];
+        assert_eq!(c.exists(secs(t + 2.0), &member(0), &keys), Ok(2));
+        assert_eq!(c.live_keys(), 1);
+        let dbsizes: u64 = (0..3).map(|i| c.dbsize(&member(i)).unwrap()).sum();
+        assert_eq!(dbsizes, 2, "b on its two replicas; tombstones are not keys");
+        c.set(secs(t + 2.0), &member(2), b"a", b"3").unwrap();
+        assert_eq!(
+            c.get(secs(t + 4.0), &member(1), b"a").unwrap(),
+            Some(b"3".to_vec())
+        );
+    }
+
+    #[test]
+    fn a_stopped_member_serves_nothing() {
+        let mut c = boot(3, 2);
+        c.kill(secs(20.0), &member(2));
+        assert_eq!(c.set(secs(20.0), &member(2), b"k", b"v"), Err(NotServing));
+        assert_eq!(c.get(secs(20.0), &member(2), b"k"), Err(NotServing));
+        assert_eq!(c.get(secs(20.0), &member(9), b"k"), Err(NotServing));
+        assert!(c.view(&member(2)).is_err());
+    }
+
+    #[test]
+    fn a_view_lists_every_peer_with_its_address() {
+        let mut c = boot(3, 2);
+        c.kill(secs(20.0), &member(2));
+        let v = c.view(&member(0)).unwrap();
+        let peers: Vec<(&str, Option<&str>, bool)> = v
+            .peers
+            .iter()
+            .map(|p| (p.node_id.as_str(), p.addr.as_deref(), p.myself))
+            .collect();
+        assert_eq!(
+            peers,
+            [
+                ("0", Some("10.0.0.0"), true),
+                ("1", Some("10.0.0.1"), false),
+                ("2", Some("10.0.0.2"), false),
+            ],
+            "a crashed peer stays in the view until it is detected"
+        );
+        assert_eq!(v.active(), 3);
+        run(&mut c, 20.1, 30.0);
+        assert_eq!(c.view(&member(0)).unwrap().peers.len(), 2);
+    }
+
+    /// Ticks until the survivors hold every partition twice after `demo-3` drains.
+    fn hand_off_ticks(keys: usize) -> u32 {
+        let mut c = Cluster::new(
+            Settings {
+                copy_bytes_per_unit: 4096,
+                gossip_delay_ms: (300, 300),
+                ..settings()
+            },
+            7,
+        );
+        for i in 0..4 {
+            c.start_member(secs(0.0), spec(i, 2));
+        }
+        run(&mut c, 0.0, 20.0);
+        let big = vec![b'x'; 1024];
+        for i in 0..keys {
+            c.set(secs(20.0), &member(i % 4), &key(i), &big).unwrap();
+        }
+        run(&mut c, 20.1, 25.0);
+        c.settings.copy_rate_per_sec = 16.0;
+        c.drain(secs(25.0), &member(3));
+        let mut ticks = 0;
+        let mut t = 25.0;
+        while !c.fully_replicated(2) {
+            t += 0.1;
+            ticks += 1;
+            c.tick(secs(t));
+            assert!(ticks < 10_000, "the hand-off never finished");
+        }
+        ticks
+    }
+
+    #[test]
+    fn a_hand_off_takes_longer_the_more_data_moves() {
+        let empty = hand_off_ticks(0);
+        let loaded = hand_off_ticks(2000);
+        // 2,000 KiB over 256 partitions: about 8 KiB each, so about three units a partition.
+        assert!(
+            empty >= 20,
+            "the empty hand-off is measurable: {empty} ticks"
+        );
+        assert!(
+            loaded >= 2 * empty,
+            "empty: {empty} ticks, loaded: {loaded} ticks"
+        );
+    }
+
+    #[test]
+    fn copies_carry_the_data_and_drops_free_it() {
+        let mut c = boot(3, 2);
+        write_keys(&mut c, 20.0, 300, &[0]);
+        run(&mut c, 20.1, 23.0);
+        let held_keys =
+            |c: &Cluster, i: usize| c.volumes[&c.members[&member(i)].volume].live_keys();
+        let before: u64 = (0..3).map(|i| held_keys(&c, i)).sum();
+        assert_eq!(before, 600, "every key on two volumes");
+        c.start_member(secs(23.0), spec(3, 2));
+        run(&mut c, 23.1, 60.0);
+        assert!(held_keys(&c, 3) > 0, "the new member copied keys");
+        let after: u64 = (0..4).map(|i| held_keys(&c, i)).sum();
+        assert_eq!(after, 600, "old holders dropped what they handed off");
+        assert_eq!(unreadable(&mut c, 60.0, 3, 300), Vec::<usize>::new());
+    }
+
+    #[test]
+    fn run_ids_are_40_hex_and_fixed_per_cluster_and_node() {
+        let id = run_id("cluster-a", "0");
+        assert_eq!(id.len(), 40);
+        assert!(
+            id.bytes()
+                .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
+        );
+        assert_eq!(id, run_id("cluster-a", "0"));
+        assert_ne!(id, run_id("cluster-a", "1"));
+        assert_ne!(id, run_id("cluster-b", "0"));
+        assert_ne!(run_id("a", "b0"), run_id("ab", "0"));
     }
 }

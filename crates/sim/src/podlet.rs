@@ -45,6 +45,7 @@ use crate::container_state::{
 };
 use crate::model::{Faults, MemberSpec};
 use crate::node_http::{self, METRICS_PORT, NodeServer};
+use crate::node_resp::{self, RESP_PORT, RespServer};
 use crate::real_node::{
     Exit, GOSSIP_PORT, NodeEnv, PodLog, RealNode, StartFailure, node_env, start_header,
 };
@@ -574,19 +575,34 @@ impl Podlet {
                 volume,
                 disk_bytes,
                 faults: Faults::default(),
+                addr: ip.to_string(),
             },
         );
-        match node_http::serve(self.world.clone(), key.to_string(), IpAddr::V4(ip)).await {
-            Ok(server) => Ok(MemberProcess::Sim {
+        let servers = async {
+            let http = node_http::serve(self.world.clone(), key.to_string(), IpAddr::V4(ip))
+                .await
+                .with_context(|| format!("binding {ip}:{METRICS_PORT}"))?;
+            let requirepass = env.get("MAREKVS_REQUIREPASS").cloned();
+            let resp = node_resp::serve(
+                self.world.clone(),
+                key.to_string(),
+                IpAddr::V4(ip),
+                requirepass,
+            )
+            .await
+            .with_context(|| format!("binding {ip}:{RESP_PORT}"))?;
+            anyhow::Ok((http, resp))
+        };
+        match servers.await {
+            Ok((http, resp)) => Ok(MemberProcess::Sim {
                 key: key.to_string(),
-                _server: server,
+                _http: http,
+                _resp: resp,
             }),
             Err(e) => {
                 // A member nobody can reach is no member: take it out of the model again.
                 self.world.lock().remove_member(key);
-                Err(StartFailure::create(format!(
-                    "binding {ip}:{METRICS_PORT}: {e:#}"
-                )))
+                Err(StartFailure::create(format!("{e:#}")))
             }
         }
     }
@@ -807,9 +823,11 @@ fn is_transient(e: &kube::Error) -> bool {
 
 /// The member process behind a pod.
 enum MemberProcess {
+    /// A simulated member: its HTTP and RESP servers stop when it is dropped.
     Sim {
         key: String,
-        _server: NodeServer,
+        _http: NodeServer,
+        _resp: RespServer,
     },
     Real {
         node: Box<RealNode>,

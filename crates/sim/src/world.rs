@@ -1,14 +1,24 @@
 //! The simulated data plane as one shared, lockable value: every marekvs cluster the harness
 //! runs, keyed by the gossip seeds its members were given (members that share seeds form one
 //! cluster, as they would over gossip), and a monotonic clock that drives the model.
+//!
+//! The key commands (`set`, `get`, ...) are what a member's RESP port serves; they fail with
+//! `NotServing` for a member that is not running (or not known).
 
 use std::collections::BTreeMap;
+use std::fmt::Write as _;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use crate::model::{Cluster, Faults, MemberFigures, MemberSpec, NodePhase, Settings};
+use crate::model::{
+    Cluster, Faults, MemberFigures, MemberSpec, MemberView, NodePhase, NotServing, Settings, run_id,
+};
+
+/// The port `CLUSTER NODES` shows after `@`, where Redis shows its cluster bus port: marekvs's
+/// internal (mesh) port, over which members forward requests to each other.
+pub const MESH_PORT: u16 = 7373;
 
 #[derive(Clone)]
 pub struct SharedWorld(Arc<Mutex<World>>);
@@ -51,6 +61,8 @@ pub struct ClusterReport {
     pub key: String,
     pub lost_partitions_total: u64,
     pub unavailable_partitions: u64,
+    /// Keys whose newest version on a running member is a value (not a tombstone).
+    pub live_keys: u64,
     pub members: Vec<MemberReport>,
 }
 
@@ -96,6 +108,13 @@ impl World {
     fn cluster_of(&mut self, key: &str) -> Option<&mut Cluster> {
         let ck = self.member_cluster.get(key)?;
         self.clusters.get_mut(ck)
+    }
+
+    /// The cluster key and cluster of a member, for the key commands.
+    fn serving_cluster(&mut self, key: &str) -> Result<(String, &mut Cluster), NotServing> {
+        let ck = self.member_cluster.get(key).ok_or(NotServing)?;
+        let cluster = self.clusters.get_mut(ck).ok_or(NotServing)?;
+        Ok((ck.clone(), cluster))
     }
 
     pub fn start_member(&mut self, cluster: &str, mut spec: MemberSpec) {
@@ -183,6 +202,84 @@ impl World {
         self.settings = settings;
     }
 
+    /// `SET` through member `key`.
+    pub fn set(&mut self, key: &str, k: &[u8], value: &[u8]) -> Result<(), NotServing> {
+        let now = self.now();
+        self.serving_cluster(key)?.1.set(now, key, k, value)
+    }
+
+    /// `GET` through member `key`: `None` for a missing, deleted or not yet visible key.
+    pub fn get(&mut self, key: &str, k: &[u8]) -> Result<Option<Vec<u8>>, NotServing> {
+        let now = self.now();
+        self.serving_cluster(key)?.1.get(now, key, k)
+    }
+
+    /// `DEL` through member `key`: how many of `keys` existed.
+    pub fn del(&mut self, key: &str, keys: &[Vec<u8>]) -> Result<u64, NotServing> {
+        let now = self.now();
+        self.serving_cluster(key)?.1.del(now, key, keys)
+    }
+
+    /// `EXISTS` through member `key`.
+    pub fn exists(&mut self, key: &str, keys: &[Vec<u8>]) -> Result<u64, NotServing> {
+        let now = self.now();
+        self.serving_cluster(key)?.1.exists(now, key, keys)
+    }
+
+    /// `DBSIZE` of member `key`: the keys on its own volume.
+    pub fn dbsize(&mut self, key: &str) -> Result<u64, NotServing> {
+        self.serving_cluster(key)?.1.dbsize(key)
+    }
+
+    /// `CLUSTER MYID`: 40 hex digits, the same for every run of the member's node id in its
+    /// cluster.
+    pub fn myid(&mut self, key: &str) -> Result<String, NotServing> {
+        let (ck, cluster) = self.serving_cluster(key)?;
+        let view = cluster.view(key)?;
+        Ok(run_id(&ck, &view.node_id))
+    }
+
+    /// `CLUSTER NODES`: one Redis-format line per node in the member's own view,
+    /// `<id> <ip>:6379@7373 <flags> - 0 0 0 connected`, flags `myself,master` for the member
+    /// and `master` for the others (a view only holds peers it believes up, so no `fail`).
+    pub fn cluster_nodes(&mut self, key: &str) -> Result<String, NotServing> {
+        let (ck, cluster) = self.serving_cluster(key)?;
+        let view = cluster.view(key)?;
+        let mut out = String::new();
+        for peer in &view.peers {
+            let flags = if peer.myself {
+                "myself,master"
+            } else {
+                "master"
+            };
+            let _ = writeln!(
+                out,
+                "{} {}:{}@{} {flags} - 0 0 0 connected",
+                run_id(&ck, &peer.node_id),
+                peer.addr.as_deref().unwrap_or(""),
+                crate::node_resp::RESP_PORT,
+                MESH_PORT,
+            );
+        }
+        Ok(out)
+    }
+
+    /// `CLUSTER INFO`: `cluster_state` is `fail` while the member sees fewer Active members
+    /// than its replica count.
+    pub fn cluster_info(&mut self, key: &str) -> Result<String, NotServing> {
+        let view: MemberView = self.serving_cluster(key)?.1.view(key)?;
+        let state = if view.active() < view.replicas_n {
+            "fail"
+        } else {
+            "ok"
+        };
+        Ok(format!(
+            "cluster_state:{state}\r\ncluster_known_nodes:{}\r\ncluster_size:{}\r\n",
+            view.peers.len(),
+            view.active(),
+        ))
+    }
+
     pub fn report(&mut self) -> WorldReport {
         let now = self.now();
         let mut clusters = Vec::new();
@@ -212,6 +309,7 @@ impl World {
                 key: ck.clone(),
                 lost_partitions_total: c.lost_partitions_total,
                 unavailable_partitions: c.unavailable_partitions(),
+                live_keys: c.live_keys(),
                 members,
             });
         }
@@ -220,5 +318,57 @@ impl World {
             lost_partitions_total: lost,
             clusters,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(i: usize) -> MemberSpec {
+        MemberSpec {
+            key: format!("ns/demo-{i}"),
+            node_id: i.to_string(),
+            replicas_n: 2,
+            volume: format!("vol-{i}"),
+            disk_bytes: 1 << 30,
+            faults: Faults::default(),
+            addr: format!("10.1.0.{i}"),
+        }
+    }
+
+    #[test]
+    fn cluster_commands_describe_the_members_own_view() {
+        let world = SharedWorld::new(Settings::default(), 1);
+        let mut w = world.lock();
+        w.start_member("ns/demo", spec(0));
+        let id = w.myid("ns/demo-0").unwrap();
+        assert_eq!(id.len(), 40);
+        assert_eq!(
+            w.cluster_nodes("ns/demo-0").unwrap(),
+            format!("{id} 10.1.0.0:6379@7373 myself,master - 0 0 0 connected\n")
+        );
+        assert_eq!(
+            w.cluster_info("ns/demo-0").unwrap(),
+            "cluster_state:fail\r\ncluster_known_nodes:1\r\ncluster_size:0\r\n",
+            "a lone joining member of an RF 2 cluster sees nobody Active"
+        );
+        w.start_member("ns/demo", spec(1));
+        let nodes = w.cluster_nodes("ns/demo-1").unwrap();
+        let lines: Vec<&str> = nodes.lines().collect();
+        assert_eq!(
+            lines.len(),
+            2,
+            "the newcomer learns the members from its seeds"
+        );
+        assert_eq!(
+            lines[0],
+            format!("{id} 10.1.0.0:6379@7373 master - 0 0 0 connected")
+        );
+        assert!(lines[1].ends_with(" 10.1.0.1:6379@7373 myself,master - 0 0 0 connected"));
+        assert_eq!(w.myid("ns/other"), Err(NotServing));
+        w.set("ns/demo-1", b"k", b"v").unwrap();
+        assert_eq!(w.get("ns/demo-1", b"k"), Ok(Some(b"v".to_vec())));
+        assert_eq!(w.report().clusters[0].live_keys, 1);
     }
 }
