@@ -149,7 +149,7 @@ start_bg kwok "$bin/kwok" \
   --server-address "127.0.0.1:$KWOK_PORT"
 
 wait_for "default service account" 60 kc -n default get serviceaccount default
-kc apply -f "$here/kwok/nodes.yaml" >/dev/null
+sed "s/POD_NET/$POD_NET/g" "$here/kwok/nodes.yaml" | kc apply -f - >/dev/null
 kc apply -f "$here/kwok/storage.yaml" >/dev/null
 wait_for "nodes Ready" 60 kc wait --for=condition=Ready node --all --timeout=2s
 

@@ -6,16 +6,21 @@ REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
 log() { printf '[%s] %s\n' "$(basename "$0" .sh)" "$*" >&2; }
 
-# cluster_env NAME: where the cluster NAME keeps its state, and its loopback ports.
-# Two clusters (demo and test) can run side by side.
+# cluster_env NAME: where the cluster NAME keeps its state, its loopback ports and its pod
+# network. Every cluster has its own ports and its own pod CIDRs (127.<POD_NET>.0.0/20), so
+# demo, test and bench run side by side; `side` is the second cluster of the e2e test that
+# shows exactly that. Ports stay below 32768, outside the kernel's ephemeral range: a client
+# socket (even one in TIME-WAIT) on a port of that range made a listener's bind fail.
 cluster_env() {
   NAME=$1
   case "$NAME" in
-    demo) PORT_BASE=16000 ;;
-    test) PORT_BASE=26000 ;;
-    bench) PORT_BASE=36000 ;;
-    *) echo "unknown cluster name '$NAME' (demo, test or bench)" >&2; exit 2 ;;
+    demo) PORT_BASE=16000 POD_NET=1 ;;
+    test) PORT_BASE=26000 POD_NET=2 ;;
+    bench) PORT_BASE=31000 POD_NET=3 ;;
+    side) PORT_BASE=11000 POD_NET=4 ;;
+    *) echo "unknown cluster name '$NAME' (demo, test, bench or side)" >&2; exit 2 ;;
   esac
+  POD_NETWORK=127.$POD_NET.0.0/20
   STATE=${MAREKVS_STATE_ROOT:-$REPO/.state}/$NAME
   KUBECONFIG_PATH=$STATE/kubeconfig
   API_PORT=$((PORT_BASE + 443))

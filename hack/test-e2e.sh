@@ -1,41 +1,86 @@
 #!/usr/bin/env bash
 # The e2e half of `make test`: brings up the `test` cluster and the simulator, runs the e2e
-# suite against them, tears everything down and fails if any process is left behind.
-# Extra arguments go to the test binary (e.g. a test name filter).
+# suite against them, tears everything down and fails if any process is left behind. Ends
+# with one line: "e2e: N passed, N failed, N skipped" (a skipped test printed its reason).
+# Extra arguments go to the test binaries (e.g. a test name filter).
+#
+# With MAREKVS_BIN=/path/to/marekvs-server, every member runs that binary instead of the
+# simulator: tests that need the simulator's control API are skipped, the rest (data checks
+# included) run unchanged.
+#
+# A second cluster, `side`, runs beside `test` on its own ports and pod network, its members
+# played by marekvs-standin (a stand-in for a real binary): the suite shows the two clusters
+# do not collide, and that real-binary members bind their listeners to their own pod IPs.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib.sh"
-cluster_env test
+log_file=$(mktemp)
 
 finish() {
   local rc=$?
+  cluster_env test
   if [ $rc -ne 0 ] && [ -d "$STATE/logs" ]; then
     for f in "$STATE"/logs/marekvs-sim.log "$STATE"/logs/operator-*.log; do
       [ -f "$f" ] && { echo "--- last lines of $f" >&2; tail -n 40 "$f" >&2; }
     done
   fi
   if [ $rc -ne 0 ] && [ -n "${MAREKVS_E2E_KEEP:-}" ]; then
-    log "MAREKVS_E2E_KEEP is set: cluster $NAME left up for inspection (KUBECONFIG=$KUBECONFIG_PATH); hack/cluster-down.sh $NAME removes it"
+    log "MAREKVS_E2E_KEEP is set: clusters test and side left up for inspection (KUBECONFIG=$KUBECONFIG_PATH); hack/cluster-down.sh test; hack/cluster-down.sh side"
+    summary
     exit $rc
   fi
-  "$here/cluster-down.sh" test >/dev/null 2>&1 || true
-  if pgrep -f -- "$STATE/" >/dev/null; then
-    log "processes left behind:"; pgrep -af -- "$STATE/" >&2
-    exit 1
-  fi
-  log "torn down; no process left behind"
+  local left=0
+  for name in test side; do
+    cluster_env "$name"
+    "$here/cluster-down.sh" "$name" >/dev/null 2>&1 || true
+    if pgrep -f -- "$STATE/" >/dev/null; then
+      log "processes left behind:"; pgrep -af -- "$STATE/" >&2
+      left=1
+    fi
+  done
+  [ $left -eq 0 ] && log "torn down; no process left behind"
+  summary
+  rm -f "$log_file"
+  [ $left -eq 0 ] || exit 1
   exit $rc
+}
+
+# One line over every test binary of the suite; libtest's "ignored" are the skipped tests.
+summary() {
+  awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i; if ($(i+1) ~ /^ignored/) s += $i } }
+       END { printf "e2e: %d passed, %d failed, %d skipped\n", p, f, s }' "$log_file"
 }
 trap finish EXIT
 
+(cd "$REPO" && cargo build -q -p marekvs-operator -p marekvs-sim --bins)
+target=${CARGO_TARGET_DIR:-$REPO/target}/debug
+
+# The side cluster first: its members are stand-ins, whatever MAREKVS_BIN says.
+cluster_env side
+"$here/cluster-up.sh" side >/dev/null
+MAREKVS_BIN=$target/marekvs-standin "$here/sim-up.sh" side >/dev/null
+export MAREKVS_E2E_SIDE_KUBECONFIG=$KUBECONFIG_PATH MAREKVS_E2E_SIDE_POD_NETWORK=$POD_NETWORK
+export MAREKVS_E2E_SIDE_POD_LOGS=$STATE/logs/pods
+
+cluster_env test
 "$here/cluster-up.sh" test >/dev/null
 "$here/sim-up.sh" test >/dev/null
 bin=$("$here/build-control-plane.sh")
-(cd "$REPO" && cargo build -q -p marekvs-operator)
 # Each test runs its own operator process, scoped to the test's namespace, authenticated as
 # the operator's ServiceAccount: the suite proves the least-privilege RBAC is enough.
 export MAREKVS_OPERATOR_KUBECONFIG=$(operator_kubeconfig)
-export KUBECONFIG=$KUBECONFIG_PATH MAREKVS_SIM_CONTROL_URL=$SIM_CONTROL_URL
-export MAREKVS_OPERATOR_BIN=${CARGO_TARGET_DIR:-$REPO/target}/debug/marekvs-operator
+export KUBECONFIG=$KUBECONFIG_PATH MAREKVS_E2E_POD_NETWORK=$POD_NETWORK
+export MAREKVS_OPERATOR_BIN=$target/marekvs-operator
 export MAREKVS_E2E_LOG_DIR=$STATE/logs MAREKVS_E2E_CLUSTER=$NAME
-(cd "$REPO" && cargo test -p marekvs-e2e -- --test-threads "${E2E_THREADS:-4}" "$@")
+if [ -n "${MAREKVS_BIN:-}" ]; then
+  # Real members: the simulator's control API does not reach them.
+  export MAREKVS_E2E_REAL_MEMBERS=1
+  log "members run $MAREKVS_BIN; simulator-only tests will be skipped"
+else
+  export MAREKVS_SIM_CONTROL_URL=$SIM_CONTROL_URL
+fi
+set +e
+(cd "$REPO" && cargo test -p marekvs-e2e -- --test-threads "${E2E_THREADS:-4}" "$@") 2>&1 | tee "$log_file"
+rc=${PIPESTATUS[0]}
+set -e
+exit "$rc"

@@ -2,9 +2,14 @@
 //!
 //! Every test gets its own namespace ([`TestEnv::new`]) and waits on conditions, never on
 //! fixed sleeps. The cluster comes from `KUBECONFIG` (`make test` brings up the local control
-//! plane and sets it). Tests that need the simulator's control API (`MAREKVS_SIM_CONTROL_URL`)
-//! use [`Sim::from_env`] and are skipped where it is absent (a kind cluster with real nodes).
+//! plane and sets it). Each test file runs its cases through [`harness::run`]: a case that
+//! needs what the data plane cannot give here (the simulator's control API on real members,
+//! say) is reported skipped with the reason, never passed. Every disruptive test writes keys
+//! over RESP before the disruption and reads every one back after it ([`data`]).
 #![forbid(unsafe_code)]
+
+pub mod data;
+pub mod harness;
 
 use std::fmt::Debug;
 use std::future::Future;
@@ -33,7 +38,11 @@ impl TestEnv {
             .await
             .context("connecting to the cluster in KUBECONFIG")?;
         let suffix = format!("{:08x}", rand_u32());
-        let namespace = format!("e2e-{prefix}-{suffix}");
+        Self::on(client, &format!("e2e-{prefix}-{suffix}")).await
+    }
+
+    /// The namespace `namespace` on the cluster of `client` (e.g. a second cluster).
+    pub async fn on(client: Client, namespace: &str) -> anyhow::Result<Self> {
         let ns: Namespace = serde_json::from_value(json!({
             "metadata": {"name": namespace, "labels": {"marekvs.io/e2e": "true"}}
         }))?;
@@ -42,14 +51,17 @@ impl TestEnv {
             .await?;
         // Pods are refused until the namespace's default ServiceAccount exists.
         let sa: Api<k8s_openapi::api::core::v1::ServiceAccount> =
-            Api::namespaced(client.clone(), &namespace);
+            Api::namespaced(client.clone(), namespace);
         wait_until(
             "default service account",
             Duration::from_secs(60),
             || async { Ok(sa.get_opt("default").await?.map(|_| ())) },
         )
         .await?;
-        Ok(TestEnv { client, namespace })
+        Ok(TestEnv {
+            client,
+            namespace: namespace.to_string(),
+        })
     }
 
     pub fn api<K>(&self) -> Api<K>
@@ -163,6 +175,64 @@ pub fn metric(text: &str, name: &str) -> Option<f64> {
         .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
 }
 
+/// Wait until re-replication is quiet on every one of `members`: no replication-ring backlog
+/// (`marekvs_ring_ops` 0 where reported) and the repair and bootstrap counters unchanged for
+/// `settle`. A raw delete of a member's volume loses what only that member holds (on real
+/// marekvs, writes still in its ring); anyone deleting a volume by hand waits for this first.
+pub async fn wait_replication_quiet(
+    pods: &Api<Pod>,
+    members: &[&str],
+    settle: Duration,
+    timeout: Duration,
+) -> anyhow::Result<()> {
+    let start = Instant::now();
+    // Counter sum, and since when it has stood still.
+    let mut still: Option<(f64, Instant)> = None;
+    loop {
+        match replication_counters(pods, members).await {
+            Ok(sum) => match still {
+                Some((prev, since)) if prev == sum => {
+                    if since.elapsed() >= settle {
+                        return Ok(());
+                    }
+                }
+                _ => still = Some((sum, Instant::now())),
+            },
+            Err(e) => {
+                still = None;
+                if start.elapsed() > timeout {
+                    return Err(e.context(format!("re-replication not quiet after {timeout:?}")));
+                }
+            }
+        }
+        anyhow::ensure!(
+            start.elapsed() <= timeout,
+            "re-replication not quiet after {timeout:?}: the repair counters kept moving"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// The repair and bootstrap counters summed over `members`; an error while any member still
+/// has a replication-ring backlog or cannot be read.
+async fn replication_counters(pods: &Api<Pod>, members: &[&str]) -> anyhow::Result<f64> {
+    let mut sum = 0.0;
+    for m in members {
+        let pod = pods.get(m).await?;
+        let ip = pod_ip(&pod).with_context(|| format!("no pod IP for {m}"))?;
+        let (code, text) = member_get(ip, "/metrics").await?;
+        anyhow::ensure!(code == 200, "{m} /metrics answered {code}");
+        if let Some(ring) = metric(&text, "marekvs_ring_ops")
+            && ring > 0.0
+        {
+            bail!("{m} still has {ring} operations in its replication ring");
+        }
+        sum += metric(&text, "marekvs_ae_repair_ops_total").unwrap_or(0.0)
+            + metric(&text, "marekvs_bootstraps_completed_total").unwrap_or(0.0);
+    }
+    Ok(sum)
+}
+
 /// The simulator's control API, present only on the local control plane.
 pub struct Sim {
     base: String,
@@ -170,10 +240,20 @@ pub struct Sim {
 }
 
 impl Sim {
-    /// `None` where no simulator runs (e.g. kind with the real image): such tests are skipped.
+    /// `None` where no simulator runs (real members, kind): tests that only use it as a
+    /// second check go on without it.
     pub fn from_env() -> Option<Sim> {
-        let base = std::env::var("MAREKVS_SIM_CONTROL_URL").ok()?;
+        let base = std::env::var("MAREKVS_SIM_CONTROL_URL")
+            .ok()
+            .filter(|s| !s.is_empty())?;
         Some(Sim { base, http: http() })
+    }
+
+    /// For tests declared `needs [Simulator]`: an error (not a pass) where it is absent.
+    pub fn required() -> anyhow::Result<Sim> {
+        Self::from_env().context(
+            "this test needs the simulator's control API (MAREKVS_SIM_CONTROL_URL is not set)",
+        )
     }
 
     pub async fn state(&self) -> anyhow::Result<Value> {
@@ -383,7 +463,19 @@ impl Operator {
     }
 }
 
+pub use data::DataSet;
 pub use marekvs_api::{MarekvsCluster, MarekvsClusterStatus};
+
+/// The data check's first half: [`data::default_keys`] keys written over RESP, spread over
+/// `members`, before a disruption. Read nothing back before the disruption is over.
+pub async fn write_keys(env: &TestEnv, members: &[&str], label: &str) -> anyhow::Result<DataSet> {
+    DataSet::write(&env.api(), members, data::default_keys(), label).await
+}
+
+/// The data check's second half: every key read back through the survivor `via`.
+pub async fn read_back(env: &TestEnv, data: &DataSet, via: &str) -> anyhow::Result<()> {
+    data.verify(&env.api(), via).await.map(|_| ())
+}
 
 /// The spec most tests start from: `nodes` members, replicationFactor 2, 1Gi volumes, and a
 /// short settle window so hand-offs are quick.

@@ -40,7 +40,6 @@ fn env_of(p: &Pod, key: &str) -> Option<String> {
         .and_then(|e| e.value.clone())
 }
 
-#[tokio::test]
 async fn a_spec_change_restarts_one_member_at_a_time_behind_the_hand_off_gate() -> anyhow::Result<()>
 {
     let env = TestEnv::new("roll").await?;
@@ -51,6 +50,7 @@ async fn a_spec_change_restarts_one_member_at_a_time_behind_the_hand_off_gate() 
     wait_healthy(&api, "demo", &["demo-0", "demo-1", "demo-2"], T).await?;
     let pods: Api<Pod> = env.api();
     let before = pods_now(&pods).await?;
+    let data = write_keys(&env, &["demo-0", "demo-1", "demo-2"], "rollout").await?;
 
     // An image change (portable: by default the same image spelled differently).
     patch_spec(&api, "demo", json!({"image": image_next()})).await?;
@@ -112,6 +112,7 @@ async fn a_spec_change_restarts_one_member_at_a_time_behind_the_hand_off_gate() 
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     assert!(gated, "the rollout never reached the hand-off of demo-2");
+    read_back(&env, &data, "demo-1").await?;
     assert_eq!(
         order,
         ["demo-2", "demo-1", "demo-0"],
@@ -151,7 +152,6 @@ async fn a_spec_change_restarts_one_member_at_a_time_behind_the_hand_off_gate() 
     env.cleanup().await
 }
 
-#[tokio::test]
 async fn pause_holds_a_rollout_and_resuming_finishes_it() -> anyhow::Result<()> {
     let env = TestEnv::new("pause").await?;
     let ns = env.namespace.clone();
@@ -258,12 +258,8 @@ async fn holds(api: &Api<MarekvsCluster>, want: i32, d: Duration) -> anyhow::Res
     Ok(())
 }
 
-#[tokio::test]
 async fn the_autoscaler_follows_load_within_bounds_with_hysteresis() -> anyhow::Result<()> {
-    let Some(sim) = Sim::from_env() else {
-        eprintln!("skipped: simulator-only test (load is set through the simulator)");
-        return Ok(());
-    };
+    let sim = Sim::required()?;
     let env = TestEnv::new("autoscale").await?;
     let ns = env.namespace.clone();
     let _op = Operator::start(&ns)?;
@@ -302,6 +298,12 @@ async fn the_autoscaler_follows_load_within_bounds_with_hysteresis() -> anyhow::
         }
     };
     wait_cluster(&api, "demo", "grown to 5", T, healthy_with(5)).await?;
+    let data = write_keys(
+        &env,
+        &["demo-0", "demo-1", "demo-2", "demo-3", "demo-4"],
+        "autoscale-down",
+    )
+    .await?;
     // 20000 ops/s would need 20: capped at maxNodes.
     sim.patch_settings(json!({"load_ops_per_sec": 20000.0}))
         .await?;
@@ -329,6 +331,7 @@ async fn the_autoscaler_follows_load_within_bounds_with_hysteresis() -> anyhow::
     sim.patch_settings(json!({"load_ops_per_sec": 0.0})).await?;
     let c = wait_cluster(&api, "demo", "shrunk to 3", T, healthy_with(3)).await?;
     assert_eq!(wanted(&status_of(&c)), Some(3));
+    read_back(&env, &data, "demo-0").await?;
 
     // Every change the autoscaler asked for, in order: no flapping.
     watcher.abort();
@@ -345,13 +348,9 @@ async fn the_autoscaler_follows_load_within_bounds_with_hysteresis() -> anyhow::
     env.cleanup().await
 }
 
-#[tokio::test]
 async fn a_full_disk_grows_the_cluster_blocks_shrinking_and_a_write_stop_is_reported()
 -> anyhow::Result<()> {
-    let Some(sim) = Sim::from_env() else {
-        eprintln!("skipped: simulator-only test (disk figures are set through the simulator)");
-        return Ok(());
-    };
+    let sim = Sim::required()?;
     let env = TestEnv::new("disk").await?;
     let ns = env.namespace.clone();
     let _op = Operator::start(&ns)?;
@@ -363,6 +362,7 @@ async fn a_full_disk_grows_the_cluster_blocks_shrinking_and_a_write_stop_is_repo
     });
     let api = create(&env, "demo", s).await?;
     wait_healthy(&api, "demo", &["demo-0", "demo-1", "demo-2"], T).await?;
+    let data = write_keys(&env, &["demo-0", "demo-1", "demo-2"], "disk").await?;
 
     // One volume at 85 %: one member more, and none removed while it stays that full (with
     // one member fewer it would pass the mark), although the load is far below target.
@@ -384,6 +384,7 @@ async fn a_full_disk_grows_the_cluster_blocks_shrinking_and_a_write_stop_is_repo
         s.phase.as_deref() == Some("Healthy") && s.instance_names.len() == 3
     })
     .await?;
+    read_back(&env, &data, "demo-0").await?;
 
     // A member that stops writes: its condition, a Warning event naming it, and Ready says so.
     sim.set_faults(&ns, "demo-1", json!({"disk_write_stopped": true}))
@@ -422,7 +423,6 @@ async fn a_full_disk_grows_the_cluster_blocks_shrinking_and_a_write_stop_is_repo
     env.cleanup().await
 }
 
-#[tokio::test]
 async fn another_storage_class_is_refused_unless_volumes_may_be_replaced_then_moves_one_at_a_time()
 -> anyhow::Result<()> {
     let env = TestEnv::new("class").await?;
@@ -439,6 +439,7 @@ async fn another_storage_class_is_refused_unless_volumes_may_be_replaced_then_mo
         let p = pvcs.get(&format!("data-demo-{i}")).await?;
         before.insert(i, p.metadata.uid.unwrap());
     }
+    let data = write_keys(&env, &["demo-0", "demo-1", "demo-2"], "replace-volumes").await?;
 
     // Refused at apply time without the opt-in, with what to do.
     let err = patch_spec(
@@ -515,8 +516,20 @@ async fn another_storage_class_is_refused_unless_volumes_may_be_replaced_then_mo
             "demo-{i} kept its old volume"
         );
     }
+    // Every member is on a fresh volume now: each key was handed over at least once.
+    read_back(&env, &data, "demo-0").await?;
     if let Some(sim) = &sim {
         assert_eq!(sim.lost_partitions(&ns).await?, 0);
     }
     env.cleanup().await
+}
+
+fn main() -> std::process::ExitCode {
+    harness::run(marekvs_e2e::cases![
+        a_spec_change_restarts_one_member_at_a_time_behind_the_hand_off_gate,
+        pause_holds_a_rollout_and_resuming_finishes_it,
+        the_autoscaler_follows_load_within_bounds_with_hysteresis needs [Simulator],
+        a_full_disk_grows_the_cluster_blocks_shrinking_and_a_write_stop_is_reported needs [Simulator],
+        another_storage_class_is_refused_unless_volumes_may_be_replaced_then_moves_one_at_a_time,
+    ])
 }

@@ -43,13 +43,9 @@ fn claim(name: &str) -> Value {
     })
 }
 
-#[tokio::test]
 async fn a_member_pod_with_a_pvc_runs_at_a_loopback_ip_and_is_ready_only_when_its_node_is()
 -> anyhow::Result<()> {
-    let Some(sim) = Sim::from_env() else {
-        eprintln!("skipped: simulator-only test (MAREKVS_SIM_CONTROL_URL not set)");
-        return Ok(());
-    };
+    let sim = Sim::required()?;
     let env = TestEnv::new("harness").await?;
     let ns = env.namespace.clone();
     // Keep the member Joining until we let it go, so "not ready yet" is observable.
@@ -161,13 +157,9 @@ async fn a_member_pod_with_a_pvc_runs_at_a_loopback_ip_and_is_ready_only_when_it
     env.cleanup().await
 }
 
-#[tokio::test]
 async fn members_sharing_seeds_form_one_cluster_and_a_crashed_member_is_restarted_on_its_volume()
 -> anyhow::Result<()> {
-    let Some(sim) = Sim::from_env() else {
-        eprintln!("skipped: simulator-only test (MAREKVS_SIM_CONTROL_URL not set)");
-        return Ok(());
-    };
+    let sim = Sim::required()?;
     let env = TestEnv::new("gossip").await?;
     let ns = env.namespace.clone();
     let pods: Api<Pod> = env.api();
@@ -218,4 +210,11 @@ async fn members_sharing_seeds_form_one_cluster_and_a_crashed_member_is_restarte
         "one crash at RF 2 loses nothing"
     );
     env.cleanup().await
+}
+
+fn main() -> std::process::ExitCode {
+    harness::run(marekvs_e2e::cases![
+        a_member_pod_with_a_pvc_runs_at_a_loopback_ip_and_is_ready_only_when_its_node_is needs [Simulator],
+        members_sharing_seeds_form_one_cluster_and_a_crashed_member_is_restarted_on_its_volume needs [Simulator],
+    ])
 }

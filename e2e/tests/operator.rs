@@ -1,8 +1,9 @@
 //! The member controller end to end: MarekvsCluster → Pods and PVCs with ordinal identity,
 //! safe scaling of the chosen member, replacement, status and events.
 //!
-//! Tests that inject faults into the data plane need the simulator and skip themselves without
-//! it; the others also run against a cluster with real marekvs nodes.
+//! Tests that inject faults into the data plane need the simulator and are reported skipped
+//! without it; the others also run against real marekvs members. Every test that disrupts a
+//! member writes keys over RESP first and reads every one back afterwards.
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
@@ -36,7 +37,6 @@ async fn assert_no_loss(sim: &Option<Sim>, ns: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-#[tokio::test]
 async fn creates_members_then_scales_3_5_3_removing_the_chosen_member_first() -> anyhow::Result<()>
 {
     let env = TestEnv::new("scale").await?;
@@ -92,6 +92,12 @@ async fn creates_members_then_scales_3_5_3_removing_the_chosen_member_first() ->
     )
     .await?;
     let uid_1 = pvc_uid(&env, "data-demo-1").await?;
+    let data = write_keys(
+        &env,
+        &["demo-0", "demo-1", "demo-2", "demo-3", "demo-4"],
+        "scale-5-3",
+    )
+    .await?;
 
     // Down to 3, demo-1 first: watch every removal and check no two members leave at once.
     patch_spec(
@@ -146,6 +152,7 @@ async fn creates_members_then_scales_3_5_3_removing_the_chosen_member_first() ->
         ["demo-1", "demo-4"],
         "the chosen member first, then the highest ordinal"
     );
+    read_back(&env, &data, "demo-2").await?;
     // Volumes are kept by default; the same one is still there.
     assert_eq!(pvc_uid(&env, "data-demo-1").await?, uid_1);
     let reasons = event_reasons(&env.client, &env.namespace, "demo").await?;
@@ -164,12 +171,8 @@ async fn creates_members_then_scales_3_5_3_removing_the_chosen_member_first() ->
     env.cleanup().await
 }
 
-#[tokio::test]
 async fn a_scale_down_is_blocked_while_a_member_reports_underreplication() -> anyhow::Result<()> {
-    let Some(sim) = Sim::from_env() else {
-        eprintln!("skipped: simulator-only test");
-        return Ok(());
-    };
+    let sim = Sim::required()?;
     let env = TestEnv::new("blocked").await?;
     let ns = env.namespace.clone();
     let _op = Operator::start(&ns)?;
@@ -207,13 +210,9 @@ async fn a_scale_down_is_blocked_while_a_member_reports_underreplication() -> an
     env.cleanup().await
 }
 
-#[tokio::test]
 async fn the_next_step_waits_while_data_is_still_copying_although_every_gauge_reads_zero()
 -> anyhow::Result<()> {
-    let Some(sim) = Sim::from_env() else {
-        eprintln!("skipped: simulator-only test");
-        return Ok(());
-    };
+    let sim = Sim::required()?;
     let env = TestEnv::new("copying").await?;
     let ns = env.namespace.clone();
     let _op = Operator::start(&ns)?;
@@ -223,6 +222,12 @@ async fn the_next_step_waits_while_data_is_still_copying_although_every_gauge_re
         "demo",
         &["demo-0", "demo-1", "demo-2", "demo-3", "demo-4"],
         T,
+    )
+    .await?;
+    let data = write_keys(
+        &env,
+        &["demo-0", "demo-1", "demo-2", "demo-3", "demo-4"],
+        "copying",
     )
     .await?;
     // Slow re-replication: a hand-off now takes seconds, during which every gauge reads 0.
@@ -297,11 +302,11 @@ async fn the_next_step_waits_while_data_is_still_copying_although_every_gauge_re
     );
     let victims: BTreeSet<&String> = step_starts.iter().map(|(m, _, _)| m).collect();
     assert_eq!(victims.len(), 2);
+    read_back(&env, &data, "demo-0").await?;
     assert_no_loss(&Some(sim), &ns).await?;
     env.cleanup().await
 }
 
-#[tokio::test]
 async fn the_shipped_examples_are_accepted_as_written() -> anyhow::Result<()> {
     let env = TestEnv::new("examples").await?;
     let api: Api<MarekvsCluster> = env.api();
@@ -330,7 +335,6 @@ async fn the_shipped_examples_are_accepted_as_written() -> anyhow::Result<()> {
     env.cleanup().await
 }
 
-#[tokio::test]
 async fn bad_specs_are_refused_at_apply_time() -> anyhow::Result<()> {
     let env = TestEnv::new("validation").await?;
     let api: Api<MarekvsCluster> = env.api();
@@ -570,7 +574,6 @@ async fn bad_specs_are_refused_at_apply_time() -> anyhow::Result<()> {
     env.cleanup().await
 }
 
-#[tokio::test]
 async fn a_deleted_pod_returns_on_its_volume_and_a_deleted_pod_and_pvc_rejoin_fresh()
 -> anyhow::Result<()> {
     let env = TestEnv::new("replace").await?;
@@ -581,6 +584,7 @@ async fn a_deleted_pod_returns_on_its_volume_and_a_deleted_pod_and_pvc_rejoin_fr
     wait_healthy(&api, "demo", &all, T).await?;
     let pods: Api<Pod> = env.api();
     let pvcs: Api<PersistentVolumeClaim> = env.api();
+    let data = write_keys(&env, &all, "replace").await?;
 
     // Pod only: same ordinal, same PVC.
     let uid_1 = pvc_uid(&env, "data-demo-1").await?;
@@ -601,7 +605,10 @@ async fn a_deleted_pod_returns_on_its_volume_and_a_deleted_pod_and_pvc_rejoin_fr
         "the member resumed on its own volume"
     );
 
-    // Pod and PVC: a fresh volume; the cluster is Replacing until the member is back.
+    // Pod and PVC: a fresh volume; the cluster is Replacing until the member is back. A raw
+    // delete of a volume loses what only that member holds, so, as anyone deleting a volume by
+    // hand must, wait until re-replication has gone quiet first.
+    wait_replication_quiet(&pods, &all, Duration::from_secs(5), T).await?;
     let uid_2 = pvc_uid(&env, "data-demo-2").await?;
     pvcs.delete("data-demo-2", &DeleteParams::default()).await?;
     pods.delete("demo-2", &DeleteParams::default()).await?;
@@ -624,11 +631,11 @@ async fn a_deleted_pod_returns_on_its_volume_and_a_deleted_pod_and_pvc_rejoin_fr
             .iter()
             .any(|r| r == "MemberReplaced")
     );
+    read_back(&env, &data, "demo-0").await?;
     assert_no_loss(&sim, &env.namespace).await?;
     env.cleanup().await
 }
 
-#[tokio::test]
 async fn deleting_the_cluster_keeps_volumes_and_a_new_one_adopts_them() -> anyhow::Result<()> {
     let env = TestEnv::new("adopt").await?;
     let _op = Operator::start(&env.namespace)?;
@@ -673,29 +680,27 @@ async fn deleting_the_cluster_keeps_volumes_and_a_new_one_adopts_them() -> anyho
     env.cleanup().await
 }
 
-#[tokio::test]
 async fn an_operator_killed_mid_drain_continues_without_a_second_member_leaving()
 -> anyhow::Result<()> {
-    let Some(sim) = Sim::from_env() else {
-        eprintln!("skipped: needs the simulator and an operator process it can kill");
-        return Ok(());
-    };
-    if Operator::external() {
-        eprintln!("skipped: the operator is not a local process");
-        return Ok(());
-    }
+    let sim = Sim::from_env();
     let env = TestEnv::new("restart").await?;
     let ns = env.namespace.clone();
     let mut op = Operator::start(&ns)?;
     let api = create(&env, "demo", spec(4)).await?;
-    wait_healthy(&api, "demo", &["demo-0", "demo-1", "demo-2", "demo-3"], T).await?;
+    let all = ["demo-0", "demo-1", "demo-2", "demo-3"];
+    wait_healthy(&api, "demo", &all, T).await?;
+    let data = write_keys(&env, &all, "operator-killed").await?;
+    // On the simulator, slow copying keeps the hand-off going long enough to kill the
+    // operator in it; real members are slow enough with the keys just written.
     for i in 0..4 {
-        sim.set_faults(
-            &ns,
-            &format!("demo-{i}"),
-            json!({"copy_rate_per_sec": 100.0}),
-        )
-        .await?;
+        if let Some(sim) = &sim {
+            sim.set_faults(
+                &ns,
+                &format!("demo-{i}"),
+                json!({"copy_rate_per_sec": 100.0}),
+            )
+            .await?;
+        }
     }
     patch_spec(&api, "demo", json!({"nodes": 3})).await?;
     let c = wait_cluster(&api, "demo", "handing off", T, |s| {
@@ -729,23 +734,22 @@ async fn an_operator_killed_mid_drain_continues_without_a_second_member_leaving(
         assert!(start.elapsed() < T * 2, "did not finish after the restart");
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
-    assert_no_loss(&Some(sim), &ns).await?;
+    let survivor = all.iter().find(|m| **m != victim).expect("4 members");
+    read_back(&env, &data, survivor).await?;
+    assert_no_loss(&sim, &ns).await?;
     env.cleanup().await
 }
 
-#[tokio::test]
 async fn growing_back_during_a_hand_off_cancels_the_removal_and_restarts_the_drained_member()
 -> anyhow::Result<()> {
-    let Some(sim) = Sim::from_env() else {
-        eprintln!("skipped: simulator-only test");
-        return Ok(());
-    };
+    let sim = Sim::required()?;
     let env = TestEnv::new("cancel").await?;
     let ns = env.namespace.clone();
     let _op = Operator::start(&ns)?;
     let api = create(&env, "demo", spec(4)).await?;
     let all = ["demo-0", "demo-1", "demo-2", "demo-3"];
     wait_healthy(&api, "demo", &all, T).await?;
+    let data = write_keys(&env, &all, "cancel").await?;
     // Slow copying keeps the removal in its hand-off long enough to change our mind.
     for i in 0..4 {
         sim.set_faults(
@@ -799,11 +803,11 @@ async fn growing_back_during_a_hand_off_cancels_the_removal_and_restarts_the_dra
             .iter()
             .any(|r| r == "RemovalCancelled")
     );
+    read_back(&env, &data, "demo-0").await?;
     assert_no_loss(&Some(sim), &ns).await?;
     env.cleanup().await
 }
 
-#[tokio::test]
 async fn reclaim_pvcs_deletes_a_removed_members_volume_and_storage_grows_in_place()
 -> anyhow::Result<()> {
     let env = TestEnv::new("reclaim").await?;
@@ -814,6 +818,7 @@ async fn reclaim_pvcs_deletes_a_removed_members_volume_and_storage_grows_in_plac
     let api = create(&env, "demo", s).await?;
     wait_healthy(&api, "demo", &["demo-0", "demo-1", "demo-2", "demo-3"], T).await?;
     let pvcs: Api<PersistentVolumeClaim> = env.api();
+    let data = write_keys(&env, &["demo-0", "demo-1", "demo-2", "demo-3"], "reclaim").await?;
 
     patch_spec(&api, "demo", json!({"nodes": 3})).await?;
     wait_healthy(&api, "demo", &["demo-0", "demo-1", "demo-2"], T).await?;
@@ -821,6 +826,7 @@ async fn reclaim_pvcs_deletes_a_removed_members_volume_and_storage_grows_in_plac
         Ok(pvcs.get_opt("data-demo-3").await?.is_none().then_some(()))
     })
     .await?;
+    read_back(&env, &data, "demo-0").await?;
     for i in 0..3 {
         assert!(
             pvcs.get_opt(&format!("data-demo-{i}")).await?.is_some(),
@@ -857,13 +863,9 @@ async fn reclaim_pvcs_deletes_a_removed_members_volume_and_storage_grows_in_plac
     env.cleanup().await
 }
 
-#[tokio::test]
 async fn unknown_is_never_safe_refused_metrics_or_a_hung_node_block_the_scale_down()
 -> anyhow::Result<()> {
-    let Some(sim) = Sim::from_env() else {
-        eprintln!("skipped: simulator-only test");
-        return Ok(());
-    };
+    let sim = Sim::required()?;
     let env = TestEnv::new("unknown").await?;
     let ns = env.namespace.clone();
     let _op = Operator::start(&ns)?;
@@ -938,16 +940,8 @@ fn rss_kib(pid: Option<u32>) -> Option<u64> {
 /// that are not HTTP at all (faults accumulate). Each time that member is reported unscraped,
 /// `bad`'s scale-down is held for the right reason and nothing is removed, the operator keeps
 /// running, and `good`, served by the same operator, still scales both ways.
-#[tokio::test]
 async fn hostile_members_never_crash_the_operator_nor_stall_other_clusters() -> anyhow::Result<()> {
-    let Some(sim) = Sim::from_env() else {
-        eprintln!("skipped: simulator-only test");
-        return Ok(());
-    };
-    if Operator::external() {
-        eprintln!("skipped: needs an operator process of its own");
-        return Ok(());
-    }
+    let sim = Sim::required()?;
     let env = TestEnv::new("hostile").await?;
     let ns = env.namespace.clone();
     let mut op = Operator::start(&ns)?;
@@ -1051,7 +1045,6 @@ async fn hostile_members_never_crash_the_operator_nor_stall_other_clusters() -> 
     env.cleanup().await
 }
 
-#[tokio::test]
 async fn kubectl_scale_moves_spec_nodes_and_respects_the_floor() -> anyhow::Result<()> {
     let env = TestEnv::new("scalesub").await?;
     let _op = Operator::start(&env.namespace)?;
@@ -1092,4 +1085,22 @@ async fn kubectl_scale_moves_spec_nodes_and_respects_the_floor() -> anyhow::Resu
     }
     assert_no_loss(&sim, &env.namespace).await?;
     env.cleanup().await
+}
+
+fn main() -> std::process::ExitCode {
+    harness::run(marekvs_e2e::cases![
+        creates_members_then_scales_3_5_3_removing_the_chosen_member_first,
+        a_scale_down_is_blocked_while_a_member_reports_underreplication needs [Simulator],
+        the_next_step_waits_while_data_is_still_copying_although_every_gauge_reads_zero needs [Simulator],
+        the_shipped_examples_are_accepted_as_written,
+        bad_specs_are_refused_at_apply_time,
+        a_deleted_pod_returns_on_its_volume_and_a_deleted_pod_and_pvc_rejoin_fresh,
+        deleting_the_cluster_keeps_volumes_and_a_new_one_adopts_them,
+        an_operator_killed_mid_drain_continues_without_a_second_member_leaving needs [OwnOperator],
+        growing_back_during_a_hand_off_cancels_the_removal_and_restarts_the_drained_member needs [Simulator],
+        reclaim_pvcs_deletes_a_removed_members_volume_and_storage_grows_in_place,
+        unknown_is_never_safe_refused_metrics_or_a_hung_node_block_the_scale_down needs [Simulator],
+        hostile_members_never_crash_the_operator_nor_stall_other_clusters needs [Simulator, OwnOperator],
+        kubectl_scale_moves_spec_nodes_and_respects_the_floor,
+    ])
 }

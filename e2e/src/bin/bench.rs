@@ -617,11 +617,11 @@ async fn scale(clusters: u64, members: u64, steady: u64, batch: u64) -> anyhow::
         &ns,
         &[
             ("RUST_LOG", "warn"),
-            ("MAREKVS_OPERATOR_METRICS_ADDR", "127.0.0.1:36081"),
+            ("MAREKVS_OPERATOR_METRICS_ADDR", "127.0.0.1:31081"),
         ],
     )?;
     let pid = op.pid().context("operator pid")?;
-    let metrics_url = "http://127.0.0.1:36081/metrics";
+    let metrics_url = "http://127.0.0.1:31081/metrics";
     let http = http();
     let scrape_op = || async { anyhow::Ok(http.get(metrics_url).send().await?.text().await?) };
     let started = Instant::now();

@@ -1,0 +1,431 @@
+//! The data check: keys written over RESP before a disruption and every one read back after
+//! it, on the simulator, on real marekvs members and on kind alike.
+//!
+//! Designed so that a real node cannot hide a loss:
+//! - Keys are written spread over the members (round robin), so every member about to be
+//!   disrupted is the origin of some of them. A real member keeps a cached copy of what was
+//!   written through it and of what it fetched for a read; writes spread over all members
+//!   leave no survivor holding a cached copy of another member's writes.
+//! - Nothing is read before the disruption (a read would leave a cached copy on the reader).
+//! - Afterwards every key is read through one survivor. Reads are eventually consistent, so a
+//!   key missing once is not yet lost: the check reads again until none is missing or
+//!   [`bound`] has passed, and then fails naming the missing keys.
+//! - Each value is derived from its key and a per-run nonce, so a stale, foreign or corrupted
+//!   value is caught, not just a missing one. A wrong value fails at once.
+
+use std::collections::BTreeMap;
+use std::net::Ipv4Addr;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, anyhow, bail};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::Api;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::TcpStream;
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+
+use crate::pod_ip;
+
+/// The RESP port of every member.
+pub const RESP_PORT: u16 = 6379;
+/// Commands sent per round trip.
+const PIPELINE: usize = 256;
+/// One reply (or a connect) that takes longer than this is an error.
+const IO_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long the check keeps reading before it calls a missing key lost:
+/// `MAREKVS_E2E_DATA_BOUND_SECONDS`, by default 300 s. On real marekvs, anti-entropy can need
+/// minutes after heavy writes before every key reads back (10 keys were missing for 20 s
+/// after a 5 → 3, and all came back); the simulator converges within seconds.
+pub fn bound() -> Duration {
+    let secs = std::env::var("MAREKVS_E2E_DATA_BOUND_SECONDS")
+        .ok()
+        .and_then(|s| s.parse::<u64>().ok())
+        .unwrap_or(300);
+    Duration::from_secs(secs)
+}
+
+/// Keys a data check writes: `MAREKVS_E2E_KEYS`, by default 2,000.
+pub fn default_keys() -> usize {
+    std::env::var("MAREKVS_E2E_KEYS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(2_000)
+}
+
+/// A RESP reply.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Reply {
+    Simple(String),
+    Error(String),
+    Integer(i64),
+    Bulk(Option<Vec<u8>>),
+    Array(Option<Vec<Reply>>),
+}
+
+/// A minimal RESP2 client over one TCP connection.
+pub struct Resp {
+    reader: BufReader<OwnedReadHalf>,
+    writer: OwnedWriteHalf,
+}
+
+impl Resp {
+    /// Connect to `ip:6379`; with `MAREKVS_E2E_REQUIREPASS` set, authenticate first.
+    pub async fn connect(ip: Ipv4Addr) -> anyhow::Result<Resp> {
+        let stream = tokio::time::timeout(IO_TIMEOUT, TcpStream::connect((ip, RESP_PORT)))
+            .await
+            .map_err(|_| anyhow!("connecting to {ip}:{RESP_PORT} timed out"))?
+            .with_context(|| format!("connecting to {ip}:{RESP_PORT}"))?;
+        stream.set_nodelay(true)?;
+        let (r, w) = stream.into_split();
+        let mut resp = Resp {
+            reader: BufReader::new(r),
+            writer: w,
+        };
+        if let Ok(pass) = std::env::var("MAREKVS_E2E_REQUIREPASS")
+            && !pass.is_empty()
+        {
+            match resp.call(&[b"AUTH", pass.as_bytes()]).await? {
+                Reply::Simple(ok) if ok == "OK" => {}
+                other => bail!("AUTH at {ip}: {other:?}"),
+            }
+        }
+        Ok(resp)
+    }
+
+    /// One command, one reply.
+    pub async fn call(&mut self, args: &[&[u8]]) -> anyhow::Result<Reply> {
+        let mut replies = self
+            .pipeline(&[args.iter().map(|a| a.to_vec()).collect()])
+            .await?;
+        replies.pop().context("no reply")
+    }
+
+    /// Send every command, then read one reply per command, in order.
+    pub async fn pipeline(&mut self, commands: &[Vec<Vec<u8>>]) -> anyhow::Result<Vec<Reply>> {
+        let mut out = Vec::new();
+        for args in commands {
+            encode_command(&mut out, args);
+        }
+        tokio::time::timeout(IO_TIMEOUT, self.writer.write_all(&out))
+            .await
+            .map_err(|_| anyhow!("sending commands timed out"))??;
+        let mut replies = Vec::with_capacity(commands.len());
+        for _ in commands {
+            let reply = tokio::time::timeout(IO_TIMEOUT, read_reply(&mut self.reader))
+                .await
+                .map_err(|_| anyhow!("no reply within {IO_TIMEOUT:?}"))??;
+            replies.push(reply);
+        }
+        Ok(replies)
+    }
+}
+
+fn encode_command(out: &mut Vec<u8>, args: &[Vec<u8>]) {
+    out.extend_from_slice(format!("*{}\r\n", args.len()).as_bytes());
+    for a in args {
+        out.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
+        out.extend_from_slice(a);
+        out.extend_from_slice(b"\r\n");
+    }
+}
+
+async fn read_line(r: &mut BufReader<OwnedReadHalf>) -> anyhow::Result<String> {
+    let mut line = Vec::new();
+    let n = r.read_until(b'\n', &mut line).await?;
+    if n == 0 {
+        bail!("connection closed");
+    }
+    let line = line
+        .strip_suffix(b"\r\n")
+        .context("reply line not terminated by CRLF")?;
+    Ok(String::from_utf8_lossy(line).into_owned())
+}
+
+fn read_reply(
+    r: &mut BufReader<OwnedReadHalf>,
+) -> std::pin::Pin<Box<dyn std::future::Future<Output = anyhow::Result<Reply>> + Send + '_>> {
+    Box::pin(async move {
+        let line = read_line(r).await?;
+        let (kind, rest) = line.split_at_checked(1).context("empty reply line")?;
+        let len = || {
+            rest.parse::<i64>()
+                .with_context(|| format!("bad length {rest:?}"))
+        };
+        Ok(match kind {
+            "+" => Reply::Simple(rest.to_string()),
+            "-" => Reply::Error(rest.to_string()),
+            ":" => Reply::Integer(len()?),
+            "$" => match len()? {
+                n if n < 0 => Reply::Bulk(None),
+                n => {
+                    let mut buf = vec![0; n as usize + 2];
+                    r.read_exact(&mut buf).await?;
+                    buf.truncate(n as usize);
+                    Reply::Bulk(Some(buf))
+                }
+            },
+            "*" => match len()? {
+                n if n < 0 => Reply::Array(None),
+                n => {
+                    let mut items = Vec::with_capacity(n as usize);
+                    for _ in 0..n {
+                        items.push(read_reply(r).await?);
+                    }
+                    Reply::Array(Some(items))
+                }
+            },
+            other => bail!("unexpected reply type {other:?} in {line:?}"),
+        })
+    })
+}
+
+/// The pod IP of `member`, from the API (a re-created pod has a new one).
+async fn member_ip(pods: &Api<Pod>, member: &str) -> anyhow::Result<Ipv4Addr> {
+    let pod = pods
+        .get(member)
+        .await
+        .with_context(|| format!("reading pod {member}"))?;
+    pod_ip(&pod).with_context(|| format!("pod {member} has no IP yet"))
+}
+
+/// FNV-1a over the nonce and the key: the checksum a value carries.
+fn checksum(nonce: u64, key: &str) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in nonce.to_le_bytes().iter().chain(key.as_bytes()) {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h
+}
+
+/// Keys written for one data check, and the members they were written through.
+pub struct DataSet {
+    label: String,
+    nonce: u64,
+    keys: Vec<String>,
+    /// Member → keys written through it.
+    written_through: BTreeMap<String, usize>,
+}
+
+/// What a successful check counted.
+#[derive(Clone, Debug)]
+pub struct Verified {
+    pub keys: usize,
+    pub reads: usize,
+    pub rounds: usize,
+    pub elapsed: Duration,
+}
+
+impl DataSet {
+    /// Write `n` keys spread round robin over `members` (pod names), through their pod IPs.
+    pub async fn write(
+        pods: &Api<Pod>,
+        members: &[&str],
+        n: usize,
+        label: &str,
+    ) -> anyhow::Result<DataSet> {
+        anyhow::ensure!(!members.is_empty(), "no member to write through");
+        let nonce = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0)
+            ^ u64::from(std::process::id()) << 32;
+        let mut set = DataSet {
+            label: label.to_string(),
+            nonce,
+            keys: (0..n)
+                .map(|i| format!("e2e:{label}:{nonce:016x}:{i:06}"))
+                .collect(),
+            written_through: BTreeMap::new(),
+        };
+        for (m, member) in members.iter().enumerate() {
+            let mine: Vec<&String> = set.keys.iter().skip(m).step_by(members.len()).collect();
+            let ip = member_ip(pods, member).await?;
+            let mut conn = Resp::connect(ip).await?;
+            for chunk in mine.chunks(PIPELINE) {
+                let commands: Vec<Vec<Vec<u8>>> = chunk
+                    .iter()
+                    .map(|k| {
+                        vec![
+                            b"SET".to_vec(),
+                            k.as_bytes().to_vec(),
+                            set.value_of(k).into_bytes(),
+                        ]
+                    })
+                    .collect();
+                for (k, reply) in chunk.iter().zip(conn.pipeline(&commands).await?) {
+                    if reply != Reply::Simple("OK".into()) {
+                        bail!("SET {k} through {member} ({ip}): {reply:?}");
+                    }
+                }
+            }
+            set.written_through.insert(member.to_string(), mine.len());
+        }
+        eprintln!(
+            "data check {}: wrote {} keys through {:?}",
+            set.label,
+            set.keys.len(),
+            set.written_through
+        );
+        Ok(set)
+    }
+
+    /// The value written for `key`: its index, the checksum and padding to 64 bytes.
+    fn value_of(&self, key: &str) -> String {
+        let v = format!("{key}|{:016x}|", checksum(self.nonce, key));
+        format!("{v:.<64}")
+    }
+
+    pub fn len(&self) -> usize {
+        self.keys.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.keys.is_empty()
+    }
+
+    /// Read every key through `via` until none is missing, or fail after [`bound`] naming the
+    /// missing keys. A key with a wrong value fails at once.
+    pub async fn verify(&self, pods: &Api<Pod>, via: &str) -> anyhow::Result<Verified> {
+        self.verify_within(pods, via, bound()).await
+    }
+
+    /// [`DataSet::verify`] with the bound given.
+    pub async fn verify_within(
+        &self,
+        pods: &Api<Pod>,
+        via: &str,
+        limit: Duration,
+    ) -> anyhow::Result<Verified> {
+        let start = Instant::now();
+        let mut reads = 0;
+        let mut rounds = 0;
+        let mut last_missing: Option<usize> = None;
+        loop {
+            rounds += 1;
+            match self.read_all(pods, via).await {
+                Ok(pass) if !pass.wrong.is_empty() => bail!(
+                    "data check {}: {} keys read back through {via} with a wrong value: {:?}",
+                    self.label,
+                    pass.wrong.len(),
+                    pass.wrong.iter().take(10).collect::<Vec<_>>()
+                ),
+                Ok(Pass { missing, .. }) => {
+                    reads += self.keys.len();
+                    if missing.is_empty() {
+                        let v = Verified {
+                            keys: self.keys.len(),
+                            reads,
+                            rounds,
+                            elapsed: start.elapsed(),
+                        };
+                        eprintln!(
+                            "data check {}: all {} keys read back through {via} after {:.1}s ({} rounds, {} GETs)",
+                            self.label,
+                            v.keys,
+                            v.elapsed.as_secs_f64(),
+                            v.rounds,
+                            v.reads
+                        );
+                        return Ok(v);
+                    }
+                    if last_missing != Some(missing.len()) {
+                        eprintln!(
+                            "data check {}: {} of {} keys not readable through {via} after {:.1}s; reading again",
+                            self.label,
+                            missing.len(),
+                            self.keys.len(),
+                            start.elapsed().as_secs_f64()
+                        );
+                    }
+                    last_missing = Some(missing.len());
+                    if start.elapsed() > limit {
+                        let shown: Vec<&str> =
+                            missing.iter().take(20).map(|k| k.as_str()).collect();
+                        bail!(
+                            "data check {}: {} of {} keys LOST (not readable through {via} for {:?}; written through {:?}); first missing: {:?}",
+                            self.label,
+                            missing.len(),
+                            self.keys.len(),
+                            limit,
+                            self.written_through,
+                            shown
+                        );
+                    }
+                }
+                Err(e) => {
+                    // The survivor may be restarting (its pod, or the API server): not a loss.
+                    if start.elapsed() > limit {
+                        return Err(e.context(format!(
+                            "data check {}: could not read through {via} for {limit:?}",
+                            self.label
+                        )));
+                    }
+                    eprintln!(
+                        "data check {}: reading through {via}: {e:#}; retrying",
+                        self.label
+                    );
+                }
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    }
+
+    /// One pass over every key through `via`. An error is a failure to read at all.
+    async fn read_all(&self, pods: &Api<Pod>, via: &str) -> anyhow::Result<Pass> {
+        let ip = member_ip(pods, via).await?;
+        let mut conn = Resp::connect(ip).await?;
+        let mut missing = Vec::new();
+        let mut wrong = Vec::new();
+        for chunk in self.keys.chunks(PIPELINE) {
+            let commands: Vec<Vec<Vec<u8>>> = chunk
+                .iter()
+                .map(|k| vec![b"GET".to_vec(), k.as_bytes().to_vec()])
+                .collect();
+            for (k, reply) in chunk.iter().zip(conn.pipeline(&commands).await?) {
+                match reply {
+                    Reply::Bulk(None) => missing.push(k.clone()),
+                    Reply::Bulk(Some(v)) if v == self.value_of(k).as_bytes() => {}
+                    other => wrong.push(format!("{k}: {other:?}")),
+                }
+            }
+        }
+        Ok(Pass { missing, wrong })
+    }
+}
+
+/// What one pass over every key found.
+struct Pass {
+    missing: Vec<String>,
+    /// `key: reply` of keys whose value was not the one written.
+    wrong: Vec<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values_carry_a_checksum_of_key_and_nonce() {
+        let set = DataSet {
+            label: "t".into(),
+            nonce: 7,
+            keys: vec![],
+            written_through: BTreeMap::new(),
+        };
+        let v = set.value_of("e2e:t:1");
+        assert_eq!(v.len(), 64);
+        assert!(v.starts_with("e2e:t:1|"));
+        assert_ne!(v, set.value_of("e2e:t:2"));
+        let other = DataSet { nonce: 8, ..set };
+        assert_ne!(v, other.value_of("e2e:t:1"), "another run's value is wrong");
+    }
+
+    #[test]
+    fn commands_are_encoded_as_resp_arrays() {
+        let mut out = Vec::new();
+        encode_command(&mut out, &[b"GET".to_vec(), b"k".to_vec()]);
+        assert_eq!(out, b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n");
+    }
+}

@@ -1,0 +1,126 @@
+//! The e2e suite's own runner: libtest's output, filters and `--test-threads` (through
+//! libtest-mimic), plus skips that are decided before a test starts. A test declares what it
+//! needs ([`Need`]); where the data plane or the cluster cannot give it, the test is reported
+//! `ignored` with the reason printed, never run and never counted as passed.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::process::ExitCode;
+
+use libtest_mimic::{Arguments, Failed, Trial};
+
+/// Something a test needs beyond a cluster with the operator's CRD.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Need {
+    /// The simulator's control API: faults, load, disk figures, the loss counter. Absent on
+    /// real members (`MAREKVS_BIN`) and on kind.
+    Simulator,
+    /// An operator process of the test's own, which it may kill and restart. Absent where the
+    /// operator is deployed (`MAREKVS_E2E_EXTERNAL_OPERATOR`).
+    OwnOperator,
+    /// The local control plane of `hack/test-e2e.sh`, whose API server the test restarts.
+    LocalControlPlane,
+    /// A second local cluster beside the first (`MAREKVS_E2E_SIDE_KUBECONFIG`).
+    SideCluster,
+    /// Members run a real marekvs binary (`MAREKVS_E2E_REAL_MEMBERS`).
+    RealMembers,
+}
+
+impl Need {
+    /// Why this need is not met here, or `None` when it is.
+    pub fn unmet(self) -> Option<&'static str> {
+        let set = |var: &str| std::env::var_os(var).is_some_and(|v| !v.is_empty());
+        match self {
+            Need::Simulator if !set("MAREKVS_SIM_CONTROL_URL") => Some(
+                "needs the simulator's control API (faults, load or the loss counter); members here are not simulated",
+            ),
+            Need::OwnOperator if set("MAREKVS_E2E_EXTERNAL_OPERATOR") => {
+                Some("kills or restarts the operator, which runs elsewhere here")
+            }
+            Need::LocalControlPlane
+                if std::env::var("MAREKVS_E2E_CLUSTER").as_deref() != Ok("test") =>
+            {
+                Some("restarts the API server of the local control plane of hack/test-e2e.sh")
+            }
+            Need::SideCluster if !set("MAREKVS_E2E_SIDE_KUBECONFIG") => {
+                Some("needs a second local cluster (hack/test-e2e.sh starts one)")
+            }
+            Need::RealMembers if !set("MAREKVS_E2E_REAL_MEMBERS") => {
+                Some("needs members that run a real marekvs binary (MAREKVS_BIN)")
+            }
+            _ => None,
+        }
+    }
+}
+
+type TestFuture = Pin<Box<dyn Future<Output = anyhow::Result<()>> + Send>>;
+
+/// One e2e test: its name, what it needs, and its body.
+pub struct Case {
+    name: &'static str,
+    needs: &'static [Need],
+    body: Box<dyn FnOnce() -> TestFuture + Send>,
+}
+
+impl Case {
+    pub fn new(
+        name: &'static str,
+        needs: &'static [Need],
+        body: impl FnOnce() -> TestFuture + Send + 'static,
+    ) -> Case {
+        Case {
+            name,
+            needs,
+            body: Box::new(body),
+        }
+    }
+}
+
+/// The cases of a test file: `cases![test_fn, other_fn needs [Simulator, OwnOperator]]`.
+#[macro_export]
+macro_rules! cases {
+    ($($test:ident $(needs [$($need:ident),* $(,)?])?),* $(,)?) => {
+        vec![$(
+            $crate::harness::Case::new(
+                stringify!($test),
+                &[$($($crate::harness::Need::$need),*)?],
+                || Box::pin($test()),
+            )
+        ),*]
+    };
+}
+
+/// Run the cases as libtest would; each on a runtime of its own (as `#[tokio::test]` does).
+/// A skipped case prints `skipped <name>: <reason>` and is reported `ignored`.
+pub fn run(cases: Vec<Case>) -> ExitCode {
+    let args = Arguments::from_args();
+    let trials = cases
+        .into_iter()
+        .map(|case| {
+            let unmet: Vec<&str> = case.needs.iter().filter_map(|n| n.unmet()).collect();
+            let selected = args.filter.as_deref().is_none_or(|f| {
+                if args.exact {
+                    case.name == f
+                } else {
+                    case.name.contains(f)
+                }
+            });
+            if !unmet.is_empty() && selected {
+                eprintln!("skipped {}: {}", case.name, unmet.join("; "));
+            }
+            let body = case.body;
+            Trial::test(case.name, move || run_one(body)).with_ignored_flag(!unmet.is_empty())
+        })
+        .collect();
+    libtest_mimic::run(&args, trials).exit_code()
+}
+
+fn run_one(body: Box<dyn FnOnce() -> TestFuture + Send>) -> Result<(), Failed> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Failed::from(format!("building the test's runtime: {e}")))?;
+    runtime
+        .block_on(body())
+        .map_err(|e| Failed::from(format!("{e:#}")))
+}

@@ -1,0 +1,299 @@
+//! The local harness as a user meets it: members that form one cluster and see each other by
+//! identity, and (with a second local cluster beside the first) two clusters that run side by
+//! side on disjoint pod networks.
+//!
+//! Runs unchanged on simulated members and on real ones (`MAREKVS_BIN`).
+
+use std::collections::BTreeSet;
+use std::net::Ipv4Addr;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
+use kube::api::Api;
+use marekvs_e2e::data::{Reply, Resp};
+use marekvs_e2e::*;
+use serde_json::{Value, json};
+
+const T: Duration = Duration::from_secs(120);
+
+/// Every member answers `CLUSTER MYID`, and every member's `CLUSTER NODES` lists exactly the
+/// members of the cluster, at their pod IPs: the members formed one cluster.
+async fn members_form_one_cluster_and_see_each_other_by_identity() -> anyhow::Result<()> {
+    let env = TestEnv::new("formed").await?;
+    let _op = Operator::start(&env.namespace)?;
+    let api = create(&env, "demo", spec(3)).await?;
+    let all = ["demo-0", "demo-1", "demo-2"];
+    wait_healthy(&api, "demo", &all, T).await?;
+    let pods: Api<Pod> = env.api();
+    let mut ids = BTreeSet::new();
+    let mut addrs = BTreeSet::new();
+    for m in all {
+        let ip = pod_ip(&pods.get(m).await?).expect("a Ready pod has an IP");
+        let mut conn = Resp::connect(ip).await?;
+        match conn.call(&[b"CLUSTER", b"MYID"]).await? {
+            Reply::Bulk(Some(id)) => {
+                let id = String::from_utf8(id)?;
+                assert!(
+                    id.len() == 40 && id.bytes().all(|b| b.is_ascii_hexdigit()),
+                    "{m}: CLUSTER MYID {id:?}"
+                );
+                ids.insert(id);
+            }
+            other => anyhow::bail!("{m}: CLUSTER MYID answered {other:?}"),
+        }
+        addrs.insert(ip.to_string());
+    }
+    assert_eq!(ids.len(), 3, "three distinct node ids: {ids:?}");
+    // Views converge within seconds after the cluster turned Healthy.
+    for m in all {
+        wait_until(&format!("{m} sees every member"), T, || async {
+            let ip = pod_ip(&pods.get(m).await?).expect("a Ready pod has an IP");
+            let (seen_ids, seen_addrs) = cluster_nodes(ip).await?;
+            Ok((seen_ids == ids && seen_addrs == addrs).then_some(()))
+        })
+        .await?;
+    }
+    let data = write_keys(&env, &all, "formed").await?;
+    read_back(&env, &data, "demo-1").await?;
+    env.cleanup().await
+}
+
+/// Node ids and addresses (without port) of the `CLUSTER NODES` lines of the member at `ip`.
+async fn cluster_nodes(
+    ip: std::net::Ipv4Addr,
+) -> anyhow::Result<(BTreeSet<String>, BTreeSet<String>)> {
+    let mut conn = Resp::connect(ip).await?;
+    let text = match conn.call(&[b"CLUSTER", b"NODES"]).await? {
+        Reply::Bulk(Some(t)) => String::from_utf8(t)?,
+        other => anyhow::bail!("CLUSTER NODES at {ip} answered {other:?}"),
+    };
+    let mut ids = BTreeSet::new();
+    let mut addrs = BTreeSet::new();
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let mut fields = line.split_whitespace();
+        let id = fields.next().unwrap_or_default().to_string();
+        let addr = fields.next().unwrap_or_default();
+        let host = addr
+            .split([':', '@'])
+            .next()
+            .unwrap_or_default()
+            .to_string();
+        ids.insert(id);
+        addrs.insert(host);
+    }
+    Ok((ids, addrs))
+}
+
+/// Whether `ip` lies in the CIDR `net` (`a.b.c.d/n`).
+fn in_network(ip: Ipv4Addr, net: &str) -> anyhow::Result<bool> {
+    let (base, prefix) = net.split_once('/').context("a CIDR")?;
+    let (base, prefix): (Ipv4Addr, u32) = (base.parse()?, prefix.parse()?);
+    let mask = u32::MAX.checked_shl(32 - prefix).unwrap_or(0);
+    Ok(u32::from(ip) & mask == u32::from(base) & mask)
+}
+
+/// A member pod run by the side cluster's stand-in binary (not by the operator): the same
+/// container shape the operator builds, without a volume.
+fn standin_pod(name: &str, extra_env: &[(&str, &str)]) -> Value {
+    let mut env = vec![
+        json!({"name": "MAREKVS_REPLICAS_N", "value": "2"}),
+        json!({"name": "MAREKVS_SEEDS", "value": "demo-headless:7946"}),
+    ];
+    env.extend(
+        extra_env
+            .iter()
+            .map(|(k, v)| json!({"name": k, "value": v})),
+    );
+    json!({
+        "metadata": {"name": name},
+        "spec": {
+            "hostname": name,
+            "terminationGracePeriodSeconds": 10,
+            "containers": [{
+                "name": "marekvs", "image": "marekvs:standin", "env": env,
+                "ports": [{"name": "metrics", "containerPort": 9121}],
+                "readinessProbe": {"httpGet": {"path": "/ready", "port": "metrics"}, "periodSeconds": 1},
+            }],
+        }
+    })
+}
+
+fn member_status(pod: &Pod) -> Option<&ContainerStatus> {
+    pod.status.as_ref()?.container_statuses.as_ref()?.first()
+}
+
+/// `make demo` and `make test` side by side, as the `test` and `side` clusters: each has its
+/// own ports and pod network, so the operator's members here and three members there, with the
+/// same namespace and pod names, run at the same time without a collision. The side cluster's
+/// members run a real binary (marekvs-standin, which binds its listeners like marekvs): all
+/// three share one network namespace, so each must have bound its four listeners to its own
+/// pod IP; each keeps a log of its own; one that keeps failing is shown as a kubelet shows it
+/// and restarted with a growing back-off.
+async fn two_local_clusters_side_by_side_and_real_binary_members_on_their_pod_ips()
+-> anyhow::Result<()> {
+    let env = TestEnv::new("side").await?;
+    let ns = env.namespace.clone();
+    let side_config =
+        kube::config::Kubeconfig::read_from(std::env::var("MAREKVS_E2E_SIDE_KUBECONFIG")?)?;
+    let side_client = kube::Client::try_from(
+        kube::Config::from_custom_kubeconfig(side_config, &Default::default()).await?,
+    )?;
+    let side = TestEnv::on(side_client, &ns).await?;
+    let here_net = std::env::var("MAREKVS_E2E_POD_NETWORK")?;
+    let side_net = std::env::var("MAREKVS_E2E_SIDE_POD_NETWORK")?;
+
+    let _op = Operator::start(&ns)?;
+    let api = create(&env, "demo", spec(3)).await?;
+    let all = ["demo-0", "demo-1", "demo-2"];
+    for m in all {
+        side.create::<Pod>(standin_pod(m, &[])).await?;
+    }
+    wait_healthy(&api, "demo", &all, T).await?;
+    let side_pods: Api<Pod> = side.api();
+    for m in all {
+        wait_until(&format!("side {m} Ready"), T, || async {
+            Ok(side_pods
+                .get_opt(m)
+                .await?
+                .filter(|p| pod_condition(p, "Ready"))
+                .map(|_| ()))
+        })
+        .await?;
+    }
+
+    let pods: Api<Pod> = env.api();
+    let mut ips = BTreeSet::new();
+    for m in all {
+        let here = pod_ip(&pods.get(m).await?).context("pod IP")?;
+        let there = pod_ip(&side_pods.get(m).await?).context("side pod IP")?;
+        assert!(
+            in_network(here, &here_net)?,
+            "{m}: {here} outside {here_net}"
+        );
+        assert!(
+            in_network(there, &side_net)?,
+            "{m}: {there} outside {side_net}"
+        );
+        ips.insert(here);
+        ips.insert(there);
+        // Both answer at once, each at its own address.
+        let (code, _) = member_get(here, "/metrics").await?;
+        assert_eq!(code, 200, "{m} at {here}");
+        let (code, _) = member_get(there, "/metrics").await?;
+        assert_eq!(code, 200, "side {m} at {there}");
+        let mut conn = Resp::connect(there).await?;
+        assert_eq!(
+            conn.call(&[b"PING"]).await?,
+            Reply::Simple("PONG".into()),
+            "side {m}: its RESP listener is its own"
+        );
+        // Its output went to a log of its own, which names the address it bound.
+        let log_dir = std::env::var("MAREKVS_E2E_SIDE_POD_LOGS")?;
+        let log = std::fs::read_to_string(format!("{log_dir}/{ns}_{m}_marekvs.log"))
+            .with_context(|| format!("the per-pod log of side {m}"))?;
+        assert!(
+            log.contains(&format!("{there}:7946")),
+            "side {m}'s log names its gossip address {there}:7946: {log}"
+        );
+    }
+    assert_eq!(ips.len(), 6, "six members, six addresses: {ips:?}");
+    let data = write_keys(&env, &all, "side-by-side").await?;
+    read_back(&env, &data, "demo-2").await?;
+
+    // A member that fails at start: its exit and last error line are in its status, and each
+    // restart waits longer than the one before (10 s, then 20 s), never a hot loop.
+    side.create::<Pod>(standin_pod(
+        "broken-0",
+        &[("MAREKVS_STANDIN_FAIL", "cannot open /data: disk on fire")],
+    ))
+    .await?;
+    for (backoff, restarts) in [("back-off 10s", 1), ("back-off 20s", 2)] {
+        let pod = wait_until(&format!("broken-0 in {backoff}"), T, || async {
+            Ok(side_pods.get_opt("broken-0").await?.filter(|p| {
+                member_status(p)
+                    .and_then(|c| c.state.as_ref()?.waiting.as_ref()?.message.clone())
+                    .is_some_and(|m| m.starts_with(backoff))
+            }))
+        })
+        .await?;
+        let c = member_status(&pod).context("container status")?;
+        let waiting = c.state.as_ref().and_then(|s| s.waiting.as_ref());
+        assert_eq!(
+            waiting.and_then(|w| w.reason.as_deref()),
+            Some("CrashLoopBackOff")
+        );
+        let last = c
+            .last_state
+            .as_ref()
+            .and_then(|s| s.terminated.as_ref())
+            .context("a last state")?;
+        assert_eq!(last.exit_code, 1);
+        assert_eq!(last.reason.as_deref(), Some("Error"));
+        assert!(
+            last.message
+                .as_deref()
+                .is_some_and(|m| m.contains("disk on fire")),
+            "the last error line: {:?}",
+            last.message
+        );
+        assert_eq!(c.restart_count, restarts, "{backoff}");
+        assert!(!c.ready);
+    }
+    side.cleanup().await?;
+    env.cleanup().await
+}
+
+/// The data check can fail: with both copies of some partitions made unreachable (two members
+/// of an RF 2 cluster crashed and held down by the simulator), it reports those keys missing,
+/// names them, and agrees with the simulator's count; once the members are back, every key
+/// reads back again.
+async fn the_data_check_names_the_keys_whose_copies_are_gone() -> anyhow::Result<()> {
+    let sim = Sim::required()?;
+    let env = TestEnv::new("datacheck").await?;
+    let ns = env.namespace.clone();
+    let _op = Operator::start(&ns)?;
+    let api = create(&env, "demo", spec(4)).await?;
+    let all = ["demo-0", "demo-1", "demo-2", "demo-3"];
+    wait_healthy(&api, "demo", &all, T).await?;
+    let pods: Api<Pod> = env.api();
+    let data = DataSet::write(&pods, &all, 1_000, "negative-control").await?;
+    for m in ["demo-2", "demo-3"] {
+        sim.set_faults(&ns, m, json!({"hold_down": true})).await?;
+        sim.crash(&ns, m).await?;
+    }
+    let err = data
+        .verify_within(&pods, "demo-0", Duration::from_secs(15))
+        .await
+        .expect_err("keys whose every copy is down cannot read back");
+    let msg = format!("{err:#}");
+    let missing: usize = msg
+        .split_once(" of 1000 keys LOST")
+        .and_then(|(head, _)| head.rsplit(' ').next()?.parse().ok())
+        .with_context(|| format!("a count of lost keys in: {msg}"))?;
+    eprintln!("negative control: {missing} of 1000 keys reported lost with demo-2 and demo-3 down");
+    // RF 2 over 4 members: the partitions homed on exactly {demo-2, demo-3} are a sixth.
+    assert!(
+        (50..400).contains(&missing),
+        "about a sixth of the keys: {missing}"
+    );
+    assert!(
+        msg.contains("e2e:negative-control:"),
+        "names the keys: {msg}"
+    );
+    assert!(sim.lost_partitions(&ns).await? > 0, "the simulator agrees");
+    for m in ["demo-2", "demo-3"] {
+        sim.set_faults(&ns, m, json!({"hold_down": false})).await?;
+    }
+    wait_healthy(&api, "demo", &all, T).await?;
+    read_back(&env, &data, "demo-0").await?;
+    env.cleanup().await
+}
+
+fn main() -> std::process::ExitCode {
+    harness::run(marekvs_e2e::cases![
+        members_form_one_cluster_and_see_each_other_by_identity,
+        two_local_clusters_side_by_side_and_real_binary_members_on_their_pod_ips needs [SideCluster, OwnOperator],
+        the_data_check_names_the_keys_whose_copies_are_gone needs [Simulator],
+    ])
+}
