@@ -1421,7 +1421,7 @@ mod tests {
             volume: format!("vol-{i}"),
             disk_bytes: 1 << 30,
             faults: Faults::default(),
-            addr: format!("10.0.0.{i}"),
+            addr: format!("127.50.0.{i}"),
         }
     }
 
@@ -1989,9 +1989,9 @@ mod tests {
         assert_eq!(
             peers,
             [
-                ("0", Some("10.0.0.0"), true),
-                ("1", Some("10.0.0.1"), false),
-                ("2", Some("10.0.0.2"), false),
+                ("0", Some("127.50.0.0"), true),
+                ("1", Some("127.50.0.1"), false),
+                ("2", Some("127.50.0.2"), false),
             ],
             "a crashed peer stays in the view until it is detected"
         );

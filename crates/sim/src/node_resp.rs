@@ -775,7 +775,7 @@ mod tests {
                 volume: "vol-0".into(),
                 disk_bytes: 1 << 30,
                 faults: Faults::default(),
-                addr: "10.2.0.1".into(),
+                addr: "127.52.0.1".into(),
             },
         );
         let ctx = Arc::new(Ctx {

@@ -333,7 +333,7 @@ mod tests {
             volume: format!("vol-{i}"),
             disk_bytes: 1 << 30,
             faults: Faults::default(),
-            addr: format!("10.1.0.{i}"),
+            addr: format!("127.51.0.{i}"),
         }
     }
 
@@ -346,7 +346,7 @@ mod tests {
         assert_eq!(id.len(), 40);
         assert_eq!(
             w.cluster_nodes("ns/demo-0").unwrap(),
-            format!("{id} 10.1.0.0:6379@7373 myself,master - 0 0 0 connected\n")
+            format!("{id} 127.51.0.0:6379@7373 myself,master - 0 0 0 connected\n")
         );
         assert_eq!(
             w.cluster_info("ns/demo-0").unwrap(),
@@ -363,9 +363,9 @@ mod tests {
         );
         assert_eq!(
             lines[0],
-            format!("{id} 10.1.0.0:6379@7373 master - 0 0 0 connected")
+            format!("{id} 127.51.0.0:6379@7373 master - 0 0 0 connected")
         );
-        assert!(lines[1].ends_with(" 10.1.0.1:6379@7373 myself,master - 0 0 0 connected"));
+        assert!(lines[1].ends_with(" 127.51.0.1:6379@7373 myself,master - 0 0 0 connected"));
         assert_eq!(w.myid("ns/other"), Err(NotServing));
         w.set("ns/demo-1", b"k", b"v").unwrap();
         assert_eq!(w.get("ns/demo-1", b"k"), Ok(Some(b"v".to_vec())));
