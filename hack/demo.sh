@@ -33,6 +33,7 @@ The demo cluster is Healthy (everything on loopback).
   export KUBECONFIG=$KUBECONFIG_PATH
   export PATH=$bin:\$PATH                 # kubectl $KUBE_VERSION
   kubectl describe mkv demo                # members, per-member conditions, events
+  kubectl get pods -o wide                 # each member serves RESP at <pod IP>:6379 (redis-cli -h <pod IP>)
   curl -s http://127.0.0.1:$OPERATOR_METRICS_PORT/metrics   # the operator's own metrics (/healthz, /readyz too)
   kubectl patch mkv demo --type merge -p '{"spec":{"nodes":5}}'
   kubectl patch mkv demo --type merge -p '{"spec":{"nodes":3,"removeMembers":["demo-1"]}}'
