@@ -20,6 +20,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::{IpAddr, Ipv4Addr};
+use std::ops::ControlFlow;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -35,6 +36,7 @@ use kube::runtime::watcher::{self, Event};
 use kube::{Client, ResourceExt};
 use serde_json::json;
 use tokio::sync::watch;
+use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
 use marekvs_core::units::quantity_bytes;
@@ -68,8 +70,11 @@ pub struct Podlet {
     http: reqwest::Client,
     used_ips: Mutex<BTreeSet<Ipv4Addr>>,
     /// Real-node members: cluster key → member key → pod IP (to rewrite seeds).
-    real_members: Mutex<BTreeMap<String, BTreeMap<String, Ipv4Addr>>>,
+    real_members: RealMembers,
 }
+
+/// Real-node members: cluster key → member key → pod IP. Shared with each pod's [`MemberSlot`].
+type RealMembers = Arc<Mutex<BTreeMap<String, BTreeMap<String, Ipv4Addr>>>>;
 
 impl Podlet {
     pub fn new(
@@ -92,7 +97,7 @@ impl Podlet {
             pod_logs_dir,
             http,
             used_ips: Mutex::new(BTreeSet::new()),
-            real_members: Mutex::new(BTreeMap::new()),
+            real_members: Arc::new(Mutex::new(BTreeMap::new())),
         })
     }
 
@@ -257,7 +262,6 @@ impl Podlet {
     ) -> anyhow::Result<()> {
         let pods: Api<Pod> =
             Api::namespaced(self.client.clone(), &pod.namespace().unwrap_or_default());
-        let container = member_container(&pod).cloned();
         let host_ip = node_ip(&node);
         let started = Timestamp::now();
         let restarts: i32 = pod
@@ -268,211 +272,22 @@ impl Podlet {
             .map(|c| c.restart_count)
             .unwrap_or(0);
 
-        let Some(container) = container else {
+        let Some(container) = member_container(&pod).cloned() else {
             // Not a marekvs member: run it as a container without probes.
             self.patch_status(&pods, &pod, ip, &host_ip, &started, None)
                 .await?;
             info!(pod = %key, %ip, "running (not a marekvs member)");
             return self.wait_and_finish_plain(rx, &pods, &pod).await;
         };
-        let cname = container.name.as_str();
 
         // Report the pod Running first: if it is gone already, no member is started for it.
-        let mut status = MemberStatus::running(started, restarts, None);
-        self.patch_status(&pods, &pod, ip, &host_ip, &started, Some((cname, &status)))
+        let status = MemberStatus::running(started, restarts, None);
+        let member = Some((container.name.as_str(), &status));
+        self.patch_status(&pods, &pod, ip, &host_ip, &started, member)
             .await?;
-
-        let probe = container.readiness_probe.clone();
-        let probe_get = probe.as_ref().and_then(|p| p.http_get.clone());
-        let period = Duration::from_secs(
-            probe
-                .as_ref()
-                .and_then(|p| p.period_seconds)
-                .unwrap_or(10)
-                .max(1) as u64,
-        );
-        let timeout = Duration::from_secs(
-            probe
-                .as_ref()
-                .and_then(|p| p.timeout_seconds)
-                .unwrap_or(1)
-                .max(1) as u64,
-        );
-        let success_threshold = probe
-            .as_ref()
-            .and_then(|p| p.success_threshold)
-            .unwrap_or(1)
-            .max(1);
-        let failure_threshold = probe
-            .as_ref()
-            .and_then(|p| p.failure_threshold)
-            .unwrap_or(3)
-            .max(1);
-        let initial_delay = Duration::from_secs(
-            probe
-                .as_ref()
-                .and_then(|p| p.initial_delay_seconds)
-                .unwrap_or(0)
-                .max(0) as u64,
-        );
-        let mut successes = 0;
-        let mut failures = 0;
-        let mut probe_timer =
-            tokio::time::interval_at(tokio::time::Instant::now() + initial_delay, period);
-        let mut exit_check = tokio::time::interval(Duration::from_millis(200));
-        let mut terminating: Option<tokio::time::Instant> = None;
-
-        // The process; kept after it exits (a simulated member stays in the model, a real one
-        // in its cluster's seeds) until it is started again.
-        let mut member: Option<MemberProcess> = None;
-        // Set while the member is down: when it may be started again.
-        let mut restart_at: Option<tokio::time::Instant> = Some(tokio::time::Instant::now());
-        // Whether the container has run before: only then does a start count as a restart.
-        let mut has_run = false;
-        let mut crashes_in_a_row: u32 = 0;
-        let mut run_since = tokio::time::Instant::now();
-        let mut starts: u64 = 0;
-
-        loop {
-            // Start (or restart) the member once its back-off is over.
-            // `hold_down` keeps a member that has run down after it exits.
-            if terminating.is_none()
-                && restart_at.is_some_and(|at| tokio::time::Instant::now() >= at)
-                && !(has_run && self.world.lock().faults(&key).hold_down)
-            {
-                restart_at = None;
-                if let Some(old) = member.take() {
-                    self.forget_member(&key, &old);
-                    drop(old); // frees its ports before the new process binds them
-                }
-                starts += 1;
-                let restart_count = status.restart_count + i32::from(has_run);
-                match self
-                    .start_member(&pod, &container, &key, ip, starts, restart_count)
-                    .await
-                {
-                    Ok(m) => {
-                        member = Some(m);
-                        // The first start is the one the pod status already reports.
-                        let at = if starts == 1 {
-                            started
-                        } else {
-                            Timestamp::now()
-                        };
-                        status.start(at, has_run);
-                        has_run = true;
-                        run_since = tokio::time::Instant::now();
-                        (successes, failures) = (0, 0);
-                        probe_timer = tokio::time::interval_at(
-                            tokio::time::Instant::now() + initial_delay,
-                            period,
-                        );
-                        // Without a probe the container is ready once it runs.
-                        status.ready = probe_get.is_none();
-                        info!(pod = %key, %ip, restarts = status.restart_count, "member started");
-                        if starts > 1 || status.ready {
-                            self.patch_member(&pods, &pod, &started, cname, &status)
-                                .await?;
-                        }
-                    }
-                    Err(failure) => {
-                        crashes_in_a_row = crashes_in_a_row.saturating_add(1);
-                        let backoff = restart_backoff(crashes_in_a_row);
-                        warn!(pod = %key, reason = failure.reason, retry_in = ?backoff,
-                            "member could not be started: {}", failure.message);
-                        status.failed_to_start(failure.reason, failure.message);
-                        restart_at = Some(tokio::time::Instant::now() + backoff);
-                        self.patch_member(&pods, &pod, &started, cname, &status)
-                            .await?;
-                    }
-                }
-            }
-
-            tokio::select! {
-                changed = rx.changed() => {
-                    let gone = changed.is_err() || rx.borrow().is_none();
-                    if gone {
-                        // Force-deleted from the API: the container is killed at once.
-                        if let Some(mut m) = member.take() {
-                            m.kill(&self.world);
-                            self.forget_member(&key, &m);
-                        }
-                        return Ok(());
-                    }
-                    let cur = rx.borrow().clone().expect("checked above");
-                    if terminating.is_none()
-                        && cur.metadata.deletion_timestamp.is_none()
-                        && pod_ready_condition(&cur).is_some_and(|r| r != status.reported_ready())
-                    {
-                        // Someone else changed Ready (the node lifecycle controller, after a
-                        // missed heartbeat): report what the probe says, as a kubelet would.
-                        self.patch_member(&pods, &pod, &started, cname, &status).await?;
-                    }
-                    if terminating.is_none() && cur.metadata.deletion_timestamp.is_some() {
-                        let grace = cur.metadata.deletion_grace_period_seconds.unwrap_or(30).max(0) as u64;
-                        let deadline = tokio::time::Instant::now() + Duration::from_secs(grace);
-                        terminating = Some(deadline);
-                        // A container that is not running gets neither hook nor signal.
-                        if let Some(m) = member.as_mut().filter(|_| status.is_running()) {
-                            info!(pod = %key, grace, "terminating: preStop, then SIGTERM");
-                            self.run_pre_stop(&container, ip, Duration::from_secs(grace)).await;
-                            m.terminate(&self.world).await;
-                        }
-                    }
-                }
-                _ = probe_timer.tick(), if probe_get.is_some() && status.is_running() => {
-                    let ok = self.probe(probe_get.as_ref().expect("guarded"), &container, ip, timeout).await;
-                    *self.world.lock().probes.entry(key.clone()).or_insert(0) += 1;
-                    if ok { successes += 1; failures = 0; } else { failures += 1; successes = 0; }
-                    let ready = status.ready;
-                    let next = if ready { failures < failure_threshold } else { successes >= success_threshold };
-                    if next != ready {
-                        status.ready = next;
-                        debug!(pod = %key, ready = next, "readiness changed");
-                        self.patch_member(&pods, &pod, &started, cname, &status).await?;
-                    }
-                }
-                _ = exit_check.tick() => {
-                    if let Some(deadline) = terminating {
-                        if member.as_mut().is_none_or(|m| m.exited(&self.world)) {
-                            info!(pod = %key, "member exited; removing pod");
-                            if let Some(m) = member.take() {
-                                self.forget_member(&key, &m);
-                            }
-                            return self.delete_now(&pod).await;
-                        }
-                        if tokio::time::Instant::now() >= deadline {
-                            info!(pod = %key, "grace period over: SIGKILL");
-                            if let Some(mut m) = member.take() {
-                                m.kill(&self.world);
-                                self.forget_member(&key, &m);
-                            }
-                            return self.delete_now(&pod).await;
-                        }
-                    } else if status.is_running()
-                        && let Some(exit) = member.as_mut().and_then(|m| m.exit(&self.world))
-                    {
-                        // It exited on its own: restart it in place, as restartPolicy Always
-                        // does, after the kubelet's back-off.
-                        crashes_in_a_row = next_crash_count(crashes_in_a_row, run_since.elapsed());
-                        let backoff = restart_backoff(crashes_in_a_row);
-                        warn!(pod = %key, code = exit.code, retry_in = ?backoff,
-                            "member exited unexpectedly: {}", exit.message);
-                        let started_at = match status.state {
-                            ContainerState::Running { started_at } => started_at,
-                            _ => started,
-                        };
-                        status.exited(
-                            Terminated::new(exit.code, exit.message, started_at, Timestamp::now()),
-                            backoff,
-                            crash_loop_message(backoff, cname, &pod),
-                        );
-                        restart_at = Some(tokio::time::Instant::now() + backoff);
-                        self.patch_member(&pods, &pod, &started, cname, &status).await?;
-                    }
-                }
-            }
-        }
+        // However `run` returns, dropping it stops and forgets its member.
+        let mut run = MemberPod::new(self, pods, pod, container, key, ip, started, status);
+        run.run(rx).await
     }
 
     async fn wait_and_finish_plain(
@@ -546,7 +361,14 @@ impl Podlet {
                 data_dir: &data_dir,
                 seeds: &seeds,
             };
-            let (env, warnings) = node_env(&env, &add);
+            let (env, warnings) = match node_env(&env, &add) {
+                Ok(composed) => composed,
+                Err(e) => {
+                    // Not running: not a seed for the others either.
+                    self.forget_real(&cluster, key);
+                    return Err(e);
+                }
+            };
             for w in warnings {
                 warn!(pod = %key, "{w}");
             }
@@ -607,18 +429,8 @@ impl Podlet {
         }
     }
 
-    fn forget_member(&self, key: &str, member: &MemberProcess) {
-        match member {
-            MemberProcess::Sim { .. } => self.world.lock().remove_member(key),
-            MemberProcess::Real { cluster, .. } => self.forget_real(cluster, key),
-        }
-    }
-
     fn forget_real(&self, cluster: &str, key: &str) {
-        let mut reg = self.real_members.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(m) = reg.get_mut(cluster) {
-            m.remove(key);
-        }
+        forget_real(&self.real_members, cluster, key);
     }
 
     /// The volume a member keeps its data on: its PVC's UID (an emptyDir lives as long as the pod).
@@ -870,6 +682,398 @@ impl MemberProcess {
     }
 }
 
+fn forget_real(registry: &RealMembers, cluster: &str, key: &str) {
+    let mut reg = registry.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(m) = reg.get_mut(cluster) {
+        m.remove(key);
+    }
+}
+
+/// The one place a pod's member process is kept. Whenever it is emptied or dropped (the pod's
+/// worker returned, failed on any `?`, or was cancelled), the process is killed and taken out
+/// of the model or the seeds: a member left behind would stay up in the model (its volume still
+/// answering reads and counting as a copy) or stay a seed, on a pod IP that is handed out again.
+struct MemberSlot {
+    world: SharedWorld,
+    real_members: RealMembers,
+    key: String,
+    process: Option<MemberProcess>,
+}
+
+impl MemberSlot {
+    fn new(world: SharedWorld, real_members: RealMembers, key: String) -> Self {
+        MemberSlot {
+            world,
+            real_members,
+            key,
+            process: None,
+        }
+    }
+
+    fn set(&mut self, process: MemberProcess) {
+        self.stop();
+        self.process = Some(process);
+    }
+
+    /// SIGKILL (nothing, if it has exited already) and forget it.
+    fn stop(&mut self) {
+        let Some(mut m) = self.process.take() else {
+            return;
+        };
+        m.kill(&self.world);
+        match &m {
+            MemberProcess::Sim { .. } => self.world.lock().remove_member(&self.key),
+            MemberProcess::Real { cluster, .. } => {
+                forget_real(&self.real_members, cluster, &self.key)
+            }
+        }
+        // Dropping it frees its ports before a new process binds them.
+        drop(m);
+    }
+
+    /// Whether there is no process, or it has exited.
+    fn exited(&mut self) -> bool {
+        let world = &self.world;
+        self.process.as_mut().is_none_or(|m| m.exited(world))
+    }
+
+    /// How the process ended, once it has.
+    fn exit(&mut self) -> Option<Exit> {
+        let world = &self.world;
+        self.process.as_mut()?.exit(world)
+    }
+
+    async fn terminate(&mut self) {
+        if let Some(m) = self.process.as_mut() {
+            m.terminate(&self.world).await;
+        }
+    }
+}
+
+impl Drop for MemberSlot {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// The readiness probe's settings, with the API's defaults.
+#[derive(Clone, Debug, PartialEq)]
+struct ProbeSpec {
+    get: Option<HTTPGetAction>,
+    period: Duration,
+    timeout: Duration,
+    success_threshold: i32,
+    failure_threshold: i32,
+    initial_delay: Duration,
+}
+
+impl ProbeSpec {
+    fn of(container: &Container) -> Self {
+        let p = container.readiness_probe.as_ref();
+        let secs = |v: Option<i32>, default: i32, min: i32| {
+            Duration::from_secs(v.unwrap_or(default).max(min) as u64)
+        };
+        ProbeSpec {
+            get: p.and_then(|p| p.http_get.clone()),
+            period: secs(p.and_then(|p| p.period_seconds), 10, 1),
+            timeout: secs(p.and_then(|p| p.timeout_seconds), 1, 1),
+            success_threshold: p.and_then(|p| p.success_threshold).unwrap_or(1).max(1),
+            failure_threshold: p.and_then(|p| p.failure_threshold).unwrap_or(3).max(1),
+            initial_delay: secs(p.and_then(|p| p.initial_delay_seconds), 0, 0),
+        }
+    }
+
+    fn timer(&self) -> tokio::time::Interval {
+        tokio::time::interval_at(Instant::now() + self.initial_delay, self.period)
+    }
+}
+
+/// A member pod while its worker runs it: the container's status and what decides the next
+/// start, probe and termination step.
+struct MemberPod {
+    podlet: Arc<Podlet>,
+    pods: Api<Pod>,
+    pod: Pod,
+    container: Container,
+    key: String,
+    ip: Ipv4Addr,
+    started: Timestamp,
+    status: MemberStatus,
+    probe: ProbeSpec,
+    successes: i32,
+    failures: i32,
+    probe_timer: tokio::time::Interval,
+    /// Set once the pod is being deleted: when the grace period ends.
+    terminating: Option<Instant>,
+    /// The process; kept after it exits (a simulated member stays in the model, a real one
+    /// in its cluster's seeds) until it is started again or the pod is done.
+    member: MemberSlot,
+    /// Set while the member is down: when it may be started again.
+    restart_at: Option<Instant>,
+    /// Whether the container has run before: only then does a start count as a restart.
+    has_run: bool,
+    crashes_in_a_row: u32,
+    run_since: Instant,
+    starts: u64,
+}
+
+impl MemberPod {
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        podlet: Arc<Podlet>,
+        pods: Api<Pod>,
+        pod: Pod,
+        container: Container,
+        key: String,
+        ip: Ipv4Addr,
+        started: Timestamp,
+        status: MemberStatus,
+    ) -> Self {
+        let probe = ProbeSpec::of(&container);
+        let member = MemberSlot::new(
+            podlet.world.clone(),
+            podlet.real_members.clone(),
+            key.clone(),
+        );
+        MemberPod {
+            podlet,
+            pods,
+            pod,
+            container,
+            key,
+            ip,
+            started,
+            status,
+            probe_timer: probe.timer(),
+            probe,
+            successes: 0,
+            failures: 0,
+            terminating: None,
+            member,
+            restart_at: Some(Instant::now()),
+            has_run: false,
+            crashes_in_a_row: 0,
+            run_since: Instant::now(),
+            starts: 0,
+        }
+    }
+
+    /// Until the pod is gone: start the member, follow the pod, its probe and its process.
+    async fn run(&mut self, rx: &mut watch::Receiver<Option<Pod>>) -> anyhow::Result<()> {
+        let mut exit_check = tokio::time::interval(Duration::from_millis(200));
+        loop {
+            if self.may_start() {
+                self.start().await?;
+            }
+            let probing = self.probe.get.is_some() && self.status.is_running();
+            let flow = tokio::select! {
+                changed = rx.changed() => {
+                    let cur = if changed.is_ok() { rx.borrow().clone() } else { None };
+                    self.on_pod_change(cur).await?
+                }
+                _ = self.probe_timer.tick(), if probing => {
+                    self.on_probe_tick().await?;
+                    ControlFlow::Continue(())
+                }
+                _ = exit_check.tick() => self.on_exit_check().await?,
+            };
+            if flow.is_break() {
+                return Ok(());
+            }
+        }
+    }
+
+    /// The member is down, its back-off is over, and the pod is not being deleted.
+    /// `hold_down` keeps a member that has run down after it exits.
+    fn may_start(&self) -> bool {
+        self.terminating.is_none()
+            && self.restart_at.is_some_and(|at| Instant::now() >= at)
+            && !(self.has_run && self.podlet.world.lock().faults(&self.key).hold_down)
+    }
+
+    /// Start (or restart) the member; a failure to start waits out the back-off.
+    async fn start(&mut self) -> anyhow::Result<()> {
+        self.restart_at = None;
+        self.member.stop();
+        self.starts += 1;
+        let restart_count = self.status.restart_count + i32::from(self.has_run);
+        let started = self
+            .podlet
+            .start_member(
+                &self.pod,
+                &self.container,
+                &self.key,
+                self.ip,
+                self.starts,
+                restart_count,
+            )
+            .await;
+        match started {
+            Ok(m) => {
+                self.member.set(m);
+                // The first start is the one the pod status already reports.
+                let at = if self.starts == 1 {
+                    self.started
+                } else {
+                    Timestamp::now()
+                };
+                self.status.start(at, self.has_run);
+                self.has_run = true;
+                self.run_since = Instant::now();
+                (self.successes, self.failures) = (0, 0);
+                self.probe_timer = self.probe.timer();
+                // Without a probe the container is ready once it runs.
+                self.status.ready = self.probe.get.is_none();
+                info!(pod = %self.key, ip = %self.ip, restarts = self.status.restart_count, "member started");
+                if self.starts > 1 || self.status.ready {
+                    self.report().await?;
+                }
+            }
+            Err(failure) => {
+                self.crashes_in_a_row = self.crashes_in_a_row.saturating_add(1);
+                let backoff = restart_backoff(self.crashes_in_a_row);
+                warn!(pod = %self.key, reason = failure.reason, retry_in = ?backoff,
+                    "member could not be started: {}", failure.message);
+                self.status.failed_to_start(failure.reason, failure.message);
+                self.restart_at = Some(Instant::now() + backoff);
+                self.report().await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The pod changed in the API (`None`: it is gone): a Ready someone else set, or deletion.
+    async fn on_pod_change(&mut self, cur: Option<Pod>) -> anyhow::Result<ControlFlow<()>> {
+        let Some(cur) = cur else {
+            // Force-deleted from the API: the container is killed at once.
+            self.member.stop();
+            return Ok(ControlFlow::Break(()));
+        };
+        if self.terminating.is_some() {
+            return Ok(ControlFlow::Continue(()));
+        }
+        if cur.metadata.deletion_timestamp.is_some() {
+            self.begin_termination(&cur).await;
+        } else if pod_ready_condition(&cur).is_some_and(|r| r != self.status.reported_ready()) {
+            // Someone else changed Ready (the node lifecycle controller, after a missed
+            // heartbeat): report what the probe says, as a kubelet would.
+            self.report().await?;
+        }
+        Ok(ControlFlow::Continue(()))
+    }
+
+    /// The pod is being deleted: preStop hook and SIGTERM, then wait for the exit (or the end
+    /// of the grace period, see [`Self::on_exit_check`]).
+    async fn begin_termination(&mut self, cur: &Pod) {
+        let grace = cur
+            .metadata
+            .deletion_grace_period_seconds
+            .unwrap_or(30)
+            .max(0) as u64;
+        self.terminating = Some(Instant::now() + Duration::from_secs(grace));
+        // A container that is not running gets neither hook nor signal.
+        if self.member.process.is_some() && self.status.is_running() {
+            info!(pod = %self.key, grace, "terminating: preStop, then SIGTERM");
+            self.podlet
+                .run_pre_stop(&self.container, self.ip, Duration::from_secs(grace))
+                .await;
+            self.member.terminate().await;
+        }
+    }
+
+    async fn on_probe_tick(&mut self) -> anyhow::Result<()> {
+        let Some(get) = &self.probe.get else {
+            return Ok(());
+        };
+        let ok = self
+            .podlet
+            .probe(get, &self.container, self.ip, self.probe.timeout)
+            .await;
+        *self
+            .podlet
+            .world
+            .lock()
+            .probes
+            .entry(self.key.clone())
+            .or_insert(0) += 1;
+        if ok {
+            self.successes += 1;
+            self.failures = 0;
+        } else {
+            self.failures += 1;
+            self.successes = 0;
+        }
+        let ready = self.status.ready;
+        let next = if ready {
+            self.failures < self.probe.failure_threshold
+        } else {
+            self.successes >= self.probe.success_threshold
+        };
+        if next != ready {
+            self.status.ready = next;
+            debug!(pod = %self.key, ready = next, "readiness changed");
+            self.report().await?;
+        }
+        Ok(())
+    }
+
+    /// While terminating: remove the pod once the member is gone. Otherwise: notice an exit.
+    async fn on_exit_check(&mut self) -> anyhow::Result<ControlFlow<()>> {
+        if let Some(deadline) = self.terminating {
+            if self.member.exited() {
+                info!(pod = %self.key, "member exited; removing pod");
+            } else if Instant::now() >= deadline {
+                info!(pod = %self.key, "grace period over: SIGKILL");
+            } else {
+                return Ok(ControlFlow::Continue(()));
+            }
+            self.member.stop();
+            self.podlet.delete_now(&self.pod).await?;
+            return Ok(ControlFlow::Break(()));
+        }
+        if self.status.is_running()
+            && let Some(exit) = self.member.exit()
+        {
+            self.on_exit(exit).await?;
+        }
+        Ok(ControlFlow::Continue(()))
+    }
+
+    /// It exited on its own: restart it in place, as restartPolicy Always does, after the
+    /// kubelet's back-off.
+    async fn on_exit(&mut self, exit: Exit) -> anyhow::Result<()> {
+        self.crashes_in_a_row = next_crash_count(self.crashes_in_a_row, self.run_since.elapsed());
+        let backoff = restart_backoff(self.crashes_in_a_row);
+        warn!(pod = %self.key, code = exit.code, retry_in = ?backoff,
+            "member exited unexpectedly: {}", exit.message);
+        let started_at = match self.status.state {
+            ContainerState::Running { started_at } => started_at,
+            _ => self.started,
+        };
+        let message = crash_loop_message(backoff, &self.container.name, &self.pod);
+        self.status.exited(
+            Terminated::new(exit.code, exit.message, started_at, Timestamp::now()),
+            backoff,
+            message,
+        );
+        self.restart_at = Some(Instant::now() + backoff);
+        self.report().await
+    }
+
+    /// Patch the member container's status and readiness.
+    async fn report(&self) -> anyhow::Result<()> {
+        self.podlet
+            .patch_member(
+                &self.pods,
+                &self.pod,
+                &self.started,
+                &self.container.name,
+                &self.status,
+            )
+            .await
+    }
+}
+
 fn pod_ready_condition(pod: &Pod) -> Option<bool> {
     pod.status
         .as_ref()?
@@ -991,5 +1195,137 @@ mod tests {
         assert_eq!(ordinal_of(&pod), "12");
         pod.metadata.name = Some("standalone".into());
         assert_eq!(ordinal_of(&pod), "standalone");
+    }
+
+    #[test]
+    fn probe_settings_default_as_the_api_does() {
+        let mut c = Container::default();
+        let none = ProbeSpec::of(&c);
+        assert_eq!(none.get, None);
+        assert_eq!(
+            (none.period, none.timeout, none.initial_delay),
+            (
+                Duration::from_secs(10),
+                Duration::from_secs(1),
+                Duration::ZERO
+            )
+        );
+        assert_eq!((none.success_threshold, none.failure_threshold), (1, 3));
+        c.readiness_probe = Some(k8s_openapi::api::core::v1::Probe {
+            http_get: Some(HTTPGetAction::default()),
+            period_seconds: Some(0),
+            timeout_seconds: Some(5),
+            initial_delay_seconds: Some(-1),
+            failure_threshold: Some(0),
+            ..Default::default()
+        });
+        let p = ProbeSpec::of(&c);
+        assert!(p.get.is_some());
+        assert_eq!(
+            (p.period, p.timeout, p.initial_delay),
+            (
+                Duration::from_secs(1),
+                Duration::from_secs(5),
+                Duration::ZERO
+            )
+        );
+        assert_eq!((p.success_threshold, p.failure_threshold), (1, 1));
+    }
+
+    /// A worker that fails (any `?`) drops its slot: a simulated member must not stay up in
+    /// the model, nor keep its ports.
+    #[tokio::test]
+    async fn a_dropped_slot_stops_and_forgets_a_simulated_member() {
+        let world = SharedWorld::new(crate::model::Settings::default(), 1);
+        let ip = Ipv4Addr::new(127, 79, 0, 2);
+        let key = "ns/demo-0";
+        world.lock().start_member(
+            "ns/demo",
+            MemberSpec {
+                key: key.into(),
+                node_id: "0".into(),
+                replicas_n: 2,
+                volume: "vol-0".into(),
+                disk_bytes: 1 << 30,
+                faults: Faults::default(),
+                addr: ip.to_string(),
+            },
+        );
+        let http = node_http::serve(world.clone(), key.into(), IpAddr::V4(ip))
+            .await
+            .unwrap();
+        let resp = node_resp::serve(world.clone(), key.into(), IpAddr::V4(ip), None)
+            .await
+            .unwrap();
+        let registry = RealMembers::default();
+        let patch_gave_up = || Err::<(), _>(anyhow!("patching status of demo-0: gave up"));
+        let failing_worker = async {
+            let mut slot = MemberSlot::new(world.clone(), registry.clone(), key.into());
+            slot.set(MemberProcess::Sim {
+                key: key.into(),
+                _http: http,
+                _resp: resp,
+            });
+            assert!(world.lock().is_running(key));
+            patch_gave_up()?;
+            slot.stop();
+            anyhow::Ok(())
+        };
+        assert!(failing_worker.await.is_err());
+        assert!(!world.lock().is_running(key));
+        assert!(
+            world
+                .lock()
+                .clusters
+                .values()
+                .all(|c| !c.members.contains_key(key)),
+            "the member is still in the model"
+        );
+        // Its servers stop: the pod IP is free for the next pod.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while tokio::net::TcpStream::connect((ip, RESP_PORT))
+            .await
+            .is_ok()
+        {
+            assert!(Instant::now() < deadline, "{ip}:{RESP_PORT} still answers");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    #[tokio::test]
+    async fn a_dropped_slot_kills_a_real_member_and_takes_it_out_of_the_seeds() {
+        let dir = std::env::temp_dir().join(format!("marekvs-sim-slot-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let log = PodLog::new(&dir, "ns", "demo-0", "marekvs");
+        let args = ["-c".to_string(), "echo started; exec sleep 30".to_string()];
+        let node = RealNode::spawn(
+            std::path::Path::new("/bin/sh"),
+            &BTreeMap::new(),
+            &args,
+            &log,
+            "start 1",
+        )
+        .unwrap();
+        let registry = RealMembers::default();
+        let ip = Ipv4Addr::new(127, 79, 0, 3);
+        registry
+            .lock()
+            .unwrap()
+            .entry("ns/demo".into())
+            .or_default()
+            .insert("ns/demo-0".into(), ip);
+        let world = SharedWorld::new(crate::model::Settings::default(), 1);
+        let mut slot = MemberSlot::new(world, registry.clone(), "ns/demo-0".into());
+        slot.set(MemberProcess::Real {
+            node: Box::new(node),
+            cluster: "ns/demo".into(),
+        });
+        assert!(!slot.exited());
+        // Stopping is what dropping does; it leaves the slot empty.
+        slot.stop();
+        assert!(slot.exited());
+        assert!(registry.lock().unwrap()["ns/demo"].is_empty());
+        drop(slot);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -3,7 +3,8 @@
 //!
 //! In a pod each member has its own network namespace, so its listeners' `0.0.0.0` defaults are
 //! right. Here every member shares the host's: a second member could not bind `0.0.0.0:7946`.
-//! So each listener is bound to the pod IP unless the pod's env chose an address itself.
+//! So each listener is bound to the pod IP unless the pod's env chose an address itself, and
+//! then only a loopback one: everything the harness runs stays on 127.0.0.0/8.
 
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
@@ -41,13 +42,16 @@ pub struct NodeEnv<'a> {
 }
 
 /// The environment of a real member, and a warning for each listener address the pod set
-/// itself that is not on its pod IP (it may collide with the other members here).
+/// itself that is on loopback but not on its pod IP (it may collide with the other members
+/// here). A listener address the pod set off loopback (or not an `ip:port`) is a
+/// `CreateContainerError`: the member must not listen beyond 127.0.0.0/8.
 pub fn node_env(
     pod_env: &BTreeMap<String, String>,
     add: &NodeEnv<'_>,
-) -> (BTreeMap<String, String>, Vec<String>) {
+) -> Result<(BTreeMap<String, String>, Vec<String>), StartFailure> {
     let mut env = pod_env.clone();
     let mut warnings = Vec::new();
+    let mut refused = Vec::new();
     env.insert("MAREKVS_NODE_ID".into(), add.node_id.into());
     env.insert("MAREKVS_ADVERTISE_IP".into(), add.ip.to_string());
     env.insert(
@@ -64,21 +68,31 @@ pub fn node_env(
                     SocketAddr::new(IpAddr::V4(add.ip), port).to_string(),
                 );
             }
-            Some(value) => {
-                let on_pod_ip = value
-                    .parse::<SocketAddr>()
-                    .is_ok_and(|a| a.ip() == IpAddr::V4(add.ip));
-                if !on_pod_ip {
-                    warnings.push(format!(
-                        "{var}={value} (set by the pod) is not bound to the pod IP {}: members \
-                         share one network namespace here, so it may collide with another member's",
-                        add.ip
-                    ));
+            Some(value) => match value.parse::<SocketAddr>() {
+                Ok(SocketAddr::V4(a)) if a.ip().is_loopback() => {
+                    if *a.ip() != add.ip {
+                        warnings.push(format!(
+                            "{var}={value} (set by the pod) is not bound to the pod IP {}: \
+                             members share one network namespace here, so it may collide with \
+                             another member's",
+                            add.ip
+                        ));
+                    }
                 }
-            }
+                Ok(_) => refused.push(format!("{var}={value} is not a loopback address")),
+                Err(_) => refused.push(format!("{var}={value} is not an IPv4 address and port")),
+            },
         }
     }
-    (env, warnings)
+    if !refused.is_empty() {
+        return Err(StartFailure::create(format!(
+            "{} (set by the pod): the harness binds each member to its pod IP {} and allows \
+             only loopback (127.0.0.0/8) listener addresses",
+            refused.join(", "),
+            add.ip
+        )));
+    }
+    Ok((env, warnings))
 }
 
 /// `<namespace>_<pod>_<container>.log`. Anything but `[A-Za-z0-9.-]` (and `..`) becomes `-`, so
@@ -345,7 +359,7 @@ mod tests {
             ("MAREKVS_REPLICAS_N", "2"),
             ("MAREKVS_SEEDS", "demo-0.demo:7946"),
         ]);
-        let (e, warnings) = node_env(&pod, &add(&seeds));
+        let (e, warnings) = node_env(&pod, &add(&seeds)).unwrap();
         assert!(warnings.is_empty(), "{warnings:?}");
         assert_eq!(e["MAREKVS_RESP_ADDR"], "127.1.0.5:6379");
         assert_eq!(e["MAREKVS_MESH_ADDR"], "127.1.0.5:7373");
@@ -359,21 +373,87 @@ mod tests {
     }
 
     #[test]
-    fn a_listener_the_pod_set_is_kept_and_warned_about_unless_on_the_pod_ip() {
+    fn a_loopback_listener_the_pod_set_is_kept_and_warned_about_unless_on_the_pod_ip() {
+        let pod = env(&[
+            ("MAREKVS_RESP_ADDR", "127.0.0.1:6380"),
+            ("MAREKVS_METRICS_ADDR", "127.1.0.5:9999"),
+            ("MAREKVS_MESH_ADDR", "127.255.0.9:7373"),
+        ]);
+        let (e, warnings) = node_env(&pod, &add(&[])).unwrap();
+        assert_eq!(e["MAREKVS_RESP_ADDR"], "127.0.0.1:6380");
+        assert_eq!(e["MAREKVS_METRICS_ADDR"], "127.1.0.5:9999");
+        assert_eq!(e["MAREKVS_MESH_ADDR"], "127.255.0.9:7373");
+        assert_eq!(e["MAREKVS_GOSSIP_ADDR"], "127.1.0.5:7946");
+        assert_eq!(warnings.len(), 2, "{warnings:?}");
+        assert!(warnings[0].starts_with("MAREKVS_RESP_ADDR=127.0.0.1:6380"));
+        assert!(warnings[1].starts_with("MAREKVS_MESH_ADDR=127.255.0.9:7373"));
+        assert_eq!(e["MAREKVS_SEEDS"], "");
+    }
+
+    fn refused(var: &str, value: &str) -> StartFailure {
+        match node_env(&env(&[(var, value)]), &add(&[])) {
+            Ok((e, _)) => panic!("{var}={value} was accepted: {e:?}"),
+            Err(f) => f,
+        }
+    }
+
+    #[test]
+    fn a_listener_on_every_interface_is_a_create_error() {
+        let f = refused("MAREKVS_RESP_ADDR", "0.0.0.0:6380");
+        assert_eq!(f.reason, "CreateContainerError");
+        assert!(
+            f.message.starts_with(
+                "MAREKVS_RESP_ADDR=0.0.0.0:6380 is not a loopback address (set by the pod): \
+                 the harness binds each member to its pod IP 127.1.0.5 and allows only loopback"
+            ),
+            "{}",
+            f.message
+        );
+    }
+
+    #[test]
+    fn a_listener_on_another_network_is_a_create_error() {
+        let f = refused("MAREKVS_GOSSIP_ADDR", "10.1.2.3:6379");
+        assert_eq!(f.reason, "CreateContainerError");
+        assert!(
+            f.message
+                .starts_with("MAREKVS_GOSSIP_ADDR=10.1.2.3:6379 is not a loopback address"),
+            "{}",
+            f.message
+        );
+        // IPv6 loopback is outside 127.0.0.0/8 too.
+        let f = refused("MAREKVS_METRICS_ADDR", "[::1]:9121");
+        assert!(f.message.contains("[::1]:9121 is not a loopback address"));
+    }
+
+    #[test]
+    fn a_listener_that_is_not_an_ip_and_port_is_a_create_error() {
+        for value in ["mesh.local:7373", "127.1.0.5", ""] {
+            let f = refused("MAREKVS_MESH_ADDR", value);
+            assert_eq!(f.reason, "CreateContainerError");
+            assert!(
+                f.message.starts_with(&format!(
+                    "MAREKVS_MESH_ADDR={value} is not an IPv4 address and port (set by the pod)"
+                )),
+                "{}",
+                f.message
+            );
+        }
+    }
+
+    #[test]
+    fn every_refused_listener_is_named() {
         let pod = env(&[
             ("MAREKVS_RESP_ADDR", "0.0.0.0:6380"),
             ("MAREKVS_METRICS_ADDR", "127.1.0.5:9999"),
             ("MAREKVS_MESH_ADDR", "mesh.local:7373"),
         ]);
-        let (e, warnings) = node_env(&pod, &add(&[]));
-        assert_eq!(e["MAREKVS_RESP_ADDR"], "0.0.0.0:6380");
-        assert_eq!(e["MAREKVS_METRICS_ADDR"], "127.1.0.5:9999");
-        assert_eq!(e["MAREKVS_MESH_ADDR"], "mesh.local:7373");
-        assert_eq!(e["MAREKVS_GOSSIP_ADDR"], "127.1.0.5:7946");
-        assert_eq!(warnings.len(), 2, "{warnings:?}");
-        assert!(warnings[0].starts_with("MAREKVS_RESP_ADDR=0.0.0.0:6380"));
-        assert!(warnings[1].starts_with("MAREKVS_MESH_ADDR=mesh.local:7373"));
-        assert_eq!(e["MAREKVS_SEEDS"], "");
+        let Err(f) = node_env(&pod, &add(&[])) else {
+            panic!("accepted");
+        };
+        assert!(f.message.contains("MAREKVS_RESP_ADDR=0.0.0.0:6380"));
+        assert!(f.message.contains("MAREKVS_MESH_ADDR=mesh.local:7373"));
+        assert!(!f.message.contains("MAREKVS_METRICS_ADDR"));
     }
 
     #[test]

@@ -30,6 +30,8 @@ use clap::Parser;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::{TcpListener, TcpStream, UdpSocket};
 
+use marekvs_sim::resp::{Command, Parsed, Protocol, Reply, parse_command};
+
 /// NOT marekvs: a stand-in for the marekvs server binary, for testing marekvs-sim's real-node
 /// mode (--real-bin) without the real binary.
 ///
@@ -215,35 +217,24 @@ async fn serve_resp(listener: TcpListener) {
     }
 }
 
-/// The longest request kept waiting for its end before the connection is dropped.
-const MAX_REQUEST_BYTES: usize = 64 * 1024;
-
 async fn resp_connection(mut conn: TcpStream) {
     let mut buf = Vec::new();
     let mut chunk = [0u8; 4096];
     loop {
         match parse_command(&buf) {
-            Parsed::Command(args, used) => {
-                buf.drain(..used);
-                let is_ping = args
-                    .first()
-                    .is_some_and(|c| c.eq_ignore_ascii_case(b"PING"));
-                let reply: &[u8] = if is_ping {
-                    b"+PONG\r\n"
-                } else {
-                    b"-ERR stand-in\r\n"
-                };
-                if conn.write_all(reply).await.is_err() {
+            Parsed::Complete { value, consumed } => {
+                buf.drain(..consumed);
+                if conn.write_all(&answer(&value)).await.is_err() {
                     return;
                 }
                 continue;
             }
-            Parsed::Invalid => {
-                let _ = conn.write_all(b"-ERR stand-in\r\n").await;
+            // Including a request too big to buffer.
+            Parsed::Error(_) => {
+                let _ = conn.write_all(&stand_in_error()).await;
                 return;
             }
-            Parsed::Incomplete if buf.len() > MAX_REQUEST_BYTES => return,
-            Parsed::Incomplete => {}
+            Parsed::NeedMore => {}
         }
         match conn.read(&mut chunk).await {
             Ok(0) | Err(_) => return,
@@ -252,95 +243,59 @@ async fn resp_connection(mut conn: TcpStream) {
     }
 }
 
-#[derive(Debug, PartialEq)]
-enum Parsed {
-    /// A command's words and how many bytes it took.
-    Command(Vec<Vec<u8>>, usize),
-    Incomplete,
-    Invalid,
-}
-
-/// The line starting at `from`: its content (without `\r\n` or `\n`) and where the next begins.
-fn line(buf: &[u8], from: usize) -> Option<(&[u8], usize)> {
-    let rest = buf.get(from..)?;
-    let nl = rest.iter().position(|&b| b == b'\n')?;
-    let content = &rest[..nl];
-    Some((
-        content.strip_suffix(b"\r").unwrap_or(content),
-        from + nl + 1,
-    ))
-}
-
-/// One RESP request: an array of bulk strings (`*1\r\n$4\r\nPING\r\n`) or an inline command.
-fn parse_command(buf: &[u8]) -> Parsed {
-    let Some((first, mut pos)) = line(buf, 0) else {
-        return Parsed::Incomplete;
-    };
-    let Some(count) = first.strip_prefix(b"*") else {
-        let words = first
-            .split(|b| b.is_ascii_whitespace())
-            .filter(|w| !w.is_empty())
-            .map(<[u8]>::to_vec)
-            .collect();
-        return Parsed::Command(words, pos);
-    };
-    let Some(count) = parse_len(count).filter(|&n| n <= 1024) else {
-        return Parsed::Invalid;
-    };
-    let mut words = Vec::with_capacity(count);
-    for _ in 0..count {
-        let Some((header, start)) = line(buf, pos) else {
-            return Parsed::Incomplete;
-        };
-        let Some(len) = header
-            .strip_prefix(b"$")
-            .and_then(parse_len)
-            .filter(|&n| n <= MAX_REQUEST_BYTES)
-        else {
-            return Parsed::Invalid;
-        };
-        let end = start + len;
-        let Some(tail) = buf.get(end..end + 2) else {
-            return Parsed::Incomplete;
-        };
-        if tail != b"\r\n" {
-            return Parsed::Invalid;
-        }
-        words.push(buf[start..end].to_vec());
-        pos = end + 2;
+/// `+PONG` to `PING`, `-ERR stand-in` to anything else: it serves no data.
+fn answer(command: &Command) -> Vec<u8> {
+    let is_ping = command
+        .first()
+        .is_some_and(|c| c.eq_ignore_ascii_case(b"PING"));
+    if is_ping {
+        Reply::Simple("PONG".into()).to_bytes(Protocol::Resp2)
+    } else {
+        stand_in_error()
     }
-    Parsed::Command(words, pos)
 }
 
-fn parse_len(digits: &[u8]) -> Option<usize> {
-    std::str::from_utf8(digits).ok()?.parse().ok()
+fn stand_in_error() -> Vec<u8> {
+    Reply::err("ERR stand-in").to_bytes(Protocol::Resp2)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    /// The reply to what the shared RESP parser makes of a request.
+    fn reply_to(request: &[u8]) -> Option<Vec<u8>> {
+        match parse_command(request) {
+            Parsed::Complete { value, .. } => Some(answer(&value)),
+            Parsed::Error(_) => Some(stand_in_error()),
+            Parsed::NeedMore => None,
+        }
+    }
+
     #[test]
-    fn resp_requests_parse_whole_or_wait_for_more() {
-        assert_eq!(
-            parse_command(b"*1\r\n$4\r\nPING\r\n"),
-            Parsed::Command(vec![b"PING".to_vec()], 14)
-        );
-        assert_eq!(
-            parse_command(b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n*1"),
-            Parsed::Command(vec![b"GET".to_vec(), b"k".to_vec()], 20)
-        );
-        assert_eq!(
-            parse_command(b"ping\r\n"),
-            Parsed::Command(vec![b"ping".to_vec()], 6)
-        );
-        assert_eq!(parse_command(b"*1\r\n$4\r\nPI"), Parsed::Incomplete);
-        assert_eq!(parse_command(b"*1\r\n"), Parsed::Incomplete);
-        assert_eq!(parse_command(b""), Parsed::Incomplete);
-        assert_eq!(parse_command(b"*x\r\n"), Parsed::Invalid);
-        assert_eq!(parse_command(b"*1\r\n:4\r\n"), Parsed::Invalid);
-        assert_eq!(parse_command(b"*1\r\n$4\r\nPINGxx"), Parsed::Invalid);
-        assert_eq!(parse_command(b"*99999\r\n"), Parsed::Invalid);
+    fn resp_requests_get_pong_or_the_stand_in_error() {
+        let pong = Some(b"+PONG\r\n".to_vec());
+        let err = Some(b"-ERR stand-in\r\n".to_vec());
+        assert_eq!(reply_to(b"*1\r\n$4\r\nPING\r\n"), pong);
+        assert_eq!(reply_to(b"ping\r\n"), pong);
+        assert_eq!(reply_to(b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n*1"), err);
+        assert_eq!(reply_to(b"*1\r\n$4\r\nPI"), None);
+        assert_eq!(reply_to(b"*1\r\n"), None);
+        assert_eq!(reply_to(b""), None);
+        for invalid in [
+            &b"*x\r\n"[..],
+            b"*1\r\n:4\r\n",
+            b"*1\r\n$4\r\nPINGxx",
+            b"*99999\r\n",
+        ] {
+            assert_eq!(reply_to(invalid), err, "{invalid:?}");
+        }
+        // What a request takes is consumed, so the next is parsed after it.
+        let Parsed::Complete { consumed, .. } = parse_command(b"*1\r\n$4\r\nPING\r\nPING\r\n")
+        else {
+            panic!("PING did not parse");
+        };
+        assert_eq!(consumed, 14);
     }
 
     #[test]
