@@ -11,7 +11,7 @@ build: ## Build every crate
 	cargo build --workspace
 
 unit: ## Unit and property tests (no cluster needed)
-	cargo test --workspace --exclude marekvs-e2e
+	cargo test --no-fail-fast --workspace --exclude marekvs-e2e
 
 e2e: ## e2e tests on a fresh local control plane (started and torn down here)
 	hack/test-e2e.sh

@@ -15,6 +15,8 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib.sh"
 log_file=$(mktemp)
+# Whatever a shell left over (from make demo, kind) must not point the tests elsewhere.
+unset MAREKVS_SIM_CONTROL_URL MAREKVS_E2E_EXTERNAL_OPERATOR
 
 finish() {
   local rc=$?
@@ -27,6 +29,7 @@ finish() {
   if [ $rc -ne 0 ] && [ -n "${MAREKVS_E2E_KEEP:-}" ]; then
     log "MAREKVS_E2E_KEEP is set: clusters test and side left up for inspection (KUBECONFIG=$KUBECONFIG_PATH); hack/cluster-down.sh test; hack/cluster-down.sh side"
     summary
+    rm -f "$log_file"
     exit $rc
   fi
   local left=0
@@ -46,7 +49,9 @@ finish() {
 }
 
 # One line over every test binary of the suite; libtest's "ignored" are the skipped tests.
+# Nothing when no test ran (the setup failed): a line of zeros would read as a clean run.
 summary() {
+  grep -q '^test result:' "$log_file" || { log "no test ran"; return 0; }
   awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i; if ($(i+1) ~ /^ignored/) s += $i } }
        END { printf "e2e: %d passed, %d failed, %d skipped\n", p, f, s }' "$log_file"
 }
@@ -74,13 +79,13 @@ export MAREKVS_OPERATOR_BIN=$target/marekvs-operator
 export MAREKVS_E2E_LOG_DIR=$STATE/logs MAREKVS_E2E_CLUSTER=$NAME
 if [ -n "${MAREKVS_BIN:-}" ]; then
   # Real members: the simulator's control API does not reach them.
-  export MAREKVS_E2E_REAL_MEMBERS=1
   log "members run $MAREKVS_BIN; simulator-only tests will be skipped"
 else
   export MAREKVS_SIM_CONTROL_URL=$SIM_CONTROL_URL
 fi
 set +e
-(cd "$REPO" && cargo test -p marekvs-e2e -- --test-threads "${E2E_THREADS:-4}" "$@") 2>&1 | tee "$log_file"
+# --no-fail-fast: a failing test binary must not keep the others from running (and counting).
+(cd "$REPO" && cargo test --no-fail-fast -p marekvs-e2e -- --test-threads "${E2E_THREADS:-4}" "$@") 2>&1 | tee "$log_file"
 rc=${PIPESTATUS[0]}
 set -e
 exit "$rc"

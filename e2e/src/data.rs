@@ -2,14 +2,14 @@
 //! it, on the simulator, on real marekvs members and on kind alike.
 //!
 //! Designed so that a real node cannot hide a loss:
-//! - Keys are written spread over the members (round robin), so every member about to be
-//!   disrupted is the origin of some of them. A real member keeps a cached copy of what was
-//!   written through it and of what it fetched for a read; writes spread over all members
-//!   leave no survivor holding a cached copy of another member's writes.
+//! - The survivor the keys will be read back through is named before they are written, and
+//!   writes none of them: a real member keeps a cached copy of what was written through it.
+//!   The keys are spread (round robin) over every other member, so every member about to be
+//!   disrupted is the origin of some of them.
 //! - Nothing is read before the disruption (a read would leave a cached copy on the reader).
 //! - Afterwards every key is read through one survivor. Reads are eventually consistent, so a
-//!   key missing once is not yet lost: the check reads again until none is missing or
-//!   [`bound`] has passed, and then fails naming the missing keys.
+//!   key missing once (nil, or an error reply) is not yet lost: the check reads again until
+//!   none is missing or [`bound`] has passed, and then fails with [`Lost`], naming the keys.
 //! - Each value is derived from its key and a per-run nonce, so a stale, foreign or corrupted
 //!   value is caught, not just a missing one. A wrong value fails at once.
 
@@ -20,9 +20,10 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, anyhow, bail};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::Api;
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+pub use marekvs_sim::resp::Reply;
+use marekvs_sim::resp::{self, Parsed};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 
 use crate::pod_ip;
 
@@ -53,20 +54,11 @@ pub fn default_keys() -> usize {
         .unwrap_or(2_000)
 }
 
-/// A RESP reply.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Reply {
-    Simple(String),
-    Error(String),
-    Integer(i64),
-    Bulk(Option<Vec<u8>>),
-    Array(Option<Vec<Reply>>),
-}
-
-/// A minimal RESP2 client over one TCP connection.
+/// A minimal RESP client over one TCP connection, using the simulator's codec: replies are
+/// parsed with its limits (1 MiB per bulk, 4 MiB buffered), never trusted blindly.
 pub struct Resp {
-    reader: BufReader<OwnedReadHalf>,
-    writer: OwnedWriteHalf,
+    stream: TcpStream,
+    buf: Vec<u8>,
 }
 
 impl Resp {
@@ -77,10 +69,9 @@ impl Resp {
             .map_err(|_| anyhow!("connecting to {ip}:{RESP_PORT} timed out"))?
             .with_context(|| format!("connecting to {ip}:{RESP_PORT}"))?;
         stream.set_nodelay(true)?;
-        let (r, w) = stream.into_split();
         let mut resp = Resp {
-            reader: BufReader::new(r),
-            writer: w,
+            stream,
+            buf: Vec::new(),
         };
         if let Ok(pass) = std::env::var("MAREKVS_E2E_REQUIREPASS")
             && !pass.is_empty()
@@ -103,81 +94,31 @@ impl Resp {
 
     /// Send every command, then read one reply per command, in order.
     pub async fn pipeline(&mut self, commands: &[Vec<Vec<u8>>]) -> anyhow::Result<Vec<Reply>> {
-        let mut out = Vec::new();
-        for args in commands {
-            encode_command(&mut out, args);
-        }
-        tokio::time::timeout(IO_TIMEOUT, self.writer.write_all(&out))
+        let out: Vec<u8> = commands
+            .iter()
+            .flat_map(|c| resp::encode_command(c))
+            .collect();
+        tokio::time::timeout(IO_TIMEOUT, self.stream.write_all(&out))
             .await
             .map_err(|_| anyhow!("sending commands timed out"))??;
         let mut replies = Vec::with_capacity(commands.len());
-        for _ in commands {
-            let reply = tokio::time::timeout(IO_TIMEOUT, read_reply(&mut self.reader))
-                .await
-                .map_err(|_| anyhow!("no reply within {IO_TIMEOUT:?}"))??;
-            replies.push(reply);
+        while replies.len() < commands.len() {
+            match resp::parse_reply(&self.buf) {
+                Parsed::Complete { value, consumed } => {
+                    self.buf.drain(..consumed);
+                    replies.push(value);
+                }
+                Parsed::Error(e) => bail!("not a RESP reply: {}", e.0),
+                Parsed::NeedMore => {
+                    let n = tokio::time::timeout(IO_TIMEOUT, self.stream.read_buf(&mut self.buf))
+                        .await
+                        .map_err(|_| anyhow!("no reply within {IO_TIMEOUT:?}"))??;
+                    anyhow::ensure!(n > 0, "connection closed");
+                }
+            }
         }
         Ok(replies)
     }
-}
-
-fn encode_command(out: &mut Vec<u8>, args: &[Vec<u8>]) {
-    out.extend_from_slice(format!("*{}\r\n", args.len()).as_bytes());
-    for a in args {
-        out.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
-        out.extend_from_slice(a);
-        out.extend_from_slice(b"\r\n");
-    }
-}
-
-async fn read_line(r: &mut BufReader<OwnedReadHalf>) -> anyhow::Result<String> {
-    let mut line = Vec::new();
-    let n = r.read_until(b'\n', &mut line).await?;
-    if n == 0 {
-        bail!("connection closed");
-    }
-    let line = line
-        .strip_suffix(b"\r\n")
-        .context("reply line not terminated by CRLF")?;
-    Ok(String::from_utf8_lossy(line).into_owned())
-}
-
-fn read_reply(
-    r: &mut BufReader<OwnedReadHalf>,
-) -> std::pin::Pin<Box<dyn std::future::Future<Output = anyhow::Result<Reply>> + Send + '_>> {
-    Box::pin(async move {
-        let line = read_line(r).await?;
-        let (kind, rest) = line.split_at_checked(1).context("empty reply line")?;
-        let len = || {
-            rest.parse::<i64>()
-                .with_context(|| format!("bad length {rest:?}"))
-        };
-        Ok(match kind {
-            "+" => Reply::Simple(rest.to_string()),
-            "-" => Reply::Error(rest.to_string()),
-            ":" => Reply::Integer(len()?),
-            "$" => match len()? {
-                n if n < 0 => Reply::Bulk(None),
-                n => {
-                    let mut buf = vec![0; n as usize + 2];
-                    r.read_exact(&mut buf).await?;
-                    buf.truncate(n as usize);
-                    Reply::Bulk(Some(buf))
-                }
-            },
-            "*" => match len()? {
-                n if n < 0 => Reply::Array(None),
-                n => {
-                    let mut items = Vec::with_capacity(n as usize);
-                    for _ in 0..n {
-                        items.push(read_reply(r).await?);
-                    }
-                    Reply::Array(Some(items))
-                }
-            },
-            other => bail!("unexpected reply type {other:?} in {line:?}"),
-        })
-    })
 }
 
 /// The pod IP of `member`, from the API (a re-created pod has a new one).
@@ -199,13 +140,15 @@ fn checksum(nonce: u64, key: &str) -> u64 {
     h
 }
 
-/// Keys written for one data check, and the members they were written through.
+/// Keys written for one data check: the members they were written through, and the one
+/// survivor they will be read back through, which wrote none of them.
 pub struct DataSet {
     label: String,
     nonce: u64,
     keys: Vec<String>,
     /// Member → keys written through it.
     written_through: BTreeMap<String, usize>,
+    reader: String,
 }
 
 /// What a successful check counted.
@@ -217,15 +160,53 @@ pub struct Verified {
     pub elapsed: Duration,
 }
 
+/// The check's verdict when keys stayed unreadable for the whole bound.
+#[derive(Clone, Debug)]
+pub struct Lost {
+    pub label: String,
+    pub total: usize,
+    /// The keys that never read back.
+    pub missing: Vec<String>,
+    pub via: String,
+    pub limit: Duration,
+    pub written_through: BTreeMap<String, usize>,
+}
+
+impl std::fmt::Display for Lost {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let shown: Vec<&str> = self.missing.iter().take(20).map(String::as_str).collect();
+        write!(
+            f,
+            "data check {}: {} of {} keys LOST (not readable through {} for {:?}; written through {:?}); first missing: {:?}",
+            self.label,
+            self.missing.len(),
+            self.total,
+            self.via,
+            self.limit,
+            self.written_through,
+            shown
+        )
+    }
+}
+
+impl std::error::Error for Lost {}
+
 impl DataSet {
-    /// Write `n` keys spread round robin over `members` (pod names), through their pod IPs.
+    /// Write `n` keys spread round robin over `members` (pod names) except `reader`, through
+    /// their pod IPs. `reader` is the survivor the keys will be read back through: a real
+    /// member keeps a copy of what was written through it, so it writes none of them.
     pub async fn write(
         pods: &Api<Pod>,
         members: &[&str],
+        reader: &str,
         n: usize,
         label: &str,
     ) -> anyhow::Result<DataSet> {
-        anyhow::ensure!(!members.is_empty(), "no member to write through");
+        let writers: Vec<&str> = members.iter().copied().filter(|m| *m != reader).collect();
+        anyhow::ensure!(
+            !writers.is_empty(),
+            "no member to write through but {reader}"
+        );
         let nonce = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_nanos() as u64)
@@ -238,32 +219,15 @@ impl DataSet {
                 .map(|i| format!("e2e:{label}:{nonce:016x}:{i:06}"))
                 .collect(),
             written_through: BTreeMap::new(),
+            reader: reader.to_string(),
         };
-        for (m, member) in members.iter().enumerate() {
-            let mine: Vec<&String> = set.keys.iter().skip(m).step_by(members.len()).collect();
-            let ip = member_ip(pods, member).await?;
-            let mut conn = Resp::connect(ip).await?;
-            for chunk in mine.chunks(PIPELINE) {
-                let commands: Vec<Vec<Vec<u8>>> = chunk
-                    .iter()
-                    .map(|k| {
-                        vec![
-                            b"SET".to_vec(),
-                            k.as_bytes().to_vec(),
-                            set.value_of(k).into_bytes(),
-                        ]
-                    })
-                    .collect();
-                for (k, reply) in chunk.iter().zip(conn.pipeline(&commands).await?) {
-                    if reply != Reply::Simple("OK".into()) {
-                        bail!("SET {k} through {member} ({ip}): {reply:?}");
-                    }
-                }
-            }
+        for (m, member) in writers.iter().enumerate() {
+            let mine: Vec<&String> = set.keys.iter().skip(m).step_by(writers.len()).collect();
+            set.write_through(pods, member, &mine).await?;
             set.written_through.insert(member.to_string(), mine.len());
         }
         eprintln!(
-            "data check {}: wrote {} keys through {:?}",
+            "data check {}: wrote {} keys through {:?}; will read them back through {reader}",
             set.label,
             set.keys.len(),
             set.written_through
@@ -271,7 +235,35 @@ impl DataSet {
         Ok(set)
     }
 
-    /// The value written for `key`: its index, the checksum and padding to 64 bytes.
+    async fn write_through(
+        &self,
+        pods: &Api<Pod>,
+        member: &str,
+        keys: &[&String],
+    ) -> anyhow::Result<()> {
+        let ip = member_ip(pods, member).await?;
+        let mut conn = Resp::connect(ip).await?;
+        for chunk in keys.chunks(PIPELINE) {
+            let commands: Vec<Vec<Vec<u8>>> = chunk
+                .iter()
+                .map(|k| {
+                    vec![
+                        b"SET".to_vec(),
+                        k.as_bytes().to_vec(),
+                        self.value_of(k).into_bytes(),
+                    ]
+                })
+                .collect();
+            for (k, reply) in chunk.iter().zip(conn.pipeline(&commands).await?) {
+                if reply != Reply::Simple("OK".into()) {
+                    bail!("SET {k} through {member} ({ip}): {reply:?}");
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The value written for `key`: the key, a checksum of key and nonce, padding to 64 bytes.
     fn value_of(&self, key: &str) -> String {
         let v = format!("{key}|{:016x}|", checksum(self.nonce, key));
         format!("{v:.<64}")
@@ -285,21 +277,20 @@ impl DataSet {
         self.keys.is_empty()
     }
 
-    /// Read every key through `via` until none is missing, or fail after [`bound`] naming the
-    /// missing keys. A key with a wrong value fails at once.
-    pub async fn verify(&self, pods: &Api<Pod>, via: &str) -> anyhow::Result<Verified> {
-        self.verify_within(pods, via, bound()).await
+    /// Read every key back until none is missing, or fail after [`bound`] with [`Lost`]. A key
+    /// with a wrong value fails at once.
+    pub async fn verify(&self, pods: &Api<Pod>) -> anyhow::Result<Verified> {
+        self.verify_within(pods, bound()).await
     }
 
     /// [`DataSet::verify`] with the bound given.
     pub async fn verify_within(
         &self,
         pods: &Api<Pod>,
-        via: &str,
         limit: Duration,
     ) -> anyhow::Result<Verified> {
+        let via = self.reader.as_str();
         let start = Instant::now();
-        let mut reads = 0;
         let mut rounds = 0;
         let mut last_missing: Option<usize> = None;
         loop {
@@ -311,25 +302,24 @@ impl DataSet {
                     pass.wrong.len(),
                     pass.wrong.iter().take(10).collect::<Vec<_>>()
                 ),
+                Ok(Pass { missing, .. }) if missing.is_empty() => {
+                    let v = Verified {
+                        keys: self.keys.len(),
+                        reads: rounds * self.keys.len(),
+                        rounds,
+                        elapsed: start.elapsed(),
+                    };
+                    eprintln!(
+                        "data check {}: all {} keys read back through {via} after {:.1}s ({} rounds, {} GETs)",
+                        self.label,
+                        v.keys,
+                        v.elapsed.as_secs_f64(),
+                        v.rounds,
+                        v.reads
+                    );
+                    return Ok(v);
+                }
                 Ok(Pass { missing, .. }) => {
-                    reads += self.keys.len();
-                    if missing.is_empty() {
-                        let v = Verified {
-                            keys: self.keys.len(),
-                            reads,
-                            rounds,
-                            elapsed: start.elapsed(),
-                        };
-                        eprintln!(
-                            "data check {}: all {} keys read back through {via} after {:.1}s ({} rounds, {} GETs)",
-                            self.label,
-                            v.keys,
-                            v.elapsed.as_secs_f64(),
-                            v.rounds,
-                            v.reads
-                        );
-                        return Ok(v);
-                    }
                     if last_missing != Some(missing.len()) {
                         eprintln!(
                             "data check {}: {} of {} keys not readable through {via} after {:.1}s; reading again",
@@ -341,32 +331,28 @@ impl DataSet {
                     }
                     last_missing = Some(missing.len());
                     if start.elapsed() > limit {
-                        let shown: Vec<&str> =
-                            missing.iter().take(20).map(|k| k.as_str()).collect();
-                        bail!(
-                            "data check {}: {} of {} keys LOST (not readable through {via} for {:?}; written through {:?}); first missing: {:?}",
-                            self.label,
-                            missing.len(),
-                            self.keys.len(),
+                        return Err(Lost {
+                            label: self.label.clone(),
+                            total: self.keys.len(),
+                            missing,
+                            via: via.to_string(),
                             limit,
-                            self.written_through,
-                            shown
-                        );
+                            written_through: self.written_through.clone(),
+                        }
+                        .into());
                     }
                 }
-                Err(e) => {
-                    // The survivor may be restarting (its pod, or the API server): not a loss.
-                    if start.elapsed() > limit {
-                        return Err(e.context(format!(
-                            "data check {}: could not read through {via} for {limit:?}",
-                            self.label
-                        )));
-                    }
-                    eprintln!(
-                        "data check {}: reading through {via}: {e:#}; retrying",
+                // The survivor may be restarting (its pod, or the API server): not a loss.
+                Err(e) if start.elapsed() > limit => {
+                    return Err(e.context(format!(
+                        "data check {}: could not read through {via} for {limit:?}",
                         self.label
-                    );
+                    )));
                 }
+                Err(e) => eprintln!(
+                    "data check {}: reading through {via}: {e:#}; retrying",
+                    self.label
+                ),
             }
             tokio::time::sleep(Duration::from_secs(1)).await;
         }
@@ -385,8 +371,9 @@ impl DataSet {
                 .collect();
             for (k, reply) in chunk.iter().zip(conn.pipeline(&commands).await?) {
                 match reply {
-                    Reply::Bulk(None) => missing.push(k.clone()),
-                    Reply::Bulk(Some(v)) if v == self.value_of(k).as_bytes() => {}
+                    // An error (a member still loading, say) is not a value: read again.
+                    Reply::Null | Reply::Error(_) => missing.push(k.clone()),
+                    Reply::Bulk(v) if v == self.value_of(k).as_bytes() => {}
                     other => wrong.push(format!("{k}: {other:?}")),
                 }
             }
@@ -397,6 +384,7 @@ impl DataSet {
 
 /// What one pass over every key found.
 struct Pass {
+    /// Keys that read back as nil or an error.
     missing: Vec<String>,
     /// `key: reply` of keys whose value was not the one written.
     wrong: Vec<String>,
@@ -413,6 +401,7 @@ mod tests {
             nonce: 7,
             keys: vec![],
             written_through: BTreeMap::new(),
+            reader: "demo-0".into(),
         };
         let v = set.value_of("e2e:t:1");
         assert_eq!(v.len(), 64);
@@ -420,12 +409,5 @@ mod tests {
         assert_ne!(v, set.value_of("e2e:t:2"));
         let other = DataSet { nonce: 8, ..set };
         assert_ne!(v, other.value_of("e2e:t:1"), "another run's value is wrong");
-    }
-
-    #[test]
-    fn commands_are_encoded_as_resp_arrays() {
-        let mut out = Vec::new();
-        encode_command(&mut out, &[b"GET".to_vec(), b"k".to_vec()]);
-        assert_eq!(out, b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n");
     }
 }

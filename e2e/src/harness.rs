@@ -20,10 +20,9 @@ pub enum Need {
     OwnOperator,
     /// The local control plane of `hack/test-e2e.sh`, whose API server the test restarts.
     LocalControlPlane,
-    /// A second local cluster beside the first (`MAREKVS_E2E_SIDE_KUBECONFIG`).
+    /// A second local cluster beside the first (`MAREKVS_E2E_SIDE_KUBECONFIG` and the pod
+    /// networks of both, which hack/test-e2e.sh sets).
     SideCluster,
-    /// Members run a real marekvs binary (`MAREKVS_E2E_REAL_MEMBERS`).
-    RealMembers,
 }
 
 impl Need {
@@ -42,11 +41,17 @@ impl Need {
             {
                 Some("restarts the API server of the local control plane of hack/test-e2e.sh")
             }
-            Need::SideCluster if !set("MAREKVS_E2E_SIDE_KUBECONFIG") => {
+            Need::SideCluster
+                if ![
+                    "MAREKVS_E2E_SIDE_KUBECONFIG",
+                    "MAREKVS_E2E_SIDE_POD_NETWORK",
+                    "MAREKVS_E2E_SIDE_POD_LOGS",
+                    "MAREKVS_E2E_POD_NETWORK",
+                ]
+                .into_iter()
+                .all(set) =>
+            {
                 Some("needs a second local cluster (hack/test-e2e.sh starts one)")
-            }
-            Need::RealMembers if !set("MAREKVS_E2E_REAL_MEMBERS") => {
-                Some("needs members that run a real marekvs binary (MAREKVS_BIN)")
             }
             _ => None,
         }

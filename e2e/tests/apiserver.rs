@@ -48,7 +48,7 @@ async fn api_server_restarts_and_a_member_crash_mid_operation_lose_nothing() -> 
     let all = ["demo-0", "demo-1", "demo-2", "demo-3", "demo-4"];
     wait_healthy(&api, "demo", &all, T).await?;
     let pods: Api<Pod> = env.api();
-    let data = write_keys(&env, &all, "apiserver-chaos").await?;
+    let data = write_keys(&env, &all, "demo-0", "apiserver-chaos").await?;
 
     patch_spec(
         &api,
@@ -150,7 +150,7 @@ async fn api_server_restarts_and_a_member_crash_mid_operation_lose_nothing() -> 
         "only {} restarts: {outages:?}",
         outages.len()
     );
-    read_back(&env, &data, "demo-0").await?;
+    read_back(&env, &data).await?;
     if let Some(sim) = &sim {
         assert!(
             crashed.is_some(),

@@ -50,7 +50,7 @@ async fn a_spec_change_restarts_one_member_at_a_time_behind_the_hand_off_gate() 
     wait_healthy(&api, "demo", &["demo-0", "demo-1", "demo-2"], T).await?;
     let pods: Api<Pod> = env.api();
     let before = pods_now(&pods).await?;
-    let data = write_keys(&env, &["demo-0", "demo-1", "demo-2"], "rollout").await?;
+    let data = write_keys(&env, &["demo-0", "demo-1", "demo-2"], "demo-1", "rollout").await?;
 
     // An image change (portable: by default the same image spelled differently).
     patch_spec(&api, "demo", json!({"image": image_next()})).await?;
@@ -112,7 +112,7 @@ async fn a_spec_change_restarts_one_member_at_a_time_behind_the_hand_off_gate() 
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     assert!(gated, "the rollout never reached the hand-off of demo-2");
-    read_back(&env, &data, "demo-1").await?;
+    read_back(&env, &data).await?;
     assert_eq!(
         order,
         ["demo-2", "demo-1", "demo-0"],
@@ -134,18 +134,18 @@ async fn a_spec_change_restarts_one_member_at_a_time_behind_the_hand_off_gate() 
         let c = m.conditions.iter().find(|c| c.type_ == "Updated").unwrap();
         assert_eq!((c.status.as_str(), c.reason.as_str()), ("True", "UpToDate"));
     }
-    let reasons = event_reasons(&env.client, &ns, "demo").await?;
-    for r in [
-        "UpdateStarted",
-        "Draining",
-        "MemberRestarting",
-        "MemberUpdated",
-    ] {
-        assert!(
-            reasons.iter().any(|x| x == r),
-            "no {r} event in {reasons:?}"
-        );
-    }
+    wait_events(
+        &env.client,
+        &ns,
+        "demo",
+        &[
+            "UpdateStarted",
+            "Draining",
+            "MemberRestarting",
+            "MemberUpdated",
+        ],
+    )
+    .await?;
     if let Some(sim) = &sim {
         assert_eq!(sim.lost_partitions(&ns).await?, 0);
     }
@@ -160,6 +160,7 @@ async fn pause_holds_a_rollout_and_resuming_finishes_it() -> anyhow::Result<()> 
     let api = create(&env, "demo", spec(3)).await?;
     wait_healthy(&api, "demo", &["demo-0", "demo-1", "demo-2"], T).await?;
     let pods: Api<Pod> = env.api();
+    let data = write_keys(&env, &["demo-0", "demo-1", "demo-2"], "demo-1", "pause").await?;
 
     // Paused together with a change (here of the environment): nothing is restarted.
     let before = pods_now(&pods).await?;
@@ -224,8 +225,8 @@ async fn pause_holds_a_rollout_and_resuming_finishes_it() -> anyhow::Result<()> 
     for p in pods.list(&Default::default()).await?.items {
         assert_eq!(env_of(&p, "RUST_LOG").as_deref(), Some("debug"));
     }
-    let reasons = event_reasons(&env.client, &ns, "demo").await?;
-    assert!(reasons.iter().any(|r| r == "Paused"), "{reasons:?}");
+    wait_events(&env.client, &ns, "demo", &["Paused"]).await?;
+    read_back(&env, &data).await?;
     if let Some(sim) = &sim {
         assert_eq!(sim.lost_partitions(&ns).await?, 0);
     }
@@ -301,6 +302,7 @@ async fn the_autoscaler_follows_load_within_bounds_with_hysteresis() -> anyhow::
     let data = write_keys(
         &env,
         &["demo-0", "demo-1", "demo-2", "demo-3", "demo-4"],
+        "demo-0",
         "autoscale-down",
     )
     .await?;
@@ -331,18 +333,12 @@ async fn the_autoscaler_follows_load_within_bounds_with_hysteresis() -> anyhow::
     sim.patch_settings(json!({"load_ops_per_sec": 0.0})).await?;
     let c = wait_cluster(&api, "demo", "shrunk to 3", T, healthy_with(3)).await?;
     assert_eq!(wanted(&status_of(&c)), Some(3));
-    read_back(&env, &data, "demo-0").await?;
+    read_back(&env, &data).await?;
 
     // Every change the autoscaler asked for, in order: no flapping.
     watcher.abort();
     assert_eq!(*history.lock().unwrap(), [3, 5, 4, 3]);
-    let reasons = event_reasons(&env.client, &ns, "demo").await?;
-    for r in ["AutoscaleUp", "AutoscaleDown"] {
-        assert!(
-            reasons.iter().any(|x| x == r),
-            "no {r} event in {reasons:?}"
-        );
-    }
+    wait_events(&env.client, &ns, "demo", &["AutoscaleUp", "AutoscaleDown"]).await?;
     sim.patch_settings(json!({"load_ops_per_sec": 0.0})).await?;
     assert_eq!(sim.lost_partitions(&ns).await?, 0);
     env.cleanup().await
@@ -362,7 +358,7 @@ async fn a_full_disk_grows_the_cluster_blocks_shrinking_and_a_write_stop_is_repo
     });
     let api = create(&env, "demo", s).await?;
     wait_healthy(&api, "demo", &["demo-0", "demo-1", "demo-2"], T).await?;
-    let data = write_keys(&env, &["demo-0", "demo-1", "demo-2"], "disk").await?;
+    let data = write_keys(&env, &["demo-0", "demo-1", "demo-2"], "demo-0", "disk").await?;
 
     // One volume at 85 %: one member more, and none removed while it stays that full (with
     // one member fewer it would pass the mark), although the load is far below target.
@@ -384,7 +380,7 @@ async fn a_full_disk_grows_the_cluster_blocks_shrinking_and_a_write_stop_is_repo
         s.phase.as_deref() == Some("Healthy") && s.instance_names.len() == 3
     })
     .await?;
-    read_back(&env, &data, "demo-0").await?;
+    read_back(&env, &data).await?;
 
     // A member that stops writes: its condition, a Warning event naming it, and Ready says so.
     sim.set_faults(&ns, "demo-1", json!({"disk_write_stopped": true}))
@@ -407,12 +403,7 @@ async fn a_full_disk_grows_the_cluster_blocks_shrinking_and_a_write_stop_is_repo
         "says what to do: {}",
         cond.message
     );
-    assert!(
-        event_reasons(&env.client, &ns, "demo")
-            .await?
-            .iter()
-            .any(|r| r == "DiskWriteStopped")
-    );
+    wait_events(&env.client, &ns, "demo", &["DiskWriteStopped"]).await?;
     sim.set_faults(&ns, "demo-1", json!({"disk_write_stopped": false}))
         .await?;
     wait_cluster(&api, "demo", "Ready again", T, |s| {
@@ -439,7 +430,13 @@ async fn another_storage_class_is_refused_unless_volumes_may_be_replaced_then_mo
         let p = pvcs.get(&format!("data-demo-{i}")).await?;
         before.insert(i, p.metadata.uid.unwrap());
     }
-    let data = write_keys(&env, &["demo-0", "demo-1", "demo-2"], "replace-volumes").await?;
+    let data = write_keys(
+        &env,
+        &["demo-0", "demo-1", "demo-2"],
+        "demo-0",
+        "replace-volumes",
+    )
+    .await?;
 
     // Refused at apply time without the opt-in, with what to do.
     let err = patch_spec(
@@ -517,7 +514,7 @@ async fn another_storage_class_is_refused_unless_volumes_may_be_replaced_then_mo
         );
     }
     // Every member is on a fresh volume now: each key was handed over at least once.
-    read_back(&env, &data, "demo-0").await?;
+    read_back(&env, &data).await?;
     if let Some(sim) = &sim {
         assert_eq!(sim.lost_partitions(&ns).await?, 0);
     }

@@ -116,6 +116,7 @@ async fn kill_9_the_operator_again_and_again_through_a_scale_down_and_a_rollout(
     let data = write_keys(
         &env,
         &["demo-0", "demo-1", "demo-2", "demo-3", "demo-4"],
+        "demo-0",
         "operator-chaos",
     )
     .await?;
@@ -173,7 +174,7 @@ async fn kill_9_the_operator_again_and_again_through_a_scale_down_and_a_rollout(
         kills >= 10,
         "only {kills} kills: the scenario ended too fast to be chaos"
     );
-    read_back(&env, &data, "demo-0").await?;
+    read_back(&env, &data).await?;
     if let Some(sim) = &sim {
         assert_eq!(sim.lost_partitions(&ns).await?, 0);
     }

@@ -188,6 +188,7 @@ async fn members_sharing_seeds_form_one_cluster_and_a_crashed_member_is_restarte
         .await?;
     }
     let volume_before = sim.member(&ns, "g-1").await?.unwrap()["volume"].clone();
+    let data = write_keys(&env, &["g-0", "g-1", "g-2"], "g-0", "crash").await?;
 
     // A crash: peers drop it after the detection delay; the pod runner restarts it in place.
     sim.crash(&ns, "g-1").await?;
@@ -209,6 +210,7 @@ async fn members_sharing_seeds_form_one_cluster_and_a_crashed_member_is_restarte
         0,
         "one crash at RF 2 loses nothing"
     );
+    read_back(&env, &data).await?;
     env.cleanup().await
 }
 

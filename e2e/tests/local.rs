@@ -11,7 +11,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
 use kube::api::Api;
-use marekvs_e2e::data::{Reply, Resp};
+use marekvs_e2e::data::{self, Reply, Resp};
 use marekvs_e2e::*;
 use serde_json::{Value, json};
 
@@ -32,7 +32,7 @@ async fn members_form_one_cluster_and_see_each_other_by_identity() -> anyhow::Re
         let ip = pod_ip(&pods.get(m).await?).expect("a Ready pod has an IP");
         let mut conn = Resp::connect(ip).await?;
         match conn.call(&[b"CLUSTER", b"MYID"]).await? {
-            Reply::Bulk(Some(id)) => {
+            Reply::Bulk(id) => {
                 let id = String::from_utf8(id)?;
                 assert!(
                     id.len() == 40 && id.bytes().all(|b| b.is_ascii_hexdigit()),
@@ -54,8 +54,8 @@ async fn members_form_one_cluster_and_see_each_other_by_identity() -> anyhow::Re
         })
         .await?;
     }
-    let data = write_keys(&env, &all, "formed").await?;
-    read_back(&env, &data, "demo-1").await?;
+    let data = write_keys(&env, &all, "demo-1", "formed").await?;
+    read_back(&env, &data).await?;
     env.cleanup().await
 }
 
@@ -65,7 +65,7 @@ async fn cluster_nodes(
 ) -> anyhow::Result<(BTreeSet<String>, BTreeSet<String>)> {
     let mut conn = Resp::connect(ip).await?;
     let text = match conn.call(&[b"CLUSTER", b"NODES"]).await? {
-        Reply::Bulk(Some(t)) => String::from_utf8(t)?,
+        Reply::Bulk(t) => String::from_utf8(t)?,
         other => anyhow::bail!("CLUSTER NODES at {ip} answered {other:?}"),
     };
     let mut ids = BTreeSet::new();
@@ -89,6 +89,7 @@ async fn cluster_nodes(
 fn in_network(ip: Ipv4Addr, net: &str) -> anyhow::Result<bool> {
     let (base, prefix) = net.split_once('/').context("a CIDR")?;
     let (base, prefix): (Ipv4Addr, u32) = (base.parse()?, prefix.parse()?);
+    anyhow::ensure!(prefix <= 32, "bad prefix in {net}");
     let mask = u32::MAX.checked_shl(32 - prefix).unwrap_or(0);
     Ok(u32::from(ip) & mask == u32::from(base) & mask)
 }
@@ -134,14 +135,14 @@ async fn two_local_clusters_side_by_side_and_real_binary_members_on_their_pod_ip
 -> anyhow::Result<()> {
     let env = TestEnv::new("side").await?;
     let ns = env.namespace.clone();
-    let side_config =
-        kube::config::Kubeconfig::read_from(std::env::var("MAREKVS_E2E_SIDE_KUBECONFIG")?)?;
+    let var = |name: &str| std::env::var(name).with_context(|| format!("{name} is not set"));
+    let side_config = kube::config::Kubeconfig::read_from(var("MAREKVS_E2E_SIDE_KUBECONFIG")?)?;
     let side_client = kube::Client::try_from(
         kube::Config::from_custom_kubeconfig(side_config, &Default::default()).await?,
     )?;
     let side = TestEnv::on(side_client, &ns).await?;
-    let here_net = std::env::var("MAREKVS_E2E_POD_NETWORK")?;
-    let side_net = std::env::var("MAREKVS_E2E_SIDE_POD_NETWORK")?;
+    let here_net = var("MAREKVS_E2E_POD_NETWORK")?;
+    let side_net = var("MAREKVS_E2E_SIDE_POD_NETWORK")?;
 
     let _op = Operator::start(&ns)?;
     let api = create(&env, "demo", spec(3)).await?;
@@ -189,7 +190,7 @@ async fn two_local_clusters_side_by_side_and_real_binary_members_on_their_pod_ip
             "side {m}: its RESP listener is its own"
         );
         // Its output went to a log of its own, which names the address it bound.
-        let log_dir = std::env::var("MAREKVS_E2E_SIDE_POD_LOGS")?;
+        let log_dir = var("MAREKVS_E2E_SIDE_POD_LOGS")?;
         let log = std::fs::read_to_string(format!("{log_dir}/{ns}_{m}_marekvs.log"))
             .with_context(|| format!("the per-pod log of side {m}"))?;
         assert!(
@@ -198,8 +199,8 @@ async fn two_local_clusters_side_by_side_and_real_binary_members_on_their_pod_ip
         );
     }
     assert_eq!(ips.len(), 6, "six members, six addresses: {ips:?}");
-    let data = write_keys(&env, &all, "side-by-side").await?;
-    read_back(&env, &data, "demo-2").await?;
+    let data = write_keys(&env, &all, "demo-2", "side-by-side").await?;
+    read_back(&env, &data).await?;
 
     // A member that fails at start: its exit and last error line are in its status, and each
     // restart waits longer than the one before (10 s, then 20 s), never a hot loop.
@@ -245,9 +246,9 @@ async fn two_local_clusters_side_by_side_and_real_binary_members_on_their_pod_ip
 }
 
 /// The data check can fail: with both copies of some partitions made unreachable (two members
-/// of an RF 2 cluster crashed and held down by the simulator), it reports those keys missing,
-/// names them, and agrees with the simulator's count; once the members are back, every key
-/// reads back again.
+/// of an RF 2 cluster crashed and held down by the simulator), it returns its `Lost` verdict
+/// naming about a sixth of the keys, while the simulator counts lost partitions too; once the
+/// members are back, every key reads back again.
 async fn the_data_check_names_the_keys_whose_copies_are_gone() -> anyhow::Result<()> {
     let sim = Sim::required()?;
     let env = TestEnv::new("datacheck").await?;
@@ -257,20 +258,19 @@ async fn the_data_check_names_the_keys_whose_copies_are_gone() -> anyhow::Result
     let all = ["demo-0", "demo-1", "demo-2", "demo-3"];
     wait_healthy(&api, "demo", &all, T).await?;
     let pods: Api<Pod> = env.api();
-    let data = DataSet::write(&pods, &all, 1_000, "negative-control").await?;
+    let data = DataSet::write(&pods, &all, "demo-0", 1_000, "negative-control").await?;
     for m in ["demo-2", "demo-3"] {
         sim.set_faults(&ns, m, json!({"hold_down": true})).await?;
         sim.crash(&ns, m).await?;
     }
     let err = data
-        .verify_within(&pods, "demo-0", Duration::from_secs(15))
+        .verify_within(&pods, Duration::from_secs(15))
         .await
         .expect_err("keys whose every copy is down cannot read back");
-    let msg = format!("{err:#}");
-    let missing: usize = msg
-        .split_once(" of 1000 keys LOST")
-        .and_then(|(head, _)| head.rsplit(' ').next()?.parse().ok())
-        .with_context(|| format!("a count of lost keys in: {msg}"))?;
+    let lost = err
+        .downcast_ref::<data::Lost>()
+        .with_context(|| format!("a verdict of lost keys, not: {err:#}"))?;
+    let missing = lost.missing.len();
     eprintln!("negative control: {missing} of 1000 keys reported lost with demo-2 and demo-3 down");
     // RF 2 over 4 members: the partitions homed on exactly {demo-2, demo-3} are a sixth.
     assert!(
@@ -278,15 +278,22 @@ async fn the_data_check_names_the_keys_whose_copies_are_gone() -> anyhow::Result
         "about a sixth of the keys: {missing}"
     );
     assert!(
-        msg.contains("e2e:negative-control:"),
-        "names the keys: {msg}"
+        lost.missing
+            .iter()
+            .all(|k| k.starts_with("e2e:negative-control:")),
+        "names the keys: {:?}",
+        &lost.missing[..missing.min(5)]
     );
-    assert!(sim.lost_partitions(&ns).await? > 0, "the simulator agrees");
+    assert!(format!("{err:#}").contains("LOST"), "{err:#}");
+    assert!(
+        sim.lost_partitions(&ns).await? > 0,
+        "the simulator counts lost partitions too"
+    );
     for m in ["demo-2", "demo-3"] {
         sim.set_faults(&ns, m, json!({"hold_down": false})).await?;
     }
     wait_healthy(&api, "demo", &all, T).await?;
-    read_back(&env, &data, "demo-0").await?;
+    read_back(&env, &data).await?;
     env.cleanup().await
 }
 

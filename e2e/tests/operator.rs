@@ -95,6 +95,7 @@ async fn creates_members_then_scales_3_5_3_removing_the_chosen_member_first() ->
     let data = write_keys(
         &env,
         &["demo-0", "demo-1", "demo-2", "demo-3", "demo-4"],
+        "demo-2",
         "scale-5-3",
     )
     .await?;
@@ -152,21 +153,21 @@ async fn creates_members_then_scales_3_5_3_removing_the_chosen_member_first() ->
         ["demo-1", "demo-4"],
         "the chosen member first, then the highest ordinal"
     );
-    read_back(&env, &data, "demo-2").await?;
+    read_back(&env, &data).await?;
     // Volumes are kept by default; the same one is still there.
     assert_eq!(pvc_uid(&env, "data-demo-1").await?, uid_1);
-    let reasons = event_reasons(&env.client, &env.namespace, "demo").await?;
-    for r in [
-        "MemberCreated",
-        "ScaleDownStarted",
-        "Draining",
-        "MemberRemoved",
-    ] {
-        assert!(
-            reasons.iter().any(|x| x == r),
-            "no {r} event in {reasons:?}"
-        );
-    }
+    wait_events(
+        &env.client,
+        &env.namespace,
+        "demo",
+        &[
+            "MemberCreated",
+            "ScaleDownStarted",
+            "Draining",
+            "MemberRemoved",
+        ],
+    )
+    .await?;
     assert_no_loss(&sim, &env.namespace).await?;
     env.cleanup().await
 }
@@ -178,6 +179,13 @@ async fn a_scale_down_is_blocked_while_a_member_reports_underreplication() -> an
     let _op = Operator::start(&ns)?;
     let api = create(&env, "demo", spec(4)).await?;
     wait_healthy(&api, "demo", &["demo-0", "demo-1", "demo-2", "demo-3"], T).await?;
+    let data = write_keys(
+        &env,
+        &["demo-0", "demo-1", "demo-2", "demo-3"],
+        "demo-0",
+        "blocked",
+    )
+    .await?;
 
     sim.set_faults(&ns, "demo-2", json!({"report_underreplicated": 17}))
         .await?;
@@ -196,16 +204,12 @@ async fn a_scale_down_is_blocked_while_a_member_reports_underreplication() -> an
         Some(17),
         "the maximum over members"
     );
-    assert!(
-        event_reasons(&env.client, &ns, "demo")
-            .await?
-            .iter()
-            .any(|r| r == "ScaleDownBlocked")
-    );
+    wait_events(&env.client, &ns, "demo", &["ScaleDownBlocked"]).await?;
 
     sim.set_faults(&ns, "demo-2", json!({"report_underreplicated": null}))
         .await?;
     wait_healthy(&api, "demo", &["demo-0", "demo-1", "demo-2"], T).await?;
+    read_back(&env, &data).await?;
     assert_no_loss(&Some(sim), &ns).await?;
     env.cleanup().await
 }
@@ -227,6 +231,7 @@ async fn the_next_step_waits_while_data_is_still_copying_although_every_gauge_re
     let data = write_keys(
         &env,
         &["demo-0", "demo-1", "demo-2", "demo-3", "demo-4"],
+        "demo-0",
         "copying",
     )
     .await?;
@@ -302,7 +307,7 @@ async fn the_next_step_waits_while_data_is_still_copying_although_every_gauge_re
     );
     let victims: BTreeSet<&String> = step_starts.iter().map(|(m, _, _)| m).collect();
     assert_eq!(victims.len(), 2);
-    read_back(&env, &data, "demo-0").await?;
+    read_back(&env, &data).await?;
     assert_no_loss(&Some(sim), &ns).await?;
     env.cleanup().await
 }
@@ -584,7 +589,7 @@ async fn a_deleted_pod_returns_on_its_volume_and_a_deleted_pod_and_pvc_rejoin_fr
     wait_healthy(&api, "demo", &all, T).await?;
     let pods: Api<Pod> = env.api();
     let pvcs: Api<PersistentVolumeClaim> = env.api();
-    let data = write_keys(&env, &all, "replace").await?;
+    let data = write_keys(&env, &all, "demo-0", "replace").await?;
 
     // Pod only: same ordinal, same PVC.
     let uid_1 = pvc_uid(&env, "data-demo-1").await?;
@@ -625,13 +630,8 @@ async fn a_deleted_pod_returns_on_its_volume_and_a_deleted_pod_and_pvc_rejoin_fr
         .find(|m| m.name == "demo-2")
         .unwrap();
     assert_eq!(m2.pvc_uid.as_deref(), Some(new_uid.as_str()));
-    assert!(
-        event_reasons(&env.client, &env.namespace, "demo")
-            .await?
-            .iter()
-            .any(|r| r == "MemberReplaced")
-    );
-    read_back(&env, &data, "demo-0").await?;
+    wait_events(&env.client, &env.namespace, "demo", &["MemberReplaced"]).await?;
+    read_back(&env, &data).await?;
     assert_no_loss(&sim, &env.namespace).await?;
     env.cleanup().await
 }
@@ -646,6 +646,7 @@ async fn deleting_the_cluster_keeps_volumes_and_a_new_one_adopts_them() -> anyho
     for i in 0..3 {
         uids.push(pvc_uid(&env, &format!("data-demo-{i}")).await?);
     }
+    let data = write_keys(&env, &all, "demo-0", "adopt").await?;
     api.delete("demo", &DeleteParams::default()).await?;
     let pods: Api<Pod> = env.api();
     wait_until("pods garbage-collected", T, || async {
@@ -677,6 +678,8 @@ async fn deleting_the_cluster_keeps_volumes_and_a_new_one_adopts_them() -> anyho
             "volume re-adopted"
         );
     }
+    // Every member went away and came back on its volume: so did every key.
+    read_back(&env, &data).await?;
     env.cleanup().await
 }
 
@@ -689,7 +692,7 @@ async fn an_operator_killed_mid_drain_continues_without_a_second_member_leaving(
     let api = create(&env, "demo", spec(4)).await?;
     let all = ["demo-0", "demo-1", "demo-2", "demo-3"];
     wait_healthy(&api, "demo", &all, T).await?;
-    let data = write_keys(&env, &all, "operator-killed").await?;
+    let data = write_keys(&env, &all, "demo-0", "operator-killed").await?;
     // On the simulator, slow copying keeps the hand-off going long enough to kill the
     // operator in it; real members are slow enough with the keys just written.
     for i in 0..4 {
@@ -734,8 +737,7 @@ async fn an_operator_killed_mid_drain_continues_without_a_second_member_leaving(
         assert!(start.elapsed() < T * 2, "did not finish after the restart");
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
-    let survivor = all.iter().find(|m| **m != victim).expect("4 members");
-    read_back(&env, &data, survivor).await?;
+    read_back(&env, &data).await?;
     assert_no_loss(&sim, &ns).await?;
     env.cleanup().await
 }
@@ -749,7 +751,7 @@ async fn growing_back_during_a_hand_off_cancels_the_removal_and_restarts_the_dra
     let api = create(&env, "demo", spec(4)).await?;
     let all = ["demo-0", "demo-1", "demo-2", "demo-3"];
     wait_healthy(&api, "demo", &all, T).await?;
-    let data = write_keys(&env, &all, "cancel").await?;
+    let data = write_keys(&env, &all, "demo-0", "cancel").await?;
     // Slow copying keeps the removal in its hand-off long enough to change our mind.
     for i in 0..4 {
         sim.set_faults(
@@ -797,13 +799,8 @@ async fn growing_back_during_a_hand_off_cancels_the_removal_and_restarts_the_dra
     );
     let phase = sim.member(&ns, "demo-3").await?.unwrap()["phase"].clone();
     assert_eq!(phase, "Active", "it rejoined as an Active member");
-    assert!(
-        event_reasons(&env.client, &ns, "demo")
-            .await?
-            .iter()
-            .any(|r| r == "RemovalCancelled")
-    );
-    read_back(&env, &data, "demo-0").await?;
+    wait_events(&env.client, &ns, "demo", &["RemovalCancelled"]).await?;
+    read_back(&env, &data).await?;
     assert_no_loss(&Some(sim), &ns).await?;
     env.cleanup().await
 }
@@ -818,7 +815,13 @@ async fn reclaim_pvcs_deletes_a_removed_members_volume_and_storage_grows_in_plac
     let api = create(&env, "demo", s).await?;
     wait_healthy(&api, "demo", &["demo-0", "demo-1", "demo-2", "demo-3"], T).await?;
     let pvcs: Api<PersistentVolumeClaim> = env.api();
-    let data = write_keys(&env, &["demo-0", "demo-1", "demo-2", "demo-3"], "reclaim").await?;
+    let data = write_keys(
+        &env,
+        &["demo-0", "demo-1", "demo-2", "demo-3"],
+        "demo-0",
+        "reclaim",
+    )
+    .await?;
 
     patch_spec(&api, "demo", json!({"nodes": 3})).await?;
     wait_healthy(&api, "demo", &["demo-0", "demo-1", "demo-2"], T).await?;
@@ -826,7 +829,7 @@ async fn reclaim_pvcs_deletes_a_removed_members_volume_and_storage_grows_in_plac
         Ok(pvcs.get_opt("data-demo-3").await?.is_none().then_some(()))
     })
     .await?;
-    read_back(&env, &data, "demo-0").await?;
+    read_back(&env, &data).await?;
     for i in 0..3 {
         assert!(
             pvcs.get_opt(&format!("data-demo-{i}")).await?.is_some(),
@@ -871,6 +874,13 @@ async fn unknown_is_never_safe_refused_metrics_or_a_hung_node_block_the_scale_do
     let _op = Operator::start(&ns)?;
     let api = create(&env, "demo", spec(4)).await?;
     wait_healthy(&api, "demo", &["demo-0", "demo-1", "demo-2", "demo-3"], T).await?;
+    let data = write_keys(
+        &env,
+        &["demo-0", "demo-1", "demo-2", "demo-3"],
+        "demo-0",
+        "unknown",
+    )
+    .await?;
     let blocked_on = |reason: &'static str| {
         move |s: &MarekvsClusterStatus| {
             s.phase.as_deref() == Some("Blocked")
@@ -924,6 +934,7 @@ async fn unknown_is_never_safe_refused_metrics_or_a_hung_node_block_the_scale_do
     sim.set_faults(&ns, "demo-1", json!({"hang": false}))
         .await?;
     wait_healthy(&api, "demo", &["demo-0", "demo-1", "demo-2"], T).await?;
+    read_back(&env, &data).await?;
     assert_no_loss(&Some(sim), &ns).await?;
     env.cleanup().await
 }
@@ -949,6 +960,8 @@ async fn hostile_members_never_crash_the_operator_nor_stall_other_clusters() -> 
     let good = create(&env, "good", spec(3)).await?;
     wait_healthy(&bad, "bad", &["bad-0", "bad-1", "bad-2", "bad-3"], T).await?;
     wait_healthy(&good, "good", &["good-0", "good-1", "good-2"], T).await?;
+    let good_data = write_keys(&env, &["good-0", "good-1", "good-2"], "good-0", "good").await?;
+    let bad_data = write_keys(&env, &["bad-0", "bad-1", "bad-2", "bad-3"], "bad-0", "bad").await?;
 
     let good_sizes = [
         vec!["good-0", "good-1", "good-2", "good-3"],
@@ -1040,6 +1053,8 @@ async fn hostile_members_never_crash_the_operator_nor_stall_other_clusters() -> 
         sim.set_faults(&ns, member, healed.clone()).await?;
     }
     wait_healthy(&bad, "bad", &["bad-0", "bad-1", "bad-2"], T).await?;
+    read_back(&env, &good_data).await?;
+    read_back(&env, &bad_data).await?;
     assert_eq!(op.exit_code(), None);
     assert_no_loss(&Some(sim), &ns).await?;
     env.cleanup().await

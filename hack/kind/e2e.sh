@@ -7,6 +7,6 @@ set -euo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 export KUBECONFIG=${KIND_KUBECONFIG:-$repo/.state/kind/kubeconfig}
 export MAREKVS_IMAGE=${MAREKVS_IMAGE:-ghcr.io/yannick/marekvs:latest}
-export MAREKVS_E2E_EXTERNAL_OPERATOR=1 MAREKVS_E2E_REAL_MEMBERS=1
+export MAREKVS_E2E_EXTERNAL_OPERATOR=1
 unset MAREKVS_SIM_CONTROL_URL
-cd "$repo" && cargo test -p marekvs-e2e -- "$@"
+cd "$repo" && cargo test --no-fail-fast -p marekvs-e2e -- "$@"
