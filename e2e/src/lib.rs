@@ -311,6 +311,46 @@ impl Sim {
             .await?)
     }
 
+    /// Wait until every running member of the clusters in `ns` holds exactly the partitions
+    /// it owns: no copy left over from a join still waiting to be released. Until then a write
+    /// can land on more volumes than its owners, and a test that counts copies cannot predict
+    /// where they are.
+    pub async fn wait_placed(&self, ns: &str, timeout: Duration) -> anyhow::Result<()> {
+        let start = Instant::now();
+        loop {
+            let state = self.state().await?;
+            let members: Vec<&Value> = state["clusters"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|c| {
+                    c["key"]
+                        .as_str()
+                        .is_some_and(|k| k.starts_with(&format!("{ns}/")))
+                })
+                .flat_map(|c| c["members"].as_array().into_iter().flatten())
+                .filter(|m| m["running"].as_bool() == Some(true))
+                .collect();
+            let misplaced: Vec<String> = members
+                .iter()
+                .filter(|m| {
+                    let f = &m["figures"];
+                    f["held_partitions"].as_u64() != f["owned_partitions"].as_u64()
+                        || f["join_gate_pending_pids"].as_u64() != Some(0)
+                })
+                .map(|m| m["key"].as_str().unwrap_or("?").to_string())
+                .collect();
+            if !members.is_empty() && misplaced.is_empty() {
+                return Ok(());
+            }
+            anyhow::ensure!(
+                start.elapsed() <= timeout,
+                "partitions not placed after {timeout:?}: {misplaced:?} hold other than they own"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
     /// Partitions whose every copy vanished, summed over the clusters in `ns`.
     pub async fn lost_partitions(&self, ns: &str) -> anyhow::Result<u64> {
         let state = self.state().await?;
