@@ -373,7 +373,7 @@ impl Sim {
 /// The status says the spec of `generation` is reached: Healthy, exactly `members`, every one
 /// of them on the current pod spec.
 pub fn converged(s: &MarekvsClusterStatus, generation: Option<i64>, members: &[&str]) -> bool {
-    s.phase.as_deref() == Some("Healthy")
+    s.phase == Some(ClusterPhase::Healthy)
         && s.observed_generation == generation
         && s.instance_names == members
         && s.updated_nodes == Some(members.len() as i32)
@@ -504,7 +504,9 @@ impl Operator {
 }
 
 pub use data::DataSet;
-pub use marekvs_api::{MarekvsCluster, MarekvsClusterStatus};
+pub use marekvs_api::{
+    ClusterPhase, MarekvsCluster, MarekvsClusterStatus, MemberPhase, RemovalStep, RolloutStep,
+};
 
 /// The data check's first half: [`data::default_keys`] keys written over RESP before a
 /// disruption, spread over `members` except `reader`, the survivor they will be read back
@@ -660,7 +662,7 @@ pub async fn wait_healthy(
     let want: Vec<String> = members.iter().map(|m| m.to_string()).collect();
     let generation = api.get(name).await?.metadata.generation;
     wait_cluster(api, name, &format!("Healthy with {want:?}"), timeout, |s| {
-        s.phase.as_deref() == Some("Healthy")
+        s.phase == Some(ClusterPhase::Healthy)
             && s.instance_names == want
             && s.observed_generation == generation
     })

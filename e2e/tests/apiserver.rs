@@ -106,8 +106,8 @@ async fn api_server_restarts_and_a_member_crash_mid_operation_lose_nothing() -> 
             );
         }
         let step = match (&s.removal, &s.rollout) {
-            (Some(r), _) => Some((format!("removal/{}", r.step), r.member.clone())),
-            (None, Some(r)) => Some((format!("rollout/{}", r.step), r.member.clone())),
+            (Some(r), _) => Some((format!("removal/{}", r.step.as_str()), r.member.clone())),
+            (None, Some(r)) => Some((format!("rollout/{}", r.step.as_str()), r.member.clone())),
             _ => None,
         };
         let Some((step, victim)) = step else {

@@ -80,7 +80,7 @@ async fn a_spec_change_restarts_one_member_at_a_time_behind_the_hand_off_gate() 
             && let Some(sim) = &sim
             && s.rollout
                 .as_ref()
-                .is_some_and(|r| r.member == "demo-2" && r.step == "HandingOff")
+                .is_some_and(|r| r.member == "demo-2" && r.step == RolloutStep::HandingOff)
         {
             sim.set_faults(&ns, "demo-0", json!({"report_underreplicated": 5}))
                 .await?;
@@ -98,7 +98,7 @@ async fn a_spec_change_restarts_one_member_at_a_time_behind_the_hand_off_gate() 
                 .await?;
             gated = true;
         }
-        if s.phase.as_deref() == Some("Healthy")
+        if s.phase == Some(ClusterPhase::Healthy)
             && s.updated_nodes == Some(3)
             && s.observed_generation == generation
         {
@@ -171,7 +171,7 @@ async fn pause_holds_a_rollout_and_resuming_finishes_it() -> anyhow::Result<()> 
     )
     .await?;
     let c = wait_cluster(&api, "demo", "Paused", T, |s| {
-        s.phase.as_deref() == Some("Paused")
+        s.phase == Some(ClusterPhase::Paused)
             && condition(s, "Blocked").is_some_and(|c| c.status == "True" && c.reason == "Paused")
     })
     .await?;
@@ -198,7 +198,7 @@ async fn pause_holds_a_rollout_and_resuming_finishes_it() -> anyhow::Result<()> 
     .await?;
     patch_spec(&api, "demo", json!({"paused": true})).await?;
     let c = wait_cluster(&api, "demo", "Paused mid-rollout", T, |s| {
-        s.phase.as_deref() == Some("Paused")
+        s.phase == Some(ClusterPhase::Paused)
     })
     .await?;
     let held_at = status_of(&c).updated_nodes.unwrap_or(0);
@@ -295,7 +295,7 @@ async fn the_autoscaler_follows_load_within_bounds_with_hysteresis() -> anyhow::
     let healthy_with = |n: usize| {
         let want = members(n);
         move |s: &MarekvsClusterStatus| {
-            s.phase.as_deref() == Some("Healthy") && s.instance_names == want
+            s.phase == Some(ClusterPhase::Healthy) && s.instance_names == want
         }
     };
     wait_cluster(&api, "demo", "grown to 5", T, healthy_with(5)).await?;
@@ -365,7 +365,7 @@ async fn a_full_disk_grows_the_cluster_blocks_shrinking_and_a_write_stop_is_repo
     sim.set_faults(&ns, "demo-0", json!({"disk_fill_percent": 85}))
         .await?;
     wait_cluster(&api, "demo", "grown to 4 for disk", T, |s| {
-        s.phase.as_deref() == Some("Healthy") && s.instance_names.len() == 4
+        s.phase == Some(ClusterPhase::Healthy) && s.instance_names.len() == 4
     })
     .await?;
     holds(&api, 4, Duration::from_secs(15)).await?;
@@ -377,7 +377,7 @@ async fn a_full_disk_grows_the_cluster_blocks_shrinking_and_a_write_stop_is_repo
     sim.set_faults(&ns, "demo-0", json!({"disk_fill_percent": null}))
         .await?;
     wait_cluster(&api, "demo", "back to 3", T, |s| {
-        s.phase.as_deref() == Some("Healthy") && s.instance_names.len() == 3
+        s.phase == Some(ClusterPhase::Healthy) && s.instance_names.len() == 3
     })
     .await?;
     read_back(&env, &data).await?;
@@ -496,7 +496,7 @@ async fn another_storage_class_is_refused_unless_volumes_may_be_replaced_then_mo
             fresh_or_missing <= moved + 1,
             "two volumes replaced at once"
         );
-        if s.phase.as_deref() == Some("Healthy")
+        if s.phase == Some(ClusterPhase::Healthy)
             && s.observed_generation == generation
             && moved == 3
         {

@@ -136,10 +136,10 @@ async fn kill_9_the_operator_again_and_again_through_a_scale_down_and_a_rollout(
     loop {
         let s = status_of(&api.get("demo").await?);
         if let Some(r) = &s.removal {
-            steps_seen.insert(format!("removal/{}", r.step));
+            steps_seen.insert(format!("removal/{}", r.step.as_str()));
         }
         if let Some(r) = &s.rollout {
-            steps_seen.insert(format!("rollout/{}", r.step));
+            steps_seen.insert(format!("rollout/{}", r.step.as_str()));
         }
         let down = members_down(&pods, &s).await.context("listing pods")?;
         assert!(

@@ -50,7 +50,7 @@ async fn creates_members_then_scales_3_5_3_removing_the_chosen_member_first() ->
     assert_eq!(s.underreplicated_partitions, Some(0));
     assert_eq!(s.members.len(), 3);
     for m in &s.members {
-        assert_eq!(m.phase, "Active");
+        assert_eq!(m.phase, MemberPhase::Active);
         for t in ["Ready", "Scraped"] {
             let cond = m
                 .conditions
@@ -136,7 +136,7 @@ async fn creates_members_then_scales_3_5_3_removing_the_chosen_member_first() ->
             "two members away at once: {:?} vs live {live:?}",
             s.instance_names
         );
-        if s.phase.as_deref() == Some("Healthy")
+        if s.phase == Some(ClusterPhase::Healthy)
             && s.instance_names == ["demo-0", "demo-2", "demo-3"]
         {
             break;
@@ -191,7 +191,7 @@ async fn a_scale_down_is_blocked_while_a_member_reports_underreplication() -> an
         .await?;
     patch_spec(&api, "demo", json!({"nodes": 3})).await?;
     let c = wait_cluster(&api, "demo", "Blocked on Underreplicated", T, |s| {
-        s.phase.as_deref() == Some("Blocked")
+        s.phase == Some(ClusterPhase::Blocked)
             && condition(s, "Blocked")
                 .is_some_and(|c| c.status == "True" && c.reason == "Underreplicated")
     })
@@ -249,7 +249,7 @@ async fn the_next_step_waits_while_data_is_still_copying_although_every_gauge_re
     let mut last_moving: Option<Instant> = None;
     let mut zero_while_moving = 0;
     let mut prev_repairs: Option<u64> = None;
-    let mut step_starts: Vec<(String, String, Instant)> = Vec::new();
+    let mut step_starts: Vec<(String, RemovalStep, Instant)> = Vec::new();
     let start = Instant::now();
     loop {
         let state = sim.state().await?;
@@ -284,18 +284,20 @@ async fn the_next_step_waits_while_data_is_still_copying_although_every_gauge_re
                 .is_none_or(|(m, st, _)| m != &r.member || st != &r.step)
         {
             // A step that hands data off or starts a new removal must not begin while copying.
-            if r.step == "Deleting" || (r.step == "Draining" && !step_starts.is_empty()) {
+            if r.step == RemovalStep::Deleting
+                || (r.step == RemovalStep::Draining && !step_starts.is_empty())
+            {
                 let quiet = last_moving.map(|t| t.elapsed()).unwrap_or(Duration::MAX);
                 assert!(
                     quiet >= Duration::from_millis(1000),
-                    "{} {} began only {quiet:?} after data last moved",
+                    "{} {:?} began only {quiet:?} after data last moved",
                     r.member,
                     r.step
                 );
             }
-            step_starts.push((r.member.clone(), r.step.clone(), Instant::now()));
+            step_starts.push((r.member.clone(), r.step, Instant::now()));
         }
-        if s.phase.as_deref() == Some("Healthy") && s.instance_names.len() == 3 {
+        if s.phase == Some(ClusterPhase::Healthy) && s.instance_names.len() == 3 {
             break;
         }
         assert!(start.elapsed() < T * 3, "did not finish: {:?}", s.removal);
@@ -618,7 +620,7 @@ async fn a_deleted_pod_returns_on_its_volume_and_a_deleted_pod_and_pvc_rejoin_fr
     pvcs.delete("data-demo-2", &DeleteParams::default()).await?;
     pods.delete("demo-2", &DeleteParams::default()).await?;
     wait_cluster(&api, "demo", "Replacing", T, |s| {
-        s.phase.as_deref() == Some("Replacing")
+        s.phase == Some(ClusterPhase::Replacing)
     })
     .await?;
     let c = wait_healthy(&api, "demo", &all, T).await?;
@@ -707,7 +709,9 @@ async fn an_operator_killed_mid_drain_continues_without_a_second_member_leaving(
     }
     patch_spec(&api, "demo", json!({"nodes": 3})).await?;
     let c = wait_cluster(&api, "demo", "handing off", T, |s| {
-        s.removal.as_ref().is_some_and(|r| r.step == "HandingOff")
+        s.removal
+            .as_ref()
+            .is_some_and(|r| r.step == RemovalStep::HandingOff)
     })
     .await?;
     let victim = status_of(&c).removal.unwrap().member;
@@ -730,7 +734,7 @@ async fn an_operator_killed_mid_drain_continues_without_a_second_member_leaving(
             .filter(|p| p.metadata.deletion_timestamp.is_none())
             .count();
         assert!(live >= 3, "a second member left");
-        if s.phase.as_deref() == Some("Healthy") && s.instance_names.len() == 3 {
+        if s.phase == Some(ClusterPhase::Healthy) && s.instance_names.len() == 3 {
             assert!(!s.instance_names.contains(&victim));
             break;
         }
@@ -763,7 +767,9 @@ async fn growing_back_during_a_hand_off_cancels_the_removal_and_restarts_the_dra
     }
     patch_spec(&api, "demo", json!({"nodes": 3})).await?;
     wait_cluster(&api, "demo", "handing off", T, |s| {
-        s.removal.as_ref().is_some_and(|r| r.step == "HandingOff")
+        s.removal
+            .as_ref()
+            .is_some_and(|r| r.step == RemovalStep::HandingOff)
     })
     .await?;
     let pods: Api<Pod> = env.api();
@@ -883,7 +889,7 @@ async fn unknown_is_never_safe_refused_metrics_or_a_hung_node_block_the_scale_do
     .await?;
     let blocked_on = |reason: &'static str| {
         move |s: &MarekvsClusterStatus| {
-            s.phase.as_deref() == Some("Blocked")
+            s.phase == Some(ClusterPhase::Blocked)
                 && condition(s, "Blocked").is_some_and(|c| c.status == "True" && c.reason == reason)
         }
     };
@@ -1020,7 +1026,7 @@ async fn hostile_members_never_crash_the_operator_nor_stall_other_clusters() -> 
             T,
             |s| {
                 unscraped(s, member)
-                    && s.phase.as_deref() == Some("Blocked")
+                    && s.phase == Some(ClusterPhase::Blocked)
                     && condition(s, "Blocked")
                         .is_some_and(|c| c.status == "True" && c.reason == reason)
             },

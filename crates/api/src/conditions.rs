@@ -23,7 +23,7 @@ pub const MEMBER_DRAINING: &str = "Draining";
 /// Member: it reports `marekvs_disk_write_stopped 1` (writes refused at its disk high-water mark).
 pub const MEMBER_DISK_WRITE_STOPPED: &str = "DiskWriteStopped";
 /// What to do about a member that stopped writes, for the condition and the event.
-pub const DISK_WRITE_STOPPED_ADVICE: &str = "its volume reached the disk high-water mark and it refuses writes; grow storage.size (volumes expand in place), add members (spec.nodes or autoscale), or delete data";
+pub use marekvs_core::transitions::DISK_WRITE_STOPPED_ADVICE;
 /// Member: its PVC asks for more than its volume has yet (an expansion in progress).
 pub const MEMBER_VOLUME_RESIZING: &str = "VolumeResizing";
 /// Member: its pod runs the current pod spec (template hash).
@@ -54,6 +54,8 @@ pub const REASON_WRITES_ACCEPTED: &str = "WritesAccepted";
 pub const REASON_AUTOSCALING_ACTIVE: &str = "Active";
 pub const REASON_EXPANDING: &str = "Expanding";
 pub const REASON_CAPACITY_MATCHES: &str = "CapacityMatches";
+/// Ready is False: the spec cannot be acted on; the operator waits for it to change.
+pub const REASON_INVALID_SPEC: &str = "InvalidSpec";
 
 /// Set a condition in `conds`, keeping its lastTransitionTime unless its status changed.
 pub fn set_condition(

@@ -14,6 +14,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 pub mod conditions;
+mod convert;
 
 /// A marekvs cluster: its members' Pods and PVCs are created by the operator, with ordinal
 /// identity (`<name>-<ordinal>`), and scaled down one chosen, drained member at a time.
@@ -267,9 +268,13 @@ impl Default for ScaleDownSpec {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct MarekvsClusterStatus {
-    /// Reconciling, Healthy, ScalingUp, ScalingDown, Replacing, Updating, Paused or Blocked.
+    /// Where the cluster stands (see `ClusterPhase`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub phase: Option<String>,
+    pub phase: Option<ClusterPhase>,
+    /// Why a wanted disruptive step is held, while the `Blocked` condition is True: the
+    /// operator reads it back to announce only changes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub block_reason: Option<BlockReason>,
     /// Ready, Progressing, Blocked, RemovalChoices, Autoscaling.
     #[serde(default)]
     pub conditions: Vec<Condition>,
@@ -346,8 +351,8 @@ pub struct MemberStatus {
     /// Its pod's IP, where the operator reads /metrics and calls /drain.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod_ip: Option<String>,
-    /// Joining, Active, Unready, Replacing, Draining, Leaving or Updating.
-    pub phase: String,
+    /// Where the member stands (see `MemberPhase`).
+    pub phase: MemberPhase,
     /// Its pod is Ready.
     pub ready: bool,
     /// Its pod runs the current pod spec (false while a rolling update has yet to reach it).
@@ -394,10 +399,10 @@ pub struct RemovalStatus {
     pub member: String,
     /// Its ordinal.
     pub ordinal: i32,
-    /// UserChosen, NotReady or HighestOrdinal.
-    pub reason: String,
-    /// Draining, HandingOff, Deleting or Settling.
-    pub step: String,
+    /// Why this member was chosen.
+    pub reason: VictimReason,
+    /// The step the removal is at.
+    pub step: RemovalStep,
     /// When the removal was recorded.
     pub started_at: Time,
     /// When the current step began (the hand-off timeout counts from here).
@@ -443,8 +448,8 @@ pub struct RolloutStatus {
     pub member: String,
     /// Its ordinal.
     pub ordinal: i32,
-    /// Draining, HandingOff, Deleting or Rejoining.
-    pub step: String,
+    /// The step the restart is at.
+    pub step: RolloutStep,
     /// UID of the PVC whose data the others took over while the member was drained (the
     /// hand-off gate passed); only that volume may be replaced by a fresh one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -453,6 +458,103 @@ pub struct RolloutStatus {
     pub started_at: Time,
     /// When the current step began (the hand-off timeout counts from here).
     pub step_started_at: Time,
+}
+
+/// Where the cluster stands.
+///
+/// - `Reconciling`: members are not all ready yet, for no reason below.
+/// - `Healthy`: every member Active, the count matches the spec, all on the current pod spec.
+/// - `ScalingUp`: new members are being created or are joining.
+/// - `ScalingDown`: a member is being removed.
+/// - `Replacing`: a member's pod (and maybe its volume) is being re-created.
+/// - `Updating`: outdated members are being restarted one at a time.
+/// - `Paused`: `spec.paused` holds a wanted disruptive step.
+/// - `Blocked`: a wanted disruptive step may not happen now (see `blockReason`).
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum ClusterPhase {
+    Reconciling,
+    Healthy,
+    ScalingUp,
+    ScalingDown,
+    Replacing,
+    Updating,
+    Paused,
+    Blocked,
+}
+
+/// Where a member stands.
+///
+/// - `Joining`: a new member bootstrapping (not ready yet).
+/// - `Active`: ready and scraped.
+/// - `Unready`: its pod exists but is not ready (e.g. after a crash).
+/// - `Replacing`: its pod (and maybe its volume) is being re-created, or it rejoins after that.
+/// - `Draining`: chosen for removal or restart; drained, handing its data off while serving.
+/// - `Leaving`: its pod is being deleted or is gone; waiting for the hand-off to settle.
+/// - `Updating`: being restarted with the current pod spec on its own volume.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum MemberPhase {
+    #[default]
+    Joining,
+    Active,
+    Unready,
+    Replacing,
+    Draining,
+    Leaving,
+    Updating,
+}
+
+/// The step a removal is at.
+///
+/// - `Draining`: calling `/drain` on the member until it answers 200.
+/// - `HandingOff`: it is Leaving and still serving; the others take over its data.
+/// - `Deleting`: its pod is being deleted; its node flushes and exits.
+/// - `Settling`: its pod is gone; waiting for every view to drop it and repairs to go quiet.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum RemovalStep {
+    Draining,
+    HandingOff,
+    Deleting,
+    Settling,
+}
+
+/// The step a rolling restart of one member is at.
+///
+/// - `Draining`: calling `/drain` on the member until it answers 200.
+/// - `HandingOff`: it is Leaving and still serving; the others take over its data.
+/// - `Deleting`: its outdated pod is being deleted.
+/// - `Rejoining`: its new pod runs on its volume; waiting until it is Active and settled.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum RolloutStep {
+    Draining,
+    HandingOff,
+    Deleting,
+    Rejoining,
+}
+
+/// Why a member was chosen for removal.
+///
+/// - `UserChosen`: listed in `spec.removeMembers`.
+/// - `NotReady`: it had no pod or was not ready.
+/// - `HighestOrdinal`: the highest ordinal.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum VictimReason {
+    UserChosen,
+    NotReady,
+    HighestOrdinal,
+}
+
+/// Why a wanted disruptive step is held (docs/scale-down.md lists each gate).
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum BlockReason {
+    NotAllReady,
+    MetricsUnavailable,
+    Underreplicated,
+    JoinPending,
+    ViewsNotConverged,
+    RepairInProgress,
+    Replacing,
+    HandoffTimeout,
+    Paused,
 }
 
 #[cfg(test)]

@@ -139,7 +139,7 @@ mod tests {
     use k8s_openapi::api::core::v1::Pod;
 
     use super::*;
-    use crate::reconcile::scrape_all;
+    use crate::observe::scrape_all;
 
     /// A member that accepts connections on `ip:9121` and never answers.
     async fn hung_member(ip: &str) -> tokio::net::TcpListener {

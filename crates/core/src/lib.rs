@@ -5,10 +5,15 @@
 pub mod autoscale;
 pub mod handoff;
 pub mod metrics;
+pub mod pace;
 pub mod plan;
+pub mod recreate;
+pub mod sizing;
 pub mod stepper;
+pub mod transitions;
 pub mod types;
 pub mod units;
+pub mod volumes;
 
 pub use stepper::{Input, decide};
 pub use types::*;

@@ -281,7 +281,7 @@ async fn steps(runs: u64) -> anyhow::Result<()> {
                 }
             }
             let c = status_of(&api.get("bench").await?);
-            if c.phase.as_deref() == Some("Healthy") && c.instance_names.len() == 3 {
+            if c.phase == Some(ClusterPhase::Healthy) && c.instance_names.len() == 3 {
                 done = Instant::now();
                 break;
             }
@@ -650,7 +650,7 @@ async fn scale(clusters: u64, members: u64, steady: u64, batch: u64) -> anyhow::
                     .await?
                     .items
                     .iter()
-                    .filter(|c| status_of(c).phase.as_deref() == Some("Healthy"))
+                    .filter(|c| status_of(c).phase == Some(ClusterPhase::Healthy))
                     .count();
                 eprintln!(
                     "  {healthy}/{created} Healthy after {:.0}s",

@@ -1,0 +1,136 @@
+//! Exhaustive conversions between the status enums and the core's: a variant added on either
+//! side fails to compile until both sides know it. No string parsing, no fallback.
+
+use marekvs_core as core;
+
+use crate::{BlockReason, ClusterPhase, MemberPhase, RemovalStep, RolloutStep, VictimReason};
+
+/// `From` both ways between two enums with the same unit variants.
+macro_rules! same_variants {
+    ($api:ident <=> $core:ident { $($v:ident),+ $(,)? }) => {
+        impl From<$api> for core::$core {
+            fn from(x: $api) -> Self {
+                match x {
+                    $($api::$v => core::$core::$v,)+
+                }
+            }
+        }
+        impl From<core::$core> for $api {
+            fn from(x: core::$core) -> Self {
+                match x {
+                    $(core::$core::$v => $api::$v,)+
+                }
+            }
+        }
+    };
+}
+
+same_variants!(ClusterPhase <=> ClusterPhase {
+    Reconciling, Healthy, ScalingUp, ScalingDown, Replacing, Updating, Paused, Blocked,
+});
+same_variants!(MemberPhase <=> MemberPhase {
+    Joining, Active, Unready, Replacing, Draining, Leaving, Updating,
+});
+same_variants!(RemovalStep <=> RemovalStep { Draining, HandingOff, Deleting, Settling });
+same_variants!(RolloutStep <=> RollStep { Draining, HandingOff, Deleting, Rejoining });
+same_variants!(VictimReason <=> VictimReason { UserChosen, NotReady, HighestOrdinal });
+same_variants!(BlockReason <=> BlockReason {
+    NotAllReady, MetricsUnavailable, Underreplicated, JoinPending, ViewsNotConverged,
+    RepairInProgress, Replacing, HandoffTimeout, Paused,
+});
+
+impl RemovalStep {
+    /// The name, as the member's `Draining` condition gives it as its reason.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RemovalStep::Draining => "Draining",
+            RemovalStep::HandingOff => "HandingOff",
+            RemovalStep::Deleting => "Deleting",
+            RemovalStep::Settling => "Settling",
+        }
+    }
+}
+
+impl RolloutStep {
+    /// The name, as the member's `Draining` condition gives it as its reason.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RolloutStep::Draining => "Draining",
+            RolloutStep::HandingOff => "HandingOff",
+            RolloutStep::Deleting => "Deleting",
+            RolloutStep::Rejoining => "Rejoining",
+        }
+    }
+}
+
+impl BlockReason {
+    /// The name as status and the `Blocked` condition's reason show it.
+    pub fn as_str(self) -> &'static str {
+        core::BlockReason::from(self).as_str()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every value survives a round trip, and its JSON is the name the core gives it.
+    #[test]
+    fn status_enums_round_trip_and_serialize_as_their_names() {
+        for b in [
+            core::BlockReason::NotAllReady,
+            core::BlockReason::MetricsUnavailable,
+            core::BlockReason::Underreplicated,
+            core::BlockReason::JoinPending,
+            core::BlockReason::ViewsNotConverged,
+            core::BlockReason::RepairInProgress,
+            core::BlockReason::Replacing,
+            core::BlockReason::HandoffTimeout,
+            core::BlockReason::Paused,
+        ] {
+            let api = BlockReason::from(b);
+            assert_eq!(core::BlockReason::from(api), b);
+            assert_eq!(serde_json::to_value(api).unwrap(), b.as_str());
+        }
+        for p in [
+            core::ClusterPhase::Reconciling,
+            core::ClusterPhase::Healthy,
+            core::ClusterPhase::ScalingUp,
+            core::ClusterPhase::ScalingDown,
+            core::ClusterPhase::Replacing,
+            core::ClusterPhase::Updating,
+            core::ClusterPhase::Paused,
+            core::ClusterPhase::Blocked,
+        ] {
+            let api = ClusterPhase::from(p);
+            assert_eq!(core::ClusterPhase::from(api), p);
+            assert_eq!(serde_json::to_value(api).unwrap(), p.as_str());
+        }
+        for s in [
+            core::RollStep::Draining,
+            core::RollStep::HandingOff,
+            core::RollStep::Deleting,
+            core::RollStep::Rejoining,
+        ] {
+            let api = RolloutStep::from(s);
+            assert_eq!(core::RollStep::from(api), s);
+            assert_eq!(serde_json::to_value(api).unwrap(), api.as_str());
+        }
+        for s in [
+            core::RemovalStep::Draining,
+            core::RemovalStep::HandingOff,
+            core::RemovalStep::Deleting,
+            core::RemovalStep::Settling,
+        ] {
+            let api = RemovalStep::from(s);
+            assert_eq!(core::RemovalStep::from(api), s);
+            assert_eq!(serde_json::to_value(api).unwrap(), api.as_str());
+        }
+    }
+
+    #[test]
+    fn an_unknown_value_is_an_error_not_a_default() {
+        let e = serde_json::from_value::<VictimReason>(serde_json::json!("Whim")).unwrap_err();
+        assert!(e.to_string().contains("unknown variant"), "{e}");
+    }
+}

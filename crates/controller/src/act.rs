@@ -1,0 +1,264 @@
+//! Act: the API writes of a pass, after its record. Every write is idempotent: a create that
+//! finds its object (409) and a delete that finds it gone (404) or replaced (409, the uid
+//! precondition) are done.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::{Resource, ResourceExt};
+use marekvs_api::MarekvsCluster;
+use marekvs_core::{Action, EventKind};
+use serde_json::json;
+use tracing::warn;
+
+use crate::build::{self, ANNOTATION_DRAINED_AT, ANNOTATION_DRAINED_RESTARTS, MANAGER};
+use crate::error::Error;
+use crate::observe::{Children, restarts, volume};
+use crate::reconcile::Ctx;
+use crate::report::publish;
+use crate::spec::storage_wish;
+
+/// Server-side apply `desired`, unless the cached object already carries the hash of exactly
+/// this content (an unchanged object is not written again).
+pub async fn apply_if_changed<K>(
+    ctx: &Ctx,
+    cache: &Store<K>,
+    desired: K,
+    metric: &'static str,
+) -> Result<(), Error>
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + serde::Serialize
+        + serde::de::DeserializeOwned,
+{
+    let name = desired.name_any();
+    let ns = desired.namespace().unwrap_or_default();
+    let kind = K::kind(&()).to_string();
+    let mut value = serde_json::to_value(&desired).map_err(|source| Error::Serialize {
+        what: format!("{kind} {name}"),
+        source,
+    })?;
+    let hash = build::template_hash(&value);
+    value["metadata"]["annotations"] = json!({ build::ANNOTATION_APPLIED_HASH: hash });
+    let applied = cache
+        .get(&ObjectRef::new(&name).within(&ns))
+        .and_then(|o| o.annotations().get(build::ANNOTATION_APPLIED_HASH).cloned());
+    if applied.as_deref() == Some(hash.as_str()) {
+        return Ok(());
+    }
+    Api::<K>::namespaced(ctx.client.clone(), &ns)
+        .patch(
+            &name,
+            &PatchParams::apply(MANAGER).force(),
+            &Patch::Apply(value),
+        )
+        .await
+        .map_err(|source| Error::Apply { kind, name, source })?;
+    ctx.metrics.actions.inc(metric);
+    Ok(())
+}
+
+/// The Services and the PDB: children that do not depend on the runbook.
+pub async fn apply_children(ctx: &Ctx, cr: &MarekvsCluster) -> Result<(), Error> {
+    apply_if_changed(
+        ctx,
+        &ctx.services,
+        build::headless_service(cr),
+        "apply_service",
+    )
+    .await?;
+    apply_if_changed(
+        ctx,
+        &ctx.services,
+        build::client_service(cr),
+        "apply_service",
+    )
+    .await?;
+    apply_if_changed(ctx, &ctx.pdbs, build::pdb(cr), "apply_pdb").await
+}
+
+/// What an action did.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Made {
+    Done,
+    /// A pod to create was already there: the other path (the watch's fast re-creation, or
+    /// the pass) made it.
+    AlreadyThere,
+}
+
+/// Carry out `actions` in order; the first failure stops the rest (reported as an Event).
+/// Returns the creations that found their pod already there.
+pub async fn run_actions(
+    ctx: &Ctx,
+    cr: &MarekvsCluster,
+    actions: &[Action],
+    children: &Children,
+) -> Result<BTreeSet<Action>, Error> {
+    let mut already_there = BTreeSet::new();
+    for action in actions {
+        match act(ctx, cr, *action, children).await {
+            Ok(Made::Done) => {}
+            Ok(Made::AlreadyThere) => {
+                already_there.insert(*action);
+            }
+            Err(e) => {
+                warn!(cluster = %cr.name_any(), ?action, "action failed: {e}");
+                let message = format!("{action:?}: {e}");
+                publish(
+                    ctx,
+                    &cr.object_ref(&()),
+                    EventKind::Warning,
+                    "ActionFailed",
+                    &message,
+                )
+                .await;
+                return Err(e);
+            }
+        }
+    }
+    Ok(already_there)
+}
+
+async fn act(
+    ctx: &Ctx,
+    cr: &MarekvsCluster,
+    action: Action,
+    children: &Children,
+) -> Result<Made, Error> {
+    ctx.metrics.actions.inc(match action {
+        Action::CreatePvc(_) => "create_pvc",
+        Action::CreatePod(_) => "create_pod",
+        Action::Drain(_) => "drain",
+        Action::DeletePod(_) => "delete_pod",
+        Action::DeletePvc(_) => "delete_pvc",
+    });
+    let ns = cr.namespace().unwrap_or_default();
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+    let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
+    let failed = |object: String| {
+        move |source| Error::Act {
+            action,
+            object,
+            source,
+        }
+    };
+    match action {
+        Action::CreatePvc(o) => {
+            let pvc = build::pvc(cr, o);
+            let r = pvcs.create(&post_params(), &pvc).await.map(|_| ());
+            ok_if(r, &[409]).map_err(failed(pvc.name_any()))?;
+        }
+        Action::CreatePod(o) => {
+            let pod = build::pod(cr, o, &ctx.cluster_domain);
+            match pods.create(&post_params(), &pod).await {
+                Err(kube::Error::Api(e)) if e.code == 409 => return Ok(Made::AlreadyThere),
+                r => r.map(|_| ()).map_err(failed(pod.name_any()))?,
+            }
+        }
+        Action::Drain(o) => {
+            let Some(pod) = children.pods.get(&o) else {
+                return Ok(Made::Done);
+            };
+            let Some(ip) = pod.status.as_ref().and_then(|s| s.pod_ip.clone()) else {
+                return Ok(Made::Done);
+            };
+            if ctx.members.drain(&ip).await {
+                // Recorded on the pod, so the next pass (or a restarted operator) knows.
+                let patch = json!({"metadata": {"annotations": {
+                    ANNOTATION_DRAINED_AT: Timestamp::now().to_string(),
+                    ANNOTATION_DRAINED_RESTARTS: restarts(pod).to_string(),
+                }}});
+                let r = pods
+                    .patch(
+                        &pod.name_any(),
+                        &PatchParams::default(),
+                        &Patch::Merge(patch),
+                    )
+                    .await
+                    .map(|_| ());
+                ok_if(r, &[404]).map_err(failed(pod.name_any()))?;
+            }
+        }
+        Action::DeletePod(o) => {
+            if let Some(pod) = children.pods.get(&o) {
+                let r = pods
+                    .delete(&pod.name_any(), &delete_exactly(pod.uid()))
+                    .await;
+                ok_if(r.map(|_| ()), &[404, 409]).map_err(failed(pod.name_any()))?;
+            }
+        }
+        Action::DeletePvc(o) => {
+            if let Some(pvc) = children.pvcs.get(&o) {
+                let r = pvcs
+                    .delete(&pvc.name_any(), &delete_exactly(pvc.uid()))
+                    .await;
+                ok_if(r.map(|_| ()), &[404, 409]).map_err(failed(pvc.name_any()))?;
+            }
+        }
+    }
+    Ok(Made::Done)
+}
+
+fn post_params() -> PostParams {
+    PostParams {
+        field_manager: Some(MANAGER.into()),
+        ..PostParams::default()
+    }
+}
+
+/// Delete only the object observed (its uid), never one re-created under the same name since.
+fn delete_exactly(uid: Option<String>) -> DeleteParams {
+    DeleteParams {
+        preconditions: Some(Preconditions {
+            uid,
+            resource_version: None,
+        }),
+        ..DeleteParams::default()
+    }
+}
+
+fn ok_if(r: Result<(), kube::Error>, codes: &[u16]) -> Result<(), kube::Error> {
+    match r {
+        Err(kube::Error::Api(e)) if codes.contains(&e.code) => Ok(()),
+        other => other,
+    }
+}
+
+/// Expand the volumes the core picks (spec.storage.size grew; shrinking or another class
+/// needs `replaceVolumes`, which the rolling update carries out). A failure is reported and
+/// does not stop the pass.
+pub async fn grow_volumes(
+    ctx: &Ctx,
+    cr: &MarekvsCluster,
+    pvcs: &BTreeMap<u32, Arc<PersistentVolumeClaim>>,
+) {
+    let wish = storage_wish(cr);
+    let volumes = pvcs.iter().map(|(o, p)| (*o, volume(p))).collect();
+    let api: Api<PersistentVolumeClaim> =
+        Api::namespaced(ctx.client.clone(), &cr.namespace().unwrap_or_default());
+    for o in wish.to_grow(&volumes) {
+        let name = pvcs[&o].name_any();
+        let patch = json!({"spec": {"resources": {"requests": {"storage": wish.size}}}});
+        if let Err(e) = api
+            .patch(&name, &PatchParams::default(), &Patch::Merge(patch))
+            .await
+        {
+            warn!(pvc = %name, "expanding volume: {e}");
+            let message = format!("{name}: {e}");
+            publish(
+                ctx,
+                &cr.object_ref(&()),
+                EventKind::Warning,
+                "VolumeExpansionFailed",
+                &message,
+            )
+            .await;
+        }
+    }
+}

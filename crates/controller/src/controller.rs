@@ -1,0 +1,324 @@
+//! Wires the watches, their caches and the controller: one watch per kind, each feeding a
+//! cache the reconciler reads, and the pod watch's deletions to the fast re-creation path.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Service};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::reflector::{self, ObjectRef};
+use kube::runtime::{Controller, WatchStreamExt, watcher};
+use kube::{Api, Client, Resource, ResourceExt};
+use marekvs_api::MarekvsCluster;
+use tracing::{debug, info, warn};
+
+use crate::error::Error;
+use crate::recreate::{DeletedPod, RecreationLock, on_pod_deleted};
+use crate::{build, observe, reconcile, scrape, telemetry};
+
+/// Run the controller until a shutdown signal.
+pub async fn run(
+    client: Client,
+    namespace: Option<String>,
+    member_timeout: Duration,
+    cluster_domain: String,
+    metrics: Arc<telemetry::Metrics>,
+) -> anyhow::Result<()> {
+    fn api<K>(client: &Client, namespace: &Option<String>) -> Api<K>
+    where
+        K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
+    {
+        match namespace {
+            Some(ns) => Api::namespaced(client.clone(), ns),
+            None => Api::all(client.clone()),
+        }
+    }
+    let reporter = Reporter {
+        controller: build::MANAGER.into(),
+        instance: std::env::var("POD_NAME").ok(),
+    };
+    let managed = watcher::Config::default().labels(&format!(
+        "{}={}",
+        build::LABEL_MANAGED_BY,
+        build::MANAGER
+    ));
+    // One watch per kind, each feeding a cache the reconciler reads: after the first LIST,
+    // nothing is listed again (a LIST per reconcile was a LIST per cluster every 10 s).
+    // The caches keep only what the operator reads (`Slim`).
+    // Each watch backs off on its own errors, and its errors stop here: handed to the
+    // controller, they would put *all* watches to sleep behind its trigger backoff, which
+    // grows with every error of any watch. After an API server restart, five watches each
+    // reporting one "resource version too old" froze every cache for three minutes.
+    macro_rules! cached {
+        ($kind:ty, $what:literal, $config:expr) => {
+            cached!($kind, $what, $config, |_: &$kind| {})
+        };
+        ($kind:ty, $what:literal, $config:expr, $on_delete:expr) => {{
+            let (reader, writer) = reflector::store::<$kind>();
+            let events =
+                watcher(api::<$kind>(&client, &namespace), $config).backoff(watch_backoff());
+            (
+                reader,
+                cache_and_trigger(events, writer, metrics.clone(), $what, $on_delete),
+            )
+        }};
+    }
+    // A cluster's re-creation lock is taken when the watch reports one of its pods deleted,
+    // before the controller sees the event, so that the pass the same deletion triggers lets
+    // the re-creation go first (see `recreate`).
+    let recreation = Arc::new(RecreationLock::default());
+    let cr_lock = recreation.clone();
+    let (crs, cr_stream) = cached!(
+        MarekvsCluster,
+        "marekvsclusters",
+        watcher::Config::default(),
+        move |cr: &MarekvsCluster| cr_lock
+            .forget(&cr.namespace().unwrap_or_default(), &cr.name_any())
+    );
+    // Deleted pods also go to the fast re-creation path (see `recreate::on_pod_deleted`).
+    let (deleted_tx, deleted_rx) = tokio::sync::mpsc::unbounded_channel::<DeletedPod>();
+    let pod_lock = recreation.clone();
+    let (pods, pod_stream) = cached!(Pod, "pods", managed.clone(), move |p: &Pod| {
+        let held = p
+            .namespace()
+            .zip(p.labels().get(build::LABEL_INSTANCE))
+            .and_then(|(ns, cluster)| pod_lock.hold(&ns, cluster));
+        let _ = deleted_tx.send((p.clone(), held));
+    });
+    let (pvcs, pvc_stream) = cached!(
+        PersistentVolumeClaim,
+        "persistentvolumeclaims",
+        managed.clone()
+    );
+    let (services, service_stream) = cached!(Service, "services", managed.clone());
+    let (pdbs, pdb_stream) = cached!(PodDisruptionBudget, "poddisruptionbudgets", managed.clone());
+    let ctx = Arc::new(reconcile::Ctx {
+        client: client.clone(),
+        recorder: Recorder::new(client.clone(), reporter),
+        members: scrape::MemberClient::new(member_timeout).with_metrics(metrics.clone()),
+        cluster_domain,
+        pods: pods.clone(),
+        pvcs: pvcs.clone(),
+        services: services.clone(),
+        pdbs: pdbs.clone(),
+        metrics: metrics.clone(),
+        recreation,
+    });
+    tokio::spawn(on_pod_deleted(deleted_rx, crs.clone(), ctx.clone()));
+    // Queue bookkeeping for the metrics: note when a watch event asks for a cluster.
+    info!(
+        namespace = namespace.as_deref().unwrap_or("<all>"),
+        "marekvs-operator running"
+    );
+    let m = metrics.clone();
+    let cr_stream = cr_stream.inspect(move |r| {
+        if let Ok(cr) = r {
+            m.triggered(&cr.namespace().unwrap_or_default(), &cr.name_any());
+        }
+    });
+    let m = metrics.clone();
+    let pod_stream = pod_stream.inspect(move |r| note_child(&m, r));
+    let m = metrics.clone();
+    let pvc_stream = pvc_stream.inspect(move |r| note_child(&m, r));
+    let m = metrics.clone();
+    let service_stream = service_stream.inspect(move |r| note_child(&m, r));
+    let m = metrics.clone();
+    let pdb_stream = pdb_stream.inspect(move |r| note_child(&m, r));
+    let ready = {
+        let (crs, pods, pvcs, services, pdbs, m) = (
+            crs.clone(),
+            pods.clone(),
+            pvcs.clone(),
+            services.clone(),
+            pdbs.clone(),
+            metrics.clone(),
+        );
+        async move {
+            let synced = crs.wait_until_ready().await.is_ok()
+                && pods.wait_until_ready().await.is_ok()
+                && pvcs.wait_until_ready().await.is_ok()
+                && services.wait_until_ready().await.is_ok()
+                && pdbs.wait_until_ready().await.is_ok();
+            if synced {
+                info!("watch caches synced");
+                m.ready.store(true, Ordering::Relaxed);
+            }
+        }
+    };
+    tokio::spawn(ready);
+    Controller::for_stream(cr_stream, crs)
+        .owns_stream(pod_stream)
+        .owns_stream(service_stream)
+        .owns_stream(pdb_stream)
+        // PVCs carry no owner reference (they outlive the cluster object): map them by label.
+        .watches_stream(pvc_stream, |pvc: PersistentVolumeClaim| {
+            let ns = pvc.namespace()?;
+            pvc.labels()
+                .get(build::LABEL_INSTANCE)
+                .map(|name| ObjectRef::new(name).within(&ns))
+        })
+        .shutdown_on_signal()
+        .run(reconcile::reconcile, reconcile::error_policy, ctx)
+        .for_each(|r| async move {
+            match r {
+                // A stale copy of the object: expected now and then, retried at once.
+                Err(kube::runtime::controller::Error::ReconcilerFailed(e, obj))
+                    if e.code() == Some(409) =>
+                {
+                    debug!(object = %obj, "conflict; retrying: {e}")
+                }
+                // Expected for a moment after start: retried in 100 ms.
+                Err(kube::runtime::controller::Error::ReconcilerFailed(Error::NotSynced, obj)) => {
+                    debug!(object = %obj, "watch caches not synced yet")
+                }
+                Err(e) => warn!("{e}"),
+                Ok(_) => {}
+            }
+        })
+        .await;
+    Ok(())
+}
+
+/// What a cache keeps of an object. managedFields go from every kind: they are most of an
+/// object's size.
+trait Slim: Resource + Sized {
+    fn slim(&mut self) {
+        self.managed_fields_mut().clear();
+    }
+}
+impl Slim for MarekvsCluster {}
+impl Slim for PersistentVolumeClaim {}
+impl Slim for Service {}
+impl Slim for PodDisruptionBudget {}
+impl Slim for Pod {
+    fn slim(&mut self) {
+        self.managed_fields_mut().clear();
+        observe::slim_pod(self);
+    }
+}
+
+/// One watch's events: fed into its cache (slimmed, see `Slim`), then handed on as the
+/// objects to reconcile for. Errors are logged and counted here and go no further (see `run`).
+fn cache_and_trigger<K, S>(
+    events: S,
+    writer: reflector::store::Writer<K>,
+    metrics: Arc<telemetry::Metrics>,
+    what: &'static str,
+    on_delete: impl Fn(&K) + Send + 'static,
+) -> impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static
+where
+    K: Slim + Clone + std::fmt::Debug + Send + Sync + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone + Default + Send + Sync,
+    S: futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
+{
+    events
+        .modify(K::slim)
+        .reflect(writer)
+        // After the cache saw it: whoever acts on a deletion finds the object gone there.
+        .inspect(move |e| {
+            if let Ok(watcher::Event::Delete(o)) = e {
+                on_delete(o);
+            }
+        })
+        .touched_objects()
+        .filter(move |r| {
+            if let Err(e) = r {
+                warn!(watch = what, "watch error (retried with backoff): {e}");
+                metrics.watch_errors.inc(what);
+            }
+            futures::future::ready(r.is_ok())
+        })
+}
+
+/// Retry pacing of one watch: 250 ms doubling to 5 s, with jitter, reset by any event.
+/// Capped at 5 s (client-go's reflector goes to 30 s) so that a cache is at most a few
+/// seconds stale after the API server comes back; five watches cost one request a second
+/// while it is away.
+fn watch_backoff() -> watcher::ExponentialBackoff {
+    backon::ExponentialBuilder::default()
+        .with_min_delay(Duration::from_millis(250))
+        .with_max_delay(Duration::from_secs(5))
+        .with_factor(2.0)
+        .with_jitter()
+        .without_max_times()
+        .into()
+}
+
+/// A child changed: its cluster (the instance label) is due for a reconcile.
+fn note_child<K: ResourceExt>(m: &telemetry::Metrics, r: &Result<K, watcher::Error>) {
+    if let Ok(o) = r
+        && let (Some(ns), Some(name)) = (o.namespace(), o.labels().get(build::LABEL_INSTANCE))
+    {
+        m.triggered(&ns, name);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, ObjectMeta};
+
+    fn pod(name: &str) -> Pod {
+        Pod {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some("ns".into()),
+                managed_fields: Some(vec![ManagedFieldsEntry::default()]),
+                ..ObjectMeta::default()
+            },
+            ..Pod::default()
+        }
+    }
+
+    /// An error passed on to the controller would stall every watch behind its trigger
+    /// backoff; here errors are counted and dropped, and the objects still reach the cache.
+    /// A deletion is handed to the fast re-creation path once the cache no longer has it.
+    #[tokio::test]
+    async fn watch_errors_stop_here_and_deletions_reach_the_fast_path() {
+        let (cache, writer) = reflector::store::<Pod>();
+        let metrics = Arc::new(telemetry::Metrics::default());
+        let events = futures::stream::iter(vec![
+            Ok(watcher::Event::Init),
+            Ok(watcher::Event::InitApply(pod("a"))),
+            Ok(watcher::Event::InitDone),
+            Err(watcher::Error::NoResourceVersion),
+            Err(watcher::Error::NoResourceVersion),
+            Ok(watcher::Event::Apply(pod("b"))),
+            Err(watcher::Error::NoResourceVersion),
+            Ok(watcher::Event::Apply(pod("c"))),
+            Ok(watcher::Event::Delete(pod("a"))),
+        ]);
+        // Deletions reach the fast path after the cache has dropped the object.
+        let deleted = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let on_delete = {
+            let (deleted, cache) = (deleted.clone(), cache.clone());
+            move |p: &Pod| {
+                let still_cached = cache.get(&ObjectRef::from_obj(p)).is_some();
+                deleted.lock().unwrap().push((p.name_any(), still_cached));
+            }
+        };
+        let out: Vec<Result<Pod, watcher::Error>> =
+            cache_and_trigger(events, writer, metrics.clone(), "pods", on_delete)
+                .collect()
+                .await;
+        let names: Vec<String> = out
+            .iter()
+            .map(|r| r.as_ref().expect("no error is handed on").name_any())
+            .collect();
+        assert_eq!(names, ["a", "b", "c", "a"]);
+        assert_eq!(metrics.watch_errors.get("pods"), 3);
+        assert_eq!(*deleted.lock().unwrap(), [("a".to_string(), false)]);
+        let mut cached: Vec<String> = cache.state().iter().map(|p| p.name_any()).collect();
+        cached.sort();
+        assert_eq!(cached, ["b", "c"]);
+        assert!(cache.state().iter().all(|p| {
+            p.metadata
+                .managed_fields
+                .as_ref()
+                .is_none_or(|m| m.is_empty())
+        }));
+    }
+}

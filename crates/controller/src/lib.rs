@@ -1,0 +1,17 @@
+//! The MarekvsCluster controller as a library; `main.rs` is its command line.
+#![forbid(unsafe_code)]
+
+pub mod act;
+pub mod build;
+pub mod controller;
+pub mod error;
+pub mod lease;
+pub mod observe;
+pub mod reconcile;
+pub mod record;
+pub mod recreate;
+pub mod report;
+pub mod scrape;
+pub mod spec;
+pub mod status;
+pub mod telemetry;

@@ -1,0 +1,782 @@
+//! Status in both directions: what the operator remembers, read back from the object's status
+//! (typed, no string parsing), and the status a decision is reported as.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::jiff::Timestamp;
+use kube::ResourceExt;
+use marekvs_api::conditions::*;
+use marekvs_api::{
+    AutoscaleStatus, LoadSampleStatus, MarekvsCluster, MarekvsClusterStatus, MemberMetrics,
+    MemberStatus, RemovalStatus, RolloutStatus,
+};
+use marekvs_core::autoscale::{LoadMemory, LoadSample, ScaleMemory};
+use marekvs_core::sizing::Sizing;
+use marekvs_core::transitions::Reported;
+use marekvs_core::units::quantity_bytes;
+use marekvs_core::{ClusterPhase, Decision, MemberObs, Memory, Millis, Removal, Roll, Sample};
+
+use crate::build;
+use crate::observe::{Children, capacity, volume};
+
+pub fn to_time(ms: Millis) -> Time {
+    Time(Timestamp::from_millisecond(ms).unwrap_or(Timestamp::UNIX_EPOCH))
+}
+
+pub fn from_time(t: &Time) -> Millis {
+    t.0.as_millisecond()
+}
+
+/// One list of conditions, all set at one instant for one generation.
+struct Conditions<'a> {
+    list: Vec<Condition>,
+    at: &'a Time,
+    generation: Option<i64>,
+}
+
+impl<'a> Conditions<'a> {
+    fn new(list: Vec<Condition>, at: &'a Time, generation: Option<i64>) -> Self {
+        Conditions {
+            list,
+            at,
+            generation,
+        }
+    }
+
+    fn set(&mut self, type_: &str, status: bool, reason: &str, message: impl AsRef<str>) {
+        set_condition(
+            &mut self.list,
+            type_,
+            status,
+            reason,
+            message.as_ref(),
+            self.at,
+            self.generation,
+        );
+    }
+
+    fn remove(&mut self, type_: &str) {
+        self.list.retain(|c| c.type_ != type_);
+    }
+}
+
+fn is_true(conditions: &[Condition], type_: &str) -> bool {
+    conditions
+        .iter()
+        .any(|c| c.type_ == type_ && c.status == "True")
+}
+
+/// What the operator remembers, read back from status.
+pub fn memory_from_status(name: &str, status: &MarekvsClusterStatus) -> Memory {
+    let members: BTreeSet<u32> = status
+        .instance_names
+        .iter()
+        .filter_map(|n| build::ordinal_from_name(name, "", n))
+        .collect();
+    let removal = status.removal.as_ref().and_then(|r| {
+        Some(Removal {
+            ordinal: u32::try_from(r.ordinal).ok()?,
+            reason: r.reason.into(),
+            step: r.step.into(),
+            started_at: from_time(&r.started_at),
+            step_started_at: from_time(&r.step_started_at),
+        })
+    });
+    let roll = status.rollout.as_ref().and_then(|r| {
+        Some(Roll {
+            ordinal: u32::try_from(r.ordinal).ok()?,
+            step: r.step.into(),
+            handed_off_pvc: r.handed_off_pvc.clone(),
+            started_at: from_time(&r.started_at),
+            step_started_at: from_time(&r.step_started_at),
+        })
+    });
+    let mut samples = BTreeMap::new();
+    let mut phases = BTreeMap::new();
+    for m in &status.members {
+        let Ok(o) = u32::try_from(m.ordinal) else {
+            continue;
+        };
+        if let (Some(metrics), Some(changed)) = (&m.metrics, &m.counters_changed_at) {
+            samples.insert(
+                o,
+                Sample {
+                    bootstraps_total: metrics.bootstraps_completed_total.max(0) as u64,
+                    repairs_total: metrics.ae_repair_ops_total.max(0) as u64,
+                    changed_at: from_time(changed),
+                },
+            );
+        }
+        phases.insert(o, m.phase.into());
+    }
+    Memory {
+        members,
+        removal,
+        roll,
+        samples,
+        phases,
+        blocked: status.block_reason.map(Into::into),
+    }
+}
+
+pub fn load_from_status(name: &str, status: &MarekvsClusterStatus) -> LoadMemory {
+    LoadMemory {
+        sample: status.load_sample.as_ref().map(|l| LoadSample {
+            at: from_time(&l.sampled_at),
+            totals: l
+                .command_totals
+                .iter()
+                .filter_map(|(n, c)| {
+                    Some((build::ordinal_from_name(name, "", n)?, (*c).max(0) as u64))
+                })
+                .collect(),
+        }),
+        ops_per_sec: status.ops_per_second.map(|o| o as f64),
+    }
+}
+
+pub fn scale_from_status(status: &MarekvsClusterStatus) -> ScaleMemory {
+    let a = status.autoscale.clone().unwrap_or_default();
+    ScaleMemory {
+        desired: a.desired_nodes.and_then(|d| u32::try_from(d).ok()),
+        last_scale_up_at: a.last_scale_up_time.as_ref().map(from_time),
+        last_scale_down_at: a.last_scale_down_time.as_ref().map(from_time),
+        low_since: a.low_load_since.as_ref().map(from_time),
+    }
+}
+
+/// The size the autoscaler last asked for, if it did.
+pub fn autoscale_last_asked(status: &MarekvsClusterStatus) -> Option<u32> {
+    let desired = status.autoscale.as_ref()?.desired_nodes?;
+    Some(desired.max(1) as u32)
+}
+
+/// Members whose status says they refuse writes.
+pub fn write_stopped(status: &MarekvsClusterStatus) -> BTreeSet<u32> {
+    status
+        .members
+        .iter()
+        .filter(|m| is_true(&m.conditions, MEMBER_DISK_WRITE_STOPPED))
+        .filter_map(|m| u32::try_from(m.ordinal).ok())
+        .collect()
+}
+
+/// What a status reported, for the Events on changes.
+pub fn reported(status: &MarekvsClusterStatus) -> Reported {
+    Reported {
+        autoscale_desired: status
+            .autoscale
+            .as_ref()
+            .and_then(|a| a.desired_nodes)
+            .map(|d| d.max(0) as u32),
+        write_stopped: write_stopped(status),
+        unknown_choices: status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == REMOVAL_CHOICES)
+            .is_some_and(|c| c.status != "True"),
+    }
+}
+
+/// Everything a status is made from.
+pub struct StatusInput<'a> {
+    pub cr: &'a MarekvsCluster,
+    pub prev: &'a MarekvsClusterStatus,
+    pub decision: &'a Decision,
+    pub observed: &'a BTreeMap<u32, MemberObs>,
+    pub children: &'a Children,
+    pub unknown_choices: &'a [String],
+    pub sizing: &'a Sizing,
+    pub now: Millis,
+}
+
+pub fn status_from(input: &StatusInput) -> MarekvsClusterStatus {
+    let StatusInput {
+        cr,
+        decision: d,
+        now,
+        ..
+    } = *input;
+    let name = cr.name_any();
+    let t = to_time(now);
+    let members: Vec<MemberStatus> = d
+        .memory
+        .members
+        .iter()
+        .map(|o| member_status(input, *o, &t))
+        .collect();
+    let count = |f: fn(&MemberStatus) -> bool| members.iter().filter(|m| f(m)).count() as i32;
+    let max_underrep = d
+        .memory
+        .members
+        .iter()
+        .filter_map(|o| input.observed.get(o)?.scrape.as_ref())
+        .map(|s| s.underreplicated as i64)
+        .max();
+    let mut st = MarekvsClusterStatus {
+        phase: Some(d.phase.into()),
+        block_reason: d.blocked.as_ref().map(|b| b.reason.into()),
+        conditions: cluster_conditions(input, &t),
+        observed_generation: cr.metadata.generation,
+        desired_nodes: Some(input.sizing.spec.target() as i32),
+        ready_nodes: Some(count(|m| m.ready)),
+        updated_nodes: Some(count(|m| m.updated)),
+        replicas: Some(d.memory.members.len() as i32),
+        selector: Some(build::selector_string(cr)),
+        underreplicated_partitions: max_underrep,
+        instance_names: d
+            .memory
+            .members
+            .iter()
+            .map(|o| format!("{name}-{o}"))
+            .collect(),
+        members,
+        removal: d.memory.removal.as_ref().map(|r| RemovalStatus {
+            member: format!("{name}-{}", r.ordinal),
+            ordinal: r.ordinal as i32,
+            reason: r.reason.into(),
+            step: r.step.into(),
+            started_at: to_time(r.started_at),
+            step_started_at: to_time(r.step_started_at),
+        }),
+        ops_per_second: None,
+        load_sample: None,
+        autoscale: None,
+        rollout: d.memory.roll.as_ref().map(|r| RolloutStatus {
+            member: format!("{name}-{}", r.ordinal),
+            ordinal: r.ordinal as i32,
+            step: r.step.into(),
+            handed_off_pvc: r.handed_off_pvc.clone(),
+            started_at: to_time(r.started_at),
+            step_started_at: to_time(r.step_started_at),
+        }),
+    };
+    load_and_autoscale(input, &mut st, &t);
+    st
+}
+
+fn member_status(input: &StatusInput, o: u32, t: &Time) -> MemberStatus {
+    let StatusInput {
+        cr,
+        prev,
+        decision: d,
+        observed,
+        children,
+        ..
+    } = *input;
+    let m = observed.get(&o).cloned().unwrap_or_default();
+    let pod = children.pods.get(&o);
+    let pvc = children.pvcs.get(&o);
+    let prev_m = prev.members.iter().find(|pm| pm.ordinal == o as i32);
+    let mut conditions = Conditions::new(
+        prev_m.map(|pm| pm.conditions.clone()).unwrap_or_default(),
+        t,
+        cr.metadata.generation,
+    );
+    member_conditions(&mut conditions, d, &m, o, pvc.map(|p| p.as_ref()));
+    let metrics = match &m.scrape {
+        Some(s) => Some(MemberMetrics {
+            scraped_at: t.clone(),
+            view_members: s.view_members as i64,
+            underreplicated_partitions: s.underreplicated as i64,
+            join_gate_pending: s.join_pending as i64,
+            bootstraps_completed_total: s.bootstraps_total as i64,
+            ae_repair_ops_total: s.repairs_total as i64,
+            commands_total: s.commands_total as i64,
+        }),
+        None => prev_m.and_then(|pm| pm.metrics.clone()),
+    };
+    MemberStatus {
+        name: format!("{}-{o}", cr.name_any()),
+        ordinal: o as i32,
+        pod: pod.map(|p| p.name_any()),
+        pvc: pvc.map(|p| p.name_any()),
+        pvc_uid: m.pvc.as_ref().map(|p| p.uid.clone()),
+        volume_request: pvc.and_then(|p| volume(p).requested),
+        volume_capacity: pvc.and_then(|p| capacity(p)),
+        pod_ip: pod
+            .and_then(|p| p.status.as_ref())
+            .and_then(|s| s.pod_ip.clone()),
+        phase: d
+            .memory
+            .phases
+            .get(&o)
+            .map(|p| (*p).into())
+            .unwrap_or_default(),
+        ready: m.pod.as_ref().is_some_and(|p| p.ready),
+        updated: m.pod.as_ref().is_some_and(|p| !p.outdated),
+        metrics,
+        counters_changed_at: d.memory.samples.get(&o).map(|s| to_time(s.changed_at)),
+        conditions: conditions.list,
+    }
+}
+
+/// Ready, Scraped, Draining, Updated, VolumeResizing and DiskWriteStopped of one member.
+fn member_conditions(
+    c: &mut Conditions,
+    d: &Decision,
+    m: &MemberObs,
+    o: u32,
+    pvc: Option<&PersistentVolumeClaim>,
+) {
+    match &m.pod {
+        None => c.set(MEMBER_READY, false, REASON_NO_POD, "no pod"),
+        Some(p) if p.ready => c.set(MEMBER_READY, true, REASON_POD_READY, ""),
+        Some(_) => c.set(
+            MEMBER_READY,
+            false,
+            REASON_POD_NOT_READY,
+            "the pod's readiness probe (/ready) does not pass",
+        ),
+    }
+    match &m.scrape {
+        Some(_) => c.set(MEMBER_SCRAPED, true, REASON_SCRAPED, ""),
+        None => c.set(
+            MEMBER_SCRAPED,
+            false,
+            REASON_SCRAPE_FAILED,
+            "its /metrics could not be read",
+        ),
+    }
+    let rolling = d.memory.roll.as_ref().filter(|r| r.ordinal == o);
+    match (
+        d.memory.removal.as_ref().filter(|r| r.ordinal == o),
+        rolling,
+    ) {
+        (Some(r), _) => c.set(
+            MEMBER_DRAINING,
+            true,
+            marekvs_api::RemovalStep::from(r.step).as_str(),
+            "chosen for removal",
+        ),
+        (None, Some(r)) => c.set(
+            MEMBER_DRAINING,
+            true,
+            marekvs_api::RolloutStep::from(r.step).as_str(),
+            "being restarted with the current pod spec",
+        ),
+        (None, None) => c.set(MEMBER_DRAINING, false, REASON_NOT_REMOVING, ""),
+    }
+    match (&m.pod, rolling) {
+        (Some(p), _) if !p.outdated => c.set(
+            MEMBER_UPDATED,
+            true,
+            REASON_UP_TO_DATE,
+            "its pod runs the current pod spec",
+        ),
+        (_, Some(_)) => c.set(
+            MEMBER_UPDATED,
+            false,
+            REASON_UPDATING,
+            "being restarted with the current pod spec",
+        ),
+        (Some(_), None) => c.set(
+            MEMBER_UPDATED,
+            false,
+            REASON_OUTDATED,
+            "its pod runs an older pod spec; a rolling update restarts it",
+        ),
+        (None, None) => c.set(MEMBER_UPDATED, false, REASON_NO_POD, "no pod"),
+    }
+    if let Some((req, cap)) = pvc.and_then(|p| Some((volume(p).requested?, capacity(p)?))) {
+        let growing = matches!(
+            (quantity_bytes(&req), quantity_bytes(&cap)),
+            (Some(r), Some(c)) if c < r
+        );
+        if growing {
+            let msg = format!("its volume is being expanded from {cap} to {req}");
+            c.set(MEMBER_VOLUME_RESIZING, true, REASON_EXPANDING, msg);
+        } else {
+            let msg = format!("capacity {cap}");
+            c.set(MEMBER_VOLUME_RESIZING, false, REASON_CAPACITY_MATCHES, msg);
+        }
+    }
+    match &m.scrape {
+        Some(s) if s.write_stopped => c.set(
+            MEMBER_DISK_WRITE_STOPPED,
+            true,
+            REASON_DISK_HIGH_WATER,
+            DISK_WRITE_STOPPED_ADVICE,
+        ),
+        Some(_) => c.set(MEMBER_DISK_WRITE_STOPPED, false, REASON_WRITES_ACCEPTED, ""),
+        None => {}
+    }
+}
+
+/// Ready, Progressing, Blocked and RemovalChoices of the cluster.
+fn cluster_conditions(input: &StatusInput, t: &Time) -> Vec<Condition> {
+    let StatusInput {
+        cr,
+        prev,
+        decision: d,
+        unknown_choices,
+        ..
+    } = *input;
+    let mut c = Conditions::new(prev.conditions.clone(), t, cr.metadata.generation);
+    let healthy = d.phase == ClusterPhase::Healthy;
+    if healthy {
+        let msg = format!(
+            "{} members Active, fully replicated",
+            d.memory.members.len()
+        );
+        c.set(READY, true, REASON_HEALTHY, msg);
+    } else {
+        let why = d
+            .progress
+            .clone()
+            .or_else(|| d.blocked.as_ref().map(|b| b.message.clone()))
+            .unwrap_or_default();
+        let msg = format!("phase {}: {why}", d.phase.as_str());
+        c.set(READY, false, REASON_NOT_READY, msg);
+    }
+    let (progressing, reason) = match d.phase {
+        ClusterPhase::ScalingUp => (true, REASON_SCALING_UP),
+        ClusterPhase::ScalingDown => (true, REASON_SCALING_DOWN),
+        ClusterPhase::Replacing => (true, REASON_REPLACING),
+        ClusterPhase::Updating => (true, REASON_UPDATING),
+        ClusterPhase::Paused => (false, REASON_PAUSED),
+        ClusterPhase::Reconciling => (true, REASON_RECONCILING),
+        ClusterPhase::Blocked => (false, "Blocked"),
+        ClusterPhase::Healthy => (false, REASON_IDLE),
+    };
+    c.set(
+        PROGRESSING,
+        progressing,
+        reason,
+        d.progress.clone().unwrap_or_default(),
+    );
+    match &d.blocked {
+        Some(b) => c.set(BLOCKED, true, b.reason.as_str(), &b.message),
+        None => c.set(BLOCKED, false, REASON_NOT_BLOCKED, ""),
+    }
+    if unknown_choices.is_empty() {
+        c.set(REMOVAL_CHOICES, true, REASON_VALID, "");
+    } else {
+        let msg = format!(
+            "not current members (ignored): {}",
+            unknown_choices.join(", ")
+        );
+        c.set(REMOVAL_CHOICES, false, REASON_UNKNOWN_MEMBER, msg);
+    }
+    c.list
+}
+
+/// The load figures, the autoscaler's state, and what the Ready and Autoscaling conditions
+/// say about them.
+fn load_and_autoscale(input: &StatusInput, st: &mut MarekvsClusterStatus, t: &Time) {
+    let StatusInput {
+        cr,
+        decision: d,
+        sizing,
+        ..
+    } = *input;
+    let name = cr.name_any();
+    let mut c = Conditions::new(
+        std::mem::take(&mut st.conditions),
+        t,
+        cr.metadata.generation,
+    );
+    st.ops_per_second = sizing.load.ops_per_sec.map(|o| o.round() as i64);
+    st.load_sample = sizing.load.sample.as_ref().map(|s| LoadSampleStatus {
+        sampled_at: to_time(s.at),
+        command_totals: s
+            .totals
+            .iter()
+            .map(|(o, c)| (format!("{name}-{o}"), *c as i64))
+            .collect(),
+    });
+    match &sizing.scaling {
+        Some(sd) => {
+            let have = d.memory.members.len();
+            let mut message = match &d.blocked {
+                Some(b) if sd.desired as usize != have => format!(
+                    "autoscaler wants {}, holding at {have}: {}",
+                    sd.desired, b.message
+                ),
+                _ if sd.desired as usize != have => format!(
+                    "autoscaler wants {}, cluster has {have}: {}",
+                    sd.desired, sd.reason
+                ),
+                _ => format!("autoscaler: {}", sd.reason),
+            };
+            if cr.spec.nodes as u32 != sd.desired {
+                message.push_str(&format!(
+                    "; spec.nodes ({}) is only the initial size while spec.autoscale is set",
+                    cr.spec.nodes
+                ));
+            }
+            st.autoscale = Some(AutoscaleStatus {
+                desired_nodes: Some(sd.desired as i32),
+                last_scale_up_time: sd.memory.last_scale_up_at.map(to_time),
+                last_scale_down_time: sd.memory.last_scale_down_at.map(to_time),
+                low_load_since: sd.memory.low_since.map(to_time),
+                message: Some(message.clone()),
+            });
+            c.set(AUTOSCALING, true, REASON_AUTOSCALING_ACTIVE, message);
+        }
+        None => {
+            st.autoscale = None;
+            c.remove(AUTOSCALING);
+        }
+    }
+    let stopped: Vec<&str> = st
+        .members
+        .iter()
+        .filter(|m| is_true(&m.conditions, MEMBER_DISK_WRITE_STOPPED))
+        .map(|m| m.name.as_str())
+        .collect();
+    if !stopped.is_empty() {
+        let message = format!(
+            "writes refused by {} at the disk high-water mark: {DISK_WRITE_STOPPED_ADVICE}",
+            stopped.join(", ")
+        );
+        c.set(READY, false, REASON_DISK_HIGH_WATER, message);
+    }
+    st.conditions = c.list;
+}
+
+/// Status as JSON (as the API server stores it: times in whole seconds), without the time of
+/// each member's scrape: figures read again and found the same are no reason to write.
+pub fn for_comparison(status: &MarekvsClusterStatus) -> serde_json::Value {
+    let mut v = serde_json::to_value(status).unwrap_or_default();
+    if let Some(members) = v.get_mut("members").and_then(|m| m.as_array_mut()) {
+        for m in members {
+            if let Some(metrics) = m.get_mut("metrics").and_then(|x| x.as_object_mut()) {
+                metrics.remove("scrapedAt");
+            }
+        }
+    }
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use marekvs_api::MarekvsClusterSpec;
+    use marekvs_core::autoscale::ScaleDecision;
+    use marekvs_core::{
+        BlockReason, Blocked, MemberPhase, PodObs, RemovalStep, RollStep, Scrape, VictimReason,
+    };
+    use serde_json::{Value, json};
+
+    use crate::spec::{autoscale_policy, cluster_spec};
+
+    fn cr(spec: Value) -> MarekvsCluster {
+        let spec: MarekvsClusterSpec = serde_json::from_value(spec).unwrap();
+        let mut c = MarekvsCluster::new("demo", spec);
+        c.metadata.namespace = Some("ns".into());
+        c.metadata.uid = Some("uid-1".into());
+        c.metadata.generation = Some(4);
+        c
+    }
+
+    fn no_children() -> Children {
+        Children {
+            pods: BTreeMap::new(),
+            pvcs: BTreeMap::new(),
+        }
+    }
+
+    fn decision(memory: Memory, phase: ClusterPhase, blocked: Option<Blocked>) -> Decision {
+        Decision {
+            memory,
+            actions: vec![],
+            phase,
+            blocked,
+            progress: None,
+            notes: vec![],
+            requeue_ms: 1_000,
+        }
+    }
+
+    fn status_of(
+        cr: &MarekvsCluster,
+        d: &Decision,
+        sizing: &Sizing,
+        observed: &BTreeMap<u32, MemberObs>,
+        now: Millis,
+    ) -> MarekvsClusterStatus {
+        status_from(&StatusInput {
+            cr,
+            prev: &MarekvsClusterStatus::default(),
+            decision: d,
+            observed,
+            children: &no_children(),
+            unknown_choices: &[],
+            sizing,
+            now,
+        })
+    }
+
+    fn scraped(view: u64, boots: u64) -> MemberObs {
+        MemberObs {
+            pod: Some(PodObs {
+                ready: true,
+                ..PodObs::default()
+            }),
+            pvc: None,
+            scrape: Some(Scrape {
+                view_members: view,
+                bootstraps_total: boots,
+                commands_total: 100,
+                ..Scrape::default()
+            }),
+        }
+    }
+
+    #[test]
+    fn a_rescrape_with_the_same_figures_is_no_reason_to_write_status() {
+        let member = |at: i64, under: i64| MemberStatus {
+            name: "demo-0".into(),
+            metrics: Some(MemberMetrics {
+                scraped_at: to_time(at),
+                view_members: 3,
+                underreplicated_partitions: under,
+                join_gate_pending: 0,
+                bootstraps_completed_total: 1,
+                ae_repair_ops_total: 0,
+                commands_total: 5,
+            }),
+            ..MemberStatus::default()
+        };
+        let status = |m: MemberStatus| MarekvsClusterStatus {
+            members: vec![m],
+            ..MarekvsClusterStatus::default()
+        };
+        let first = for_comparison(&status(member(1_000, 0)));
+        assert_eq!(first, for_comparison(&status(member(11_000, 0))));
+        assert_ne!(first, for_comparison(&status(member(11_000, 4))));
+    }
+
+    /// Everything the stepper remembers survives a trip through status: a restarted operator
+    /// continues the same removal or rolling update from the same step and settle clock.
+    #[test]
+    fn memory_survives_a_round_trip_through_status() {
+        let c = cr(json!({"image": "x", "nodes": 3}));
+        let now: Millis = 1_700_000_000_000;
+        let base = Memory {
+            members: [0, 1, 2, 3].into(),
+            samples: (0..4)
+                .map(|o| {
+                    let sample = Sample {
+                        bootstraps_total: u64::from(o) * 10,
+                        repairs_total: u64::from(o),
+                        changed_at: now - 1_000 * i64::from(o),
+                    };
+                    (o, sample)
+                })
+                .collect(),
+            phases: [
+                (0, MemberPhase::Active),
+                (1, MemberPhase::Updating),
+                (2, MemberPhase::Active),
+                (3, MemberPhase::Leaving),
+            ]
+            .into(),
+            blocked: Some(BlockReason::Paused),
+            ..Memory::default()
+        };
+        let removing = Memory {
+            removal: Some(Removal {
+                ordinal: 3,
+                reason: VictimReason::UserChosen,
+                step: RemovalStep::Settling,
+                started_at: now - 9_000,
+                step_started_at: now - 2_000,
+            }),
+            ..base.clone()
+        };
+        let rolling = Memory {
+            roll: Some(Roll {
+                ordinal: 1,
+                step: RollStep::Rejoining,
+                handed_off_pvc: Some("pvc-uid-1".into()),
+                started_at: now - 30_000,
+                step_started_at: now - 4_000,
+            }),
+            ..base.clone()
+        };
+        let observed: BTreeMap<u32, MemberObs> = (0..4)
+            .map(|o| {
+                let mut m = scraped(4, u64::from(o) * 10);
+                m.scrape.as_mut().unwrap().repairs_total = u64::from(o);
+                (o, m)
+            })
+            .collect();
+        let sizing = Sizing {
+            spec: cluster_spec(&c).unwrap(),
+            load: LoadMemory::default(),
+            scaling: None,
+        };
+        for memory in [base.clone(), removing, rolling] {
+            let blocked = Blocked {
+                reason: BlockReason::Paused,
+                message: "held".into(),
+            };
+            let d = decision(memory.clone(), ClusterPhase::Paused, Some(blocked));
+            let st = status_of(&c, &d, &sizing, &observed, now);
+            assert_eq!(st.instance_names, ["demo-0", "demo-1", "demo-2", "demo-3"]);
+            assert_eq!(memory_from_status("demo", &st), memory);
+        }
+    }
+
+    #[test]
+    fn load_and_autoscaler_state_survive_a_round_trip_through_status() {
+        let c = cr(
+            json!({"image": "x", "nodes": 3, "autoscale": {"minNodes": 3, "maxNodes": 6, "targetOpsPerNode": 100}}),
+        );
+        let now: Millis = 1_700_000_000_000;
+        let load = LoadMemory {
+            sample: Some(LoadSample {
+                at: now,
+                totals: [(0, 5), (1, 7), (2, 9)].into(),
+            }),
+            ops_per_sec: Some(420.0),
+        };
+        let scaling = ScaleDecision {
+            desired: 5,
+            memory: ScaleMemory {
+                desired: Some(5),
+                last_scale_up_at: Some(now - 60_000),
+                last_scale_down_at: None,
+                low_since: Some(now - 5_000),
+            },
+            reason: "scaling up to 5: 420 ops/s over 100 per member".into(),
+        };
+        assert!(c.spec.autoscale.as_ref().map(autoscale_policy).is_some());
+        let mut spec = cluster_spec(&c).unwrap();
+        spec.nodes = 5;
+        let sizing = Sizing {
+            spec,
+            load: load.clone(),
+            scaling: Some(scaling.clone()),
+        };
+        let memory = Memory {
+            members: [0, 1, 2].into(),
+            ..Memory::default()
+        };
+        let d = decision(memory, ClusterPhase::ScalingUp, None);
+        let st = status_of(&c, &d, &sizing, &BTreeMap::new(), now);
+        assert_eq!(load_from_status("demo", &st), load);
+        assert_eq!(scale_from_status(&st), scaling.memory);
+        assert_eq!(autoscale_last_asked(&st), Some(5));
+        assert_eq!(st.ops_per_second, Some(420));
+        assert_eq!(st.desired_nodes, Some(5));
+        let condition = st
+            .conditions
+            .iter()
+            .find(|c| c.type_ == AUTOSCALING)
+            .unwrap();
+        let msg = &condition.message;
+        assert!(
+            msg.starts_with("autoscaler wants 5, cluster has 3"),
+            "{msg}"
+        );
+        assert!(
+            msg.contains("spec.nodes (3) is only the initial size"),
+            "{msg}"
+        );
+    }
+}

@@ -1,0 +1,184 @@
+//! Events that report a change between the status last written and the one about to be
+//! written, beyond the stepper's own notes: the autoscaler's wish moving, a member starting to
+//! refuse writes, and `spec.removeMembers` naming no current member. Each fires once, on the
+//! transition.
+
+use std::collections::BTreeSet;
+
+use crate::autoscale::ScaleDecision;
+use crate::types::{ClusterSpec, EventKind, Note};
+
+/// What to do about a member that stopped writes, for its condition and its Event.
+pub const DISK_WRITE_STOPPED_ADVICE: &str = "its volume reached the disk high-water mark and it refuses writes; grow storage.size (volumes expand in place), add members (spec.nodes or autoscale), or delete data";
+
+/// What the last written status reported.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Reported {
+    /// The size the autoscaler asked for.
+    pub autoscale_desired: Option<u32>,
+    /// Members reported as refusing writes.
+    pub write_stopped: BTreeSet<u32>,
+    /// Whether unknown entries of `spec.removeMembers` were reported.
+    pub unknown_choices: bool,
+}
+
+/// What this pass reports.
+#[derive(Clone, Copy, Debug)]
+pub struct Reporting<'a> {
+    pub scaling: Option<&'a ScaleDecision>,
+    pub write_stopped: &'a BTreeSet<u32>,
+    pub unknown_choices: &'a [String],
+}
+
+pub fn transition_notes(spec: &ClusterSpec, before: &Reported, now: Reporting) -> Vec<Note> {
+    let mut notes = Vec::new();
+    if let (Some(sd), Some(was)) = (now.scaling, before.autoscale_desired)
+        && was != sd.desired
+    {
+        notes.push(Note {
+            kind: EventKind::Normal,
+            reason: if sd.desired > was {
+                "AutoscaleUp"
+            } else {
+                "AutoscaleDown"
+            },
+            message: format!("autoscaler: {was} → {} members: {}", sd.desired, sd.reason),
+            member: None,
+        });
+    }
+    for o in now.write_stopped.difference(&before.write_stopped) {
+        notes.push(Note {
+            kind: EventKind::Warning,
+            reason: "DiskWriteStopped",
+            message: format!("{}: {DISK_WRITE_STOPPED_ADVICE}", spec.member_name(*o)),
+            member: Some(*o),
+        });
+    }
+    if !now.unknown_choices.is_empty() && !before.unknown_choices {
+        notes.push(Note {
+            kind: EventKind::Warning,
+            reason: "UnknownRemovalChoice",
+            message: format!(
+                "spec.removeMembers names no current member: {} (ignored)",
+                now.unknown_choices.join(", ")
+            ),
+            member: None,
+        });
+    }
+    notes
+}
+
+/// Entries of `spec.removeMembers` (with the ordinal each names, if it parses) that are
+/// members neither before nor after this pass.
+pub fn unknown_removal_choices(
+    choices: &[(String, Option<u32>)],
+    before: &BTreeSet<u32>,
+    after: &BTreeSet<u32>,
+) -> Vec<String> {
+    choices
+        .iter()
+        .filter(|(_, o)| o.is_none_or(|o| !after.contains(&o) && !before.contains(&o)))
+        .map(|(name, _)| name.clone())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::autoscale::ScaleMemory;
+
+    fn spec() -> ClusterSpec {
+        ClusterSpec {
+            name: "demo".into(),
+            nodes: 3,
+            replication_factor: 2,
+            remove_first: BTreeSet::new(),
+            reclaim_pvcs: false,
+            settle_ms: 1_000,
+            handoff_timeout_ms: 60_000,
+            paused: false,
+        }
+    }
+
+    fn wish(desired: u32) -> ScaleDecision {
+        ScaleDecision {
+            desired,
+            memory: ScaleMemory::default(),
+            reason: "load".into(),
+        }
+    }
+
+    fn reasons(notes: &[Note]) -> Vec<&str> {
+        notes.iter().map(|n| n.reason).collect()
+    }
+
+    #[test]
+    fn each_change_is_reported_once() {
+        let none = BTreeSet::new();
+        let stopped: BTreeSet<u32> = [1].into();
+        let unknown = ["demo-9".to_string()];
+        let before = Reported {
+            autoscale_desired: Some(3),
+            ..Reported::default()
+        };
+        let first = transition_notes(
+            &spec(),
+            &before,
+            Reporting {
+                scaling: Some(&wish(4)),
+                write_stopped: &stopped,
+                unknown_choices: &unknown,
+            },
+        );
+        assert_eq!(
+            reasons(&first),
+            ["AutoscaleUp", "DiskWriteStopped", "UnknownRemovalChoice"]
+        );
+        assert!(first[1].message.starts_with("demo-1: "));
+        assert_eq!(first[1].member, Some(1));
+        // The next pass, with the same figures: nothing new to say.
+        let reported = Reported {
+            autoscale_desired: Some(4),
+            write_stopped: stopped.clone(),
+            unknown_choices: true,
+        };
+        let again = Reporting {
+            scaling: Some(&wish(4)),
+            write_stopped: &stopped,
+            unknown_choices: &unknown,
+        };
+        assert!(transition_notes(&spec(), &reported, again).is_empty());
+        let down = Reporting {
+            scaling: Some(&wish(3)),
+            write_stopped: &none,
+            unknown_choices: &[],
+        };
+        assert_eq!(
+            reasons(&transition_notes(&spec(), &reported, down)),
+            ["AutoscaleDown"]
+        );
+        // The autoscaler's first wish has nothing to compare with.
+        let first_wish = Reporting {
+            scaling: Some(&wish(5)),
+            write_stopped: &none,
+            unknown_choices: &[],
+        };
+        assert!(transition_notes(&spec(), &Reported::default(), first_wish).is_empty());
+    }
+
+    #[test]
+    fn a_removal_choice_is_unknown_unless_it_names_a_member_before_or_after() {
+        let choices = [
+            ("demo-1".to_string(), Some(1)),
+            ("demo-4".to_string(), Some(4)),
+            ("demo-x".to_string(), None),
+            ("demo-7".to_string(), Some(7)),
+        ];
+        let before: BTreeSet<u32> = [0, 1, 2, 4].into();
+        let after: BTreeSet<u32> = [0, 1, 2].into();
+        assert_eq!(
+            unknown_removal_choices(&choices, &before, &after),
+            ["demo-x", "demo-7"]
+        );
+    }
+}
