@@ -9,7 +9,7 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::runtime::events::{Recorder, Reporter};
-use kube::runtime::reflector::{self, ObjectRef};
+use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{Controller, WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
 use marekvs_api::MarekvsCluster;
@@ -127,28 +127,16 @@ pub async fn run(
     let service_stream = service_stream.inspect(move |r| note_child(&m, r));
     let m = metrics.clone();
     let pdb_stream = pdb_stream.inspect(move |r| note_child(&m, r));
-    let ready = {
-        let (crs, pods, pvcs, services, pdbs, m) = (
+    tokio::spawn(ready_when_synced(
+        (
             crs.clone(),
             pods.clone(),
             pvcs.clone(),
             services.clone(),
             pdbs.clone(),
-            metrics.clone(),
-        );
-        async move {
-            let synced = crs.wait_until_ready().await.is_ok()
-                && pods.wait_until_ready().await.is_ok()
-                && pvcs.wait_until_ready().await.is_ok()
-                && services.wait_until_ready().await.is_ok()
-                && pdbs.wait_until_ready().await.is_ok();
-            if synced {
-                info!("watch caches synced");
-                m.ready.store(true, Ordering::Relaxed);
-            }
-        }
-    };
-    tokio::spawn(ready);
+        ),
+        metrics.clone(),
+    ));
     Controller::for_stream(cr_stream, crs)
         .owns_stream(pod_stream)
         .owns_stream(service_stream)
@@ -162,24 +150,53 @@ pub async fn run(
         })
         .shutdown_on_signal()
         .run(reconcile::reconcile, reconcile::error_policy, ctx)
-        .for_each(|r| async move {
-            match r {
-                // A stale copy of the object: expected now and then, retried at once.
-                Err(kube::runtime::controller::Error::ReconcilerFailed(e, obj))
-                    if e.code() == Some(409) =>
-                {
-                    debug!(object = %obj, "conflict; retrying: {e}")
-                }
-                // Expected for a moment after start: retried in 100 ms.
-                Err(kube::runtime::controller::Error::ReconcilerFailed(Error::NotSynced, obj)) => {
-                    debug!(object = %obj, "watch caches not synced yet")
-                }
-                Err(e) => warn!("{e}"),
-                Ok(_) => {}
-            }
-        })
+        .for_each(|r| async move { log_outcome(r) })
         .await;
     Ok(())
+}
+
+type Caches = (
+    Store<MarekvsCluster>,
+    Store<Pod>,
+    Store<PersistentVolumeClaim>,
+    Store<Service>,
+    Store<PodDisruptionBudget>,
+);
+
+/// Report ready (`/readyz`) once every cache holds its first LIST.
+async fn ready_when_synced(caches: Caches, metrics: Arc<telemetry::Metrics>) {
+    let (crs, pods, pvcs, services, pdbs) = caches;
+    let synced = crs.wait_until_ready().await.is_ok()
+        && pods.wait_until_ready().await.is_ok()
+        && pvcs.wait_until_ready().await.is_ok()
+        && services.wait_until_ready().await.is_ok()
+        && pdbs.wait_until_ready().await.is_ok();
+    if synced {
+        info!("watch caches synced");
+        metrics.ready.store(true, Ordering::Relaxed);
+    }
+}
+
+type Outcome = Result<
+    (ObjectRef<MarekvsCluster>, kube::runtime::controller::Action),
+    kube::runtime::controller::Error<Error, watcher::Error>,
+>;
+
+/// Log a pass's outcome: expected retries at debug, anything else as a warning.
+fn log_outcome(r: Outcome) {
+    use kube::runtime::controller::Error::ReconcilerFailed;
+    match r {
+        // A stale copy of the object: expected now and then, retried at once.
+        Err(ReconcilerFailed(e, obj)) if e.code() == Some(409) => {
+            debug!(object = %obj, "conflict; retrying: {e}")
+        }
+        // Expected for a moment after start: retried in 100 ms.
+        Err(ReconcilerFailed(Error::NotSynced, obj)) => {
+            debug!(object = %obj, "watch caches not synced yet")
+        }
+        Err(e) => warn!("{e}"),
+        Ok(_) => {}
+    }
 }
 
 /// What a cache keeps of an object. managedFields go from every kind: they are most of an
