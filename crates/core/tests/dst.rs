@@ -27,6 +27,10 @@
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
+use marekvs_core::autoscale::{LoadMemory, Policy, ScaleMemory};
+use marekvs_core::recreate::{creations_before_scrapes, still_to_do};
+use marekvs_core::sizing::{SizingInput, size, unscraped_target};
+use marekvs_core::transitions::{Reported, Reporting, transition_notes};
 use marekvs_core::*;
 
 const PARTITIONS: usize = 32;
@@ -71,6 +75,8 @@ struct Pod {
     crashed_until: Option<u64>,
     boots: u64,
     repairs: u64,
+    /// `marekvs_commands_total`: reset when the process restarts.
+    commands: u64,
 }
 
 impl Pod {
@@ -182,6 +188,7 @@ impl World {
                 p.crashed_until = None;
                 p.phase = Phase::Joining;
                 p.drained = false;
+                p.commands = 0;
             }
         }
         for o in gone {
@@ -327,6 +334,11 @@ impl World {
                     join_pending,
                     bootstraps_total: p.boots,
                     repairs_total: p.repairs,
+                    commands_total: p.commands,
+                    disk: self.vols.get(&o).map(|v| Disk {
+                        used_bytes: (v.data.iter().filter(|x| **x).count() as u64) << 20,
+                        total_bytes: 64 << 20,
+                    }),
                     ..Scrape::default()
                 })
             });
@@ -349,6 +361,19 @@ impl World {
             );
         }
         out
+    }
+
+    /// Clients spread `ops` commands a second over the running members.
+    fn serve(&mut self, ops: u64) {
+        let running: Vec<u32> = self
+            .pods
+            .iter()
+            .filter(|(_, p)| p.running() && p.deleted_at.is_none())
+            .map(|(o, _)| *o)
+            .collect();
+        for o in &running {
+            self.pods.get_mut(o).unwrap().commands += ops / running.len() as u64;
+        }
     }
 
     /// Partitions that no current member's volume holds.
@@ -391,6 +416,7 @@ impl World {
                             crashed_until: None,
                             boots: 0,
                             repairs: 0,
+                            commands: 0,
                         },
                     );
                     self.op_deleted.remove(&o);
@@ -450,16 +476,361 @@ impl World {
     }
 }
 
-struct Outcome {
-    violations: Vec<String>,
+/// What the operator keeps in the object's status between passes.
+#[derive(Clone, Debug, Default)]
+struct Status {
+    memory: Memory,
+    load: LoadMemory,
+    scale: ScaleMemory,
+    reported: Reported,
+}
+
+/// Counted over a schedule: what was checked, and how often each path of the shell's
+/// composition was taken (the test asserts each is reached).
+#[derive(Clone, Copy, Debug, Default)]
+struct Counts {
     faults: u64,
     steps: u64,
+    invariant_checks: u64,
+    /// Pods or PVCs created before the scrapes (the watch's fast path or a pass's start).
+    early_creations: u64,
+    /// Early creations made from a stale status.
+    early_creations_stale: u64,
+    /// Passes in which the autoscaler asked for another size than the membership.
+    autoscaler_moves: u64,
+    /// Events derived from status changes (autoscaler target moved).
+    transition_notes: u64,
+}
+
+impl std::ops::AddAssign for Counts {
+    fn add_assign(&mut self, o: Counts) {
+        self.faults += o.faults;
+        self.steps += o.steps;
+        self.invariant_checks += o.invariant_checks;
+        self.early_creations += o.early_creations;
+        self.early_creations_stale += o.early_creations_stale;
+        self.autoscaler_moves += o.autoscaler_moves;
+        self.transition_notes += o.transition_notes;
+    }
+}
+
+struct Outcome {
+    violations: Vec<String>,
+    counts: Counts,
+}
+
+/// The users and the faults of one tick; returns how many were injected.
+fn inject_faults(w: &mut World, spec: &mut ClusterSpec, ops: &mut u64, rng: &mut Rng) -> u64 {
+    let t = w.t;
+    let rf = spec.replication_factor;
+    let mut faults = 0;
+    let ords: Vec<u32> = w.pods.keys().copied().collect();
+    let pick = |rng: &mut Rng| ords.get(rng.below(ords.len() as u64) as usize).copied();
+    if rng.chance(0.02)
+        && let Some(o) = pick(rng)
+    {
+        let p = w.pods.get_mut(&o).unwrap();
+        if p.running() {
+            p.crashed_until = Some(t + 2 + rng.below(8));
+            faults += 1;
+        }
+    }
+    if rng.chance(0.02)
+        && let Some(o) = pick(rng)
+    {
+        w.scrape_hang_until.insert(o, t + 1 + rng.below(10));
+        faults += 1;
+    }
+    if rng.chance(0.02)
+        && let Some(o) = pick(rng)
+    {
+        w.drain_hang_until.insert(o, t + 1 + rng.below(20));
+        faults += 1;
+    }
+    if rng.chance(0.01)
+        && let Some(o) = pick(rng)
+    {
+        // A user deletes a pod: it comes back on its volume.
+        if let Some(p) = w.pods.get_mut(&o)
+            && p.deleted_at.is_none()
+        {
+            p.deleted_at = Some(t);
+            faults += 1;
+        }
+    }
+    if rng.chance(0.01)
+        && w.fully_replicated()
+        && let Some(o) = pick(rng)
+    {
+        // A careful user replaces a member with a fresh volume, only when fully
+        // replicated and its data has other copies (never with replicationFactor 1).
+        let others = w.active();
+        let copied = (0..PARTITIONS)
+            .all(|p| !w.holds(o, p) || others.iter().any(|m| *m != o && w.holds(*m, p)));
+        if copied
+            && let Some(p) = w.pods.get_mut(&o)
+            && p.deleted_at.is_none()
+        {
+            p.deleted_at = Some(t);
+            w.vols.get_mut(&o).unwrap().deleting = true;
+            faults += 1;
+        }
+    }
+    if rng.chance(0.03) {
+        spec.nodes = rf + 1 + rng.below(4) as u32;
+        faults += 1;
+    }
+    if rng.chance(0.03) {
+        // The client load moves (what the autoscaler follows, when it is on).
+        *ops = rng.below(100 * u64::from(rf + 5));
+        faults += 1;
+    }
+    if rng.chance(0.01) {
+        w.version += 1;
+        faults += 1;
+    }
+    if rng.chance(0.005) {
+        for v in w.vols.values_mut() {
+            v.outdated = true;
+        }
+        faults += 1;
+    }
+    if rng.chance(0.02) {
+        spec.paused = !spec.paused;
+        faults += 1;
+    }
+    for o in w.pods.keys() {
+        if !w.view_lag.contains_key(o) || rng.chance(0.1) {
+            w.view_lag.insert(*o, rng.below(4) as usize);
+        }
+    }
+    faults
+}
+
+fn trace_world(w: &World, status: &Status, spec: &ClusterSpec) {
+    let pods: Vec<String> = w
+        .pods
+        .iter()
+        .map(|(o, p)| {
+            format!(
+                "{o}:{:?}{}{}{} holds {}",
+                p.phase,
+                if p.running() { "" } else { "/crashed" },
+                if p.drained { "/drained" } else { "" },
+                if p.deleted_at.is_some() {
+                    "/deleted"
+                } else {
+                    ""
+                },
+                w.vols
+                    .get(o)
+                    .map_or(0, |v| v.data.iter().filter(|x| **x).count())
+            )
+        })
+        .collect();
+    eprintln!(
+        "t={} world {pods:?} members {:?} nodes {} paused {}",
+        w.t, status.memory.members, spec.nodes, spec.paused
+    );
+}
+
+/// The operator's side of one schedule: its status, and its restarts.
+struct Operator {
+    spec: ClusterSpec,
+    policy: Option<Policy>,
+    persisted: Status,
+    /// The status before the last write: what a stale cache still shows.
+    previous: Status,
+    down_until: u64,
+}
+
+/// What one pass of the operator did.
+struct Pass {
+    phase: ClusterPhase,
+    quiet: bool,
+    target: u32,
+}
+
+impl Operator {
+    /// The watch's fast path, or the start of a pass: creations of an unchanged membership
+    /// from the caches alone, before any scrape, on a status that may be stale.
+    fn create_early(
+        &self,
+        w: &mut World,
+        rng: &mut Rng,
+        faulty: bool,
+        counts: &mut Counts,
+        violations: &mut Vec<String>,
+    ) -> Vec<Action> {
+        let stale = faulty && rng.chance(0.15);
+        let status = if stale {
+            &self.previous
+        } else {
+            &self.persisted
+        };
+        let mut unscraped = w.observe(rng, &status.memory.members, 0.0);
+        unscraped.values_mut().for_each(|m| m.scrape = None);
+        let last_asked = self.policy.as_ref().and(status.scale.desired);
+        let target = unscraped_target(&self.spec, last_asked);
+        let now = w.t as Millis * 1000;
+        let made = creations_before_scrapes(&target, &status.memory, &unscraped, now).actions;
+        for a in &made {
+            counts.invariant_checks += 1;
+            match a {
+                Action::CreatePod(o) | Action::CreatePvc(o)
+                    if status.memory.members.contains(o) => {}
+                _ => violations.push(format!("t={}: {a:?} before the scrapes", w.t)),
+            }
+            if let Err(e) = w.apply(*a, &self.persisted.memory.members) {
+                violations.push(format!("t={}: {e}", w.t));
+            }
+        }
+        counts.early_creations += made.len() as u64;
+        if stale {
+            counts.early_creations_stale += made.len() as u64;
+        }
+        made
+    }
+
+    /// One pass as the shell runs it: size, decide, derive the Events, record, act.
+    fn pass(
+        &mut self,
+        w: &mut World,
+        rng: &mut Rng,
+        faulty: bool,
+        counts: &mut Counts,
+        violations: &mut Vec<String>,
+    ) -> Pass {
+        let t = w.t;
+        let now = t as Millis * 1000;
+        let made = if rng.chance(0.5) {
+            self.create_early(w, rng, faulty, counts, violations)
+        } else {
+            Vec::new()
+        };
+        let stale = faulty && rng.chance(0.15);
+        let status = if stale {
+            &self.previous
+        } else {
+            &self.persisted
+        };
+        let timeouts = if faulty { 0.03 } else { 0.0 };
+        let observed = w.observe(rng, &status.memory.members, timeouts);
+        let sizing = size(&SizingInput {
+            spec: &self.spec,
+            policy: self.policy.as_ref(),
+            members: &status.memory.members,
+            observed: &observed,
+            load: &status.load,
+            scale: &status.scale,
+            now,
+        });
+        if sizing.spec.target() as usize != status.memory.members.len() && sizing.scaling.is_some()
+        {
+            counts.autoscaler_moves += 1;
+        }
+        let d = decide(&Input {
+            spec: &sizing.spec,
+            memory: &status.memory,
+            observed: &observed,
+            now,
+        });
+        let reporting = Reporting {
+            scaling: sizing.scaling.as_ref(),
+            write_stopped: &BTreeSet::new(),
+            unknown_choices: &[],
+        };
+        let notes = transition_notes(&sizing.spec, &status.reported, reporting);
+        let pass = Pass {
+            phase: d.phase,
+            quiet: d.actions.is_empty(),
+            target: sizing.spec.target(),
+        };
+        // The status write carries the resourceVersion the decision was based on: a decision
+        // made on a stale status conflicts (409) and nothing is done.
+        if stale || (faulty && rng.chance(0.05)) {
+            return pass;
+        }
+        counts.invariant_checks += 2;
+        if d.memory.members.len() < self.persisted.memory.members.len()
+            && (d.memory.members.len() as u32) < self.spec.floor()
+        {
+            violations.push(format!(
+                "t={t}: members {} below the floor {}",
+                d.memory.members.len(),
+                self.spec.floor()
+            ));
+        }
+        let written = Status {
+            memory: d.memory.clone(),
+            load: sizing.load.clone(),
+            scale: sizing
+                .scaling
+                .as_ref()
+                .map(|s| s.memory.clone())
+                .unwrap_or_default(),
+            reported: Reported {
+                autoscale_desired: sizing.scaling.as_ref().map(|s| s.desired),
+                ..Reported::default()
+            },
+        };
+        // Events only on transitions: once written, the same report says nothing new.
+        if !transition_notes(&sizing.spec, &written.reported, reporting).is_empty() {
+            violations.push(format!("t={t}: a reported change would be reported again"));
+        }
+        counts.transition_notes += notes.len() as u64;
+        self.previous = std::mem::replace(&mut self.persisted, written);
+        let actions = still_to_do(&d.actions, &made);
+        let n = if faulty && rng.chance(0.02) {
+            counts.faults += 1;
+            self.down_until = t + 1 + rng.below(5);
+            rng.below(actions.len() as u64 + 1) as usize
+        } else {
+            actions.len()
+        };
+        if w.trace && !actions.is_empty() {
+            eprintln!("t={t} {:?} actions {:?}", d.phase, &actions[..n]);
+        }
+        for a in &actions[..n] {
+            if let Err(e) = w.apply(*a, &self.persisted.memory.members) {
+                violations.push(format!("t={t}: {e}"));
+            }
+        }
+        pass
+    }
+}
+
+/// The invariants that hold after every step.
+fn check_step(w: &mut World, members: &BTreeSet<u32>, counts: &mut Counts) -> Vec<String> {
+    let t = w.t;
+    let mut violations = Vec::new();
+    w.op_deleted.retain(|o| members.contains(o));
+    // At most one member disrupted by the operator.
+    let disrupted: BTreeSet<u32> = members
+        .iter()
+        .copied()
+        .filter(|o| {
+            w.op_deleted.contains(o)
+                || w.pods
+                    .get(o)
+                    .is_some_and(|p| p.drained && p.deleted_at.is_none())
+        })
+        .collect();
+    if disrupted.len() > 1 {
+        violations.push(format!("t={t}: members disrupted at once: {disrupted:?}"));
+    }
+    let lost = w.lost(members);
+    if !lost.is_empty() {
+        violations.push(format!("t={t}: partitions lost: {lost:?}"));
+    }
+    counts.invariant_checks += 2;
+    violations
 }
 
 fn run(seed: u64, trace: bool) -> Outcome {
     let mut rng = Rng(seed);
     let rf = 1 + rng.below(3) as u32;
-    let mut spec = ClusterSpec {
+    let spec = ClusterSpec {
         name: "demo".into(),
         nodes: rf + 1 + rng.below(3) as u32,
         replication_factor: rf,
@@ -469,235 +840,85 @@ fn run(seed: u64, trace: bool) -> Outcome {
         handoff_timeout_ms: 60_000,
         paused: false,
     };
+    let policy = rng.chance(0.3).then(|| Policy {
+        min_nodes: rf + 1,
+        max_nodes: rf + 4,
+        target_ops_per_node: 100.0,
+        scale_down_stabilization_ms: 20_000,
+        scale_up_cooldown_ms: 10_000,
+        disk_high_water: 0.9,
+    });
+    let mut op = Operator {
+        spec,
+        policy,
+        persisted: Status::default(),
+        previous: Status::default(),
+        down_until: 0,
+    };
+    let mut ops = rng.below(100 * u64::from(rf + 3));
     let mut w = World::new(rf as usize, trace);
-    let mut persisted = Memory::default();
-    let mut previous = Memory::default();
-    let mut op_down_until = 0u64;
+    let mut counts = Counts::default();
     let mut violations = Vec::new();
-    let mut faults = 0u64;
-    let mut converged_at = None;
-    let timeouts = 0.03;
+    let mut converged = None;
     for _ in 0..(FAULT_TICKS + CONVERGE_TICKS) {
         w.step();
-        let t = w.t;
-        let faulty = t <= FAULT_TICKS;
-        let now = t as Millis * 1000;
+        w.serve(ops);
+        let faulty = w.t <= FAULT_TICKS;
         if faulty && w.born {
-            // Faults and users.
-            let ords: Vec<u32> = w.pods.keys().copied().collect();
-            let pick = |rng: &mut Rng| ords.get(rng.below(ords.len() as u64) as usize).copied();
-            if rng.chance(0.02)
-                && let Some(o) = pick(&mut rng)
-            {
-                let p = w.pods.get_mut(&o).unwrap();
-                if p.running() {
-                    p.crashed_until = Some(t + 2 + rng.below(8));
-                    faults += 1;
-                }
-            }
-            if rng.chance(0.02)
-                && let Some(o) = pick(&mut rng)
-            {
-                w.scrape_hang_until.insert(o, t + 1 + rng.below(10));
-                faults += 1;
-            }
-            if rng.chance(0.02)
-                && let Some(o) = pick(&mut rng)
-            {
-                w.drain_hang_until.insert(o, t + 1 + rng.below(20));
-                faults += 1;
-            }
-            if rng.chance(0.01)
-                && let Some(o) = pick(&mut rng)
-            {
-                // A user deletes a pod: it comes back on its volume.
-                if let Some(p) = w.pods.get_mut(&o)
-                    && p.deleted_at.is_none()
-                {
-                    p.deleted_at = Some(t);
-                    faults += 1;
-                }
-            }
-            if rng.chance(0.01)
-                && w.fully_replicated()
-                && let Some(o) = pick(&mut rng)
-            {
-                // A careful user replaces a member with a fresh volume, only when fully
-                // replicated and its data has other copies (never with replicationFactor 1).
-                let others = w.active();
-                let copied = (0..PARTITIONS)
-                    .all(|p| !w.holds(o, p) || others.iter().any(|m| *m != o && w.holds(*m, p)));
-                if copied
-                    && let Some(p) = w.pods.get_mut(&o)
-                    && p.deleted_at.is_none()
-                {
-                    p.deleted_at = Some(t);
-                    w.vols.get_mut(&o).unwrap().deleting = true;
-                    faults += 1;
-                }
-            }
-            if rng.chance(0.03) {
-                spec.nodes = rf + 1 + rng.below(4) as u32;
-                faults += 1;
-            }
-            if rng.chance(0.01) {
-                w.version += 1;
-                faults += 1;
-            }
-            if rng.chance(0.005) {
-                for v in w.vols.values_mut() {
-                    v.outdated = true;
-                }
-                faults += 1;
-            }
-            if rng.chance(0.02) {
-                spec.paused = !spec.paused;
-                faults += 1;
-            }
-            for o in w.pods.keys() {
-                if !w.view_lag.contains_key(o) || rng.chance(0.1) {
-                    w.view_lag.insert(*o, rng.below(4) as usize);
-                }
-            }
+            counts.faults += inject_faults(&mut w, &mut op.spec, &mut ops, &mut rng);
         } else if !faulty {
-            spec.paused = false;
+            op.spec.paused = false;
             w.view_lag.values_mut().for_each(|l| *l = 0);
         }
-
         if w.trace {
-            let pods: Vec<String> = w
-                .pods
-                .iter()
-                .map(|(o, p)| {
-                    format!(
-                        "{o}:{:?}{}{}{} holds {}",
-                        p.phase,
-                        if p.running() { "" } else { "/crashed" },
-                        if p.drained { "/drained" } else { "" },
-                        if p.deleted_at.is_some() {
-                            "/deleted"
-                        } else {
-                            ""
-                        },
-                        w.vols
-                            .get(o)
-                            .map_or(0, |v| v.data.iter().filter(|x| **x).count())
-                    )
-                })
-                .collect();
-            eprintln!(
-                "t={t} world {pods:?} members {:?} nodes {} paused {}",
-                persisted.members, spec.nodes, spec.paused
-            );
+            trace_world(&w, &op.persisted, &op.spec);
         }
-        // The operator.
-        if t >= op_down_until {
-            let stale = faulty && rng.chance(0.15);
-            let memory = if stale { &previous } else { &persisted };
-            let observed = w.observe(
-                &mut rng,
-                &memory.members,
-                if faulty { timeouts } else { 0.0 },
-            );
-            let d = decide(&Input {
-                spec: &spec,
-                memory,
-                observed: &observed,
-                now,
-            });
-            // The status write carries the resourceVersion the decision was based on: a decision
-            // made on a stale status conflicts (409) and nothing is done.
-            let write_fails = stale || (faulty && rng.chance(0.05));
-            if !write_fails {
-                let before = persisted.members.len();
-                if d.memory.members.len() < before && (d.memory.members.len() as u32) < spec.floor()
-                {
-                    violations.push(format!(
-                        "t={t}: members {} below the floor {}",
-                        d.memory.members.len(),
-                        spec.floor()
-                    ));
-                }
-                previous = std::mem::replace(&mut persisted, d.memory.clone());
-                let crash = faulty && rng.chance(0.02);
-                let n = if crash {
-                    faults += 1;
-                    op_down_until = t + 1 + rng.below(5);
-                    rng.below(d.actions.len() as u64 + 1) as usize
-                } else {
-                    d.actions.len()
-                };
-                if w.trace && !d.actions.is_empty() {
-                    eprintln!(
-                        "t={t} {:?} actions {:?}{}",
-                        d.phase,
-                        &d.actions[..n],
-                        if stale { " (stale status)" } else { "" }
-                    );
-                }
-                for a in &d.actions[..n] {
-                    if let Err(e) = w.apply(*a, &persisted.members) {
-                        violations.push(format!("t={t}: {e}"));
-                    }
-                }
-            }
-            if !faulty
-                && converged_at.is_none()
-                && d.phase == ClusterPhase::Healthy
-                && d.actions.is_empty()
-            {
-                converged_at = Some(t);
+        if w.t >= op.down_until {
+            let pass = op.pass(&mut w, &mut rng, faulty, &mut counts, &mut violations);
+            if !faulty && pass.phase == ClusterPhase::Healthy && pass.quiet {
+                converged = Some(pass.target);
             }
         }
-        w.op_deleted.retain(|o| persisted.members.contains(o));
-        // At most one member disrupted by the operator.
-        let disrupted: BTreeSet<u32> = persisted
-            .members
-            .iter()
-            .copied()
-            .filter(|o| {
-                w.op_deleted.contains(o)
-                    || w.pods
-                        .get(o)
-                        .is_some_and(|p| p.drained && p.deleted_at.is_none())
-            })
-            .collect();
-        if disrupted.len() > 1 {
-            violations.push(format!("t={t}: members disrupted at once: {disrupted:?}"));
-        }
-        let lost = w.lost(&persisted.members);
-        if !lost.is_empty() {
-            violations.push(format!("t={t}: partitions lost: {lost:?}"));
-        }
-        if !violations.is_empty() || converged_at.is_some() {
+        violations.extend(check_step(
+            &mut w,
+            &op.persisted.memory.members,
+            &mut counts,
+        ));
+        if !violations.is_empty() || converged.is_some() {
             break;
         }
     }
+    counts.steps = w.t;
     if violations.is_empty() {
-        match converged_at {
-            None => violations.push(format!(
-                "did not converge within {CONVERGE_TICKS} fault-free ticks: members {:?} of {}, removal {:?}, roll {:?}",
-                persisted.members, spec.target(), persisted.removal, persisted.roll
-            )),
-            Some(_) => {
-                if persisted.members.len() as u32 != spec.target() {
-                    violations.push(format!("converged with {} members, want {}", persisted.members.len(), spec.target()));
-                }
-                let member_vol_outdated = persisted
-                    .members
-                    .iter()
-                    .any(|o| w.vols.get(o).is_none_or(|v| v.outdated));
-                if w.pods.values().any(|p| p.version != w.version) || member_vol_outdated {
-                    violations.push("converged with outdated members".into());
-                }
-            }
-        }
+        violations.extend(check_converged(&w, &op.persisted.memory, converged));
     }
-    Outcome {
-        violations,
-        faults,
-        steps: w.t,
+    Outcome { violations, counts }
+}
+
+/// Once faults stop, the cluster reaches the size asked for, every member up to date.
+fn check_converged(w: &World, memory: &Memory, converged: Option<u32>) -> Vec<String> {
+    let mut violations = Vec::new();
+    let Some(target) = converged else {
+        violations.push(format!(
+            "did not converge within {CONVERGE_TICKS} fault-free ticks: members {:?}, removal {:?}, roll {:?}",
+            memory.members, memory.removal, memory.roll
+        ));
+        return violations;
+    };
+    if memory.members.len() as u32 != target {
+        violations.push(format!(
+            "converged with {} members, want {target}",
+            memory.members.len()
+        ));
     }
+    let member_vol_outdated = memory
+        .members
+        .iter()
+        .any(|o| w.vols.get(o).is_none_or(|v| v.outdated));
+    if w.pods.values().any(|p| p.version != w.version) || member_vol_outdated {
+        violations.push("converged with outdated members".into());
+    }
+    violations
 }
 
 #[test]
@@ -712,20 +933,26 @@ fn no_schedule_loses_data_or_disrupts_two_members_and_every_one_converges() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(10_000);
-    let (mut faults, mut steps) = (0u64, 0u64);
+    let mut counts = Counts::default();
     let mut failed = Vec::new();
     for seed in 0..schedules {
         let o = run(seed, false);
-        faults += o.faults;
-        steps += o.steps;
+        counts += o.counts;
         if !o.violations.is_empty() {
             failed.push((seed, o.violations));
         }
     }
     println!(
-        "dst: {schedules} schedules, {steps} steps, {faults} faults injected, {} invariant checks, {} failing",
-        steps * 4,
-        failed.len()
+        "dst: {schedules} schedules, {} steps, {} faults injected, {} invariant checks, {} failing; \
+         {} early creations ({} from a stale status), {} passes with the autoscaler moving the target, {} transition Events",
+        counts.steps,
+        counts.faults,
+        counts.invariant_checks,
+        failed.len(),
+        counts.early_creations,
+        counts.early_creations_stale,
+        counts.autoscaler_moves,
+        counts.transition_notes,
     );
     assert!(
         failed.is_empty(),
@@ -733,4 +960,10 @@ fn no_schedule_loses_data_or_disrupts_two_members_and_every_one_converges() {
         failed.len(),
         &failed[..failed.len().min(5)]
     );
+    // The simulation drives every path of the shell's composition, not only `decide`.
+    if schedules >= 1_000 {
+        assert!(counts.early_creations_stale > 0, "{counts:?}");
+        assert!(counts.autoscaler_moves > 0, "{counts:?}");
+        assert!(counts.transition_notes > 0, "{counts:?}");
+    }
 }
