@@ -40,12 +40,10 @@ where
     let name = desired.name_any();
     let ns = desired.namespace().unwrap_or_default();
     let kind = K::kind(&()).to_string();
-    let mut value = serde_json::to_value(&desired).map_err(|source| Error::Serialize {
+    let (value, hash) = build::applied(&desired).map_err(|source| Error::Serialize {
         what: format!("{kind} {name}"),
         source,
     })?;
-    let hash = build::template_hash(&value);
-    value["metadata"]["annotations"] = json!({ build::ANNOTATION_APPLIED_HASH: hash });
     let applied = cache
         .get(&ObjectRef::new(&name).within(&ns))
         .and_then(|o| o.annotations().get(build::ANNOTATION_APPLIED_HASH).cloned());

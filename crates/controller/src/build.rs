@@ -232,6 +232,15 @@ pub fn template_hash(pod_spec: &Value) -> String {
     format!("{h:016x}")
 }
 
+/// What server-side apply sends for a Service or the PDB: `desired` as JSON with its
+/// applied-hash annotation (the hash of that JSON without it), and the hash.
+pub fn applied<K: serde::Serialize>(desired: &K) -> Result<(Value, String), serde_json::Error> {
+    let mut value = serde_json::to_value(desired)?;
+    let hash = template_hash(&value);
+    value["metadata"]["annotations"] = json!({ ANNOTATION_APPLIED_HASH: hash });
+    Ok((value, hash))
+}
+
 /// Ordinal from `<cluster>-<n>` (or `data-<cluster>-<n>` with `prefix = "data-"`).
 pub fn ordinal_from_name(cr_name: &str, prefix: &str, name: &str) -> Option<u32> {
     let rest = name
