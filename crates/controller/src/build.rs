@@ -3,11 +3,19 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Service};
-use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::core::v1::{
+    PersistentVolumeClaim, PersistentVolumeClaimSpec, Pod, Service, ServicePort, ServiceSpec,
+    VolumeResourceRequirements,
+};
+use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::{Resource, ResourceExt};
 use marekvs_api::MarekvsCluster;
 use serde_json::{Value, json};
+
+use crate::error::Error;
 
 pub const MANAGER: &str = "marekvs-operator";
 pub const LABEL_NAME: &str = "app.kubernetes.io/name";
@@ -70,74 +78,124 @@ pub fn pvc_name(cr: &MarekvsCluster, ordinal: u32) -> String {
     format!("data-{}-{ordinal}", cr.name_any())
 }
 
-fn owner_refs(cr: &MarekvsCluster) -> Value {
-    json!([cr
-        .controller_owner_ref(&())
-        .expect("a stored object has a uid")])
+/// The cluster object as the controller owner of a child. An object read from the API always
+/// has the name and uid this needs.
+fn owner_refs(cr: &MarekvsCluster) -> Result<Vec<OwnerReference>, Error> {
+    cr.controller_owner_ref(&())
+        .map(|r| vec![r])
+        .ok_or_else(|| Error::NoUid(cr.name_any()))
 }
 
-fn ports() -> Value {
-    json!([
-        {"name": "resp", "port": PORT_RESP, "targetPort": PORT_RESP, "protocol": "TCP"},
-        {"name": "mesh", "port": PORT_MESH, "targetPort": PORT_MESH, "protocol": "TCP"},
-        {"name": "gossip", "port": PORT_GOSSIP, "targetPort": PORT_GOSSIP, "protocol": "UDP"},
-        {"name": "metrics", "port": PORT_METRICS, "targetPort": PORT_METRICS, "protocol": "TCP"},
-    ])
+/// The metadata of a child owned by the cluster object.
+fn owned_meta(
+    cr: &MarekvsCluster,
+    name: String,
+    namespace: Option<String>,
+    ordinal: Option<u32>,
+) -> Result<ObjectMeta, Error> {
+    Ok(ObjectMeta {
+        name: Some(name),
+        namespace,
+        labels: Some(labels(cr, ordinal)),
+        owner_references: Some(owner_refs(cr)?),
+        ..Default::default()
+    })
+}
+
+fn service_port(name: &str, port: i32, protocol: &str) -> ServicePort {
+    ServicePort {
+        name: Some(name.into()),
+        port,
+        target_port: Some(IntOrString::Int(port)),
+        protocol: Some(protocol.into()),
+        ..Default::default()
+    }
+}
+
+fn ports() -> Vec<ServicePort> {
+    vec![
+        service_port("resp", PORT_RESP, "TCP"),
+        service_port("mesh", PORT_MESH, "TCP"),
+        service_port("gossip", PORT_GOSSIP, "UDP"),
+        service_port("metrics", PORT_METRICS, "TCP"),
+    ]
 }
 
 /// Headless Service for member DNS (`<name>-<ordinal>.<name>-headless.<ns>.svc`) and gossip
 /// seeds; it publishes not-ready addresses because a Joining node is unready by design yet must
 /// resolve its peers.
-pub fn headless_service(cr: &MarekvsCluster) -> Service {
-    serde_json::from_value(json!({
-        "apiVersion": "v1", "kind": "Service",
-        "metadata": {"name": headless_service_name(cr), "namespace": cr.namespace(), "labels": labels(cr, None), "ownerReferences": owner_refs(cr)},
-        "spec": {"clusterIP": "None", "publishNotReadyAddresses": true, "selector": selector_labels(cr), "ports": ports()},
-    }))
-    .expect("valid Service")
+pub fn headless_service(cr: &MarekvsCluster) -> Result<Service, Error> {
+    Ok(Service {
+        metadata: owned_meta(cr, headless_service_name(cr), cr.namespace(), None)?,
+        spec: Some(ServiceSpec {
+            cluster_ip: Some("None".into()),
+            publish_not_ready_addresses: Some(true),
+            selector: Some(selector_labels(cr)),
+            ports: Some(ports()),
+            ..Default::default()
+        }),
+        ..Default::default()
+    })
 }
 
 /// Client Service: the Redis protocol port of ready members.
-pub fn client_service(cr: &MarekvsCluster) -> Service {
-    serde_json::from_value(json!({
-        "apiVersion": "v1", "kind": "Service",
-        "metadata": {"name": cr.name_any(), "namespace": cr.namespace(), "labels": labels(cr, None), "ownerReferences": owner_refs(cr)},
-        "spec": {"selector": selector_labels(cr), "ports": [{"name": "resp", "port": PORT_RESP, "targetPort": PORT_RESP, "protocol": "TCP"}]},
-    }))
-    .expect("valid Service")
+pub fn client_service(cr: &MarekvsCluster) -> Result<Service, Error> {
+    Ok(Service {
+        metadata: owned_meta(cr, cr.name_any(), cr.namespace(), None)?,
+        spec: Some(ServiceSpec {
+            selector: Some(selector_labels(cr)),
+            ports: Some(vec![service_port("resp", PORT_RESP, "TCP")]),
+            ..Default::default()
+        }),
+        ..Default::default()
+    })
 }
 
 /// minAvailable = replicationFactor: voluntary evictions never take the last copy.
-pub fn pdb(cr: &MarekvsCluster) -> PodDisruptionBudget {
-    serde_json::from_value(json!({
-        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
-        "metadata": {"name": cr.name_any(), "namespace": cr.namespace(), "labels": labels(cr, None), "ownerReferences": owner_refs(cr)},
-        "spec": {"minAvailable": cr.spec.replication_factor, "selector": {"matchLabels": selector_labels(cr)}},
-    }))
-    .expect("valid PDB")
+pub fn pdb(cr: &MarekvsCluster) -> Result<PodDisruptionBudget, Error> {
+    Ok(PodDisruptionBudget {
+        metadata: owned_meta(cr, cr.name_any(), cr.namespace(), None)?,
+        spec: Some(PodDisruptionBudgetSpec {
+            min_available: Some(IntOrString::Int(cr.spec.replication_factor)),
+            selector: Some(LabelSelector {
+                match_labels: Some(selector_labels(cr)),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    })
 }
 
 /// A member's volume. No owner reference: data outlives the custom resource on purpose, and a
 /// resource re-created with the same name adopts it.
 pub fn pvc(cr: &MarekvsCluster, ordinal: u32) -> PersistentVolumeClaim {
-    let mut spec = json!({
-        "accessModes": ["ReadWriteOnce"],
-        "resources": {"requests": {"storage": cr.spec.storage.size}},
-    });
-    if let Some(class) = &cr.spec.storage.class_name {
-        spec["storageClassName"] = json!(class);
+    PersistentVolumeClaim {
+        metadata: ObjectMeta {
+            name: Some(pvc_name(cr, ordinal)),
+            namespace: cr.namespace(),
+            labels: Some(labels(cr, Some(ordinal))),
+            ..Default::default()
+        },
+        spec: Some(PersistentVolumeClaimSpec {
+            access_modes: Some(vec!["ReadWriteOnce".into()]),
+            resources: Some(VolumeResourceRequirements {
+                requests: Some(BTreeMap::from([(
+                    "storage".into(),
+                    Quantity(cr.spec.storage.size.clone()),
+                )])),
+                ..Default::default()
+            }),
+            storage_class_name: cr.spec.storage.class_name.clone(),
+            ..Default::default()
+        }),
+        ..Default::default()
     }
-    serde_json::from_value(json!({
-        "apiVersion": "v1", "kind": "PersistentVolumeClaim",
-        "metadata": {"name": pvc_name(cr, ordinal), "namespace": cr.namespace(), "labels": labels(cr, Some(ordinal))},
-        "spec": spec,
-    }))
-    .expect("valid PVC")
 }
 
 /// A member's pod: the same hostname and subdomain a StatefulSet would give it, so DNS names
 /// and node ids are unchanged; probes and the preStop hook are HTTP (the image has no shell).
-pub fn pod(cr: &MarekvsCluster, ordinal: u32, cluster_domain: &str) -> Pod {
+pub fn pod(cr: &MarekvsCluster, ordinal: u32, cluster_domain: &str) -> Result<Pod, Error> {
     let name = member_name(cr, ordinal);
     let ns = cr.namespace().unwrap_or_default();
     let spec = &cr.spec;
@@ -203,27 +261,36 @@ pub fn pod(cr: &MarekvsCluster, ordinal: u32, cluster_domain: &str) -> Pod {
     let hash = template_hash(&pod_spec);
     serde_json::from_value(json!({
         "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": name, "namespace": ns, "labels": labels(cr, Some(ordinal)), "ownerReferences": owner_refs(cr),
+        "metadata": {"name": name, "namespace": ns, "labels": labels(cr, Some(ordinal)), "ownerReferences": owner_refs(cr)?,
                      "annotations": {ANNOTATION_TEMPLATE_HASH: hash}},
         "spec": pod_spec,
     }))
-    .expect("valid Pod")
+    .map_err(|source| Error::Serialize {
+        what: format!("Pod {}", member_name(cr, ordinal)),
+        source,
+    })
 }
 
 /// The hash a member's pod must carry to be up to date.
-pub fn desired_template_hash(cr: &MarekvsCluster, ordinal: u32, cluster_domain: &str) -> String {
-    pod(cr, ordinal, cluster_domain)
+pub fn desired_template_hash(
+    cr: &MarekvsCluster,
+    ordinal: u32,
+    cluster_domain: &str,
+) -> Result<String, Error> {
+    Ok(pod(cr, ordinal, cluster_domain)?
         .annotations()
         .get(ANNOTATION_TEMPLATE_HASH)
         .cloned()
-        .unwrap_or_default()
+        .unwrap_or_default())
 }
 
-/// FNV-1a (64 bit) of the pod spec's JSON: stable across runs and operator restarts (serde_json
+/// FNV-1a (64 bit) of a JSON value's text (a pod spec's, or a Service's or the PDB's for the
+/// applied hash): stable across runs and operator restarts (serde_json
 /// writes object keys in a fixed order), and any change to image, env, resources or scheduling
 /// changes it.
-pub fn template_hash(pod_spec: &Value) -> String {
-    let text = serde_json::to_string(pod_spec).expect("serializable");
+pub fn template_hash(value: &Value) -> String {
+    // `Display` of a `Value` is its compact JSON, the same text as `serde_json::to_string`.
+    let text = value.to_string();
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for b in text.bytes() {
         h ^= u64::from(b);
@@ -276,7 +343,7 @@ mod tests {
 
     #[test]
     fn pod_has_statefulset_identity_and_the_node_contract() {
-        let p = serde_json::to_value(pod(&cr(), 3, "cluster.local")).unwrap();
+        let p = serde_json::to_value(pod(&cr(), 3, "cluster.local").unwrap()).unwrap();
         assert_eq!(p["metadata"]["name"], "demo-3");
         assert_eq!(p["spec"]["hostname"], "demo-3");
         assert_eq!(p["spec"]["subdomain"], "demo-headless");
@@ -336,28 +403,34 @@ mod tests {
     #[test]
     fn the_template_hash_follows_the_pod_spec_only() {
         let base = cr();
-        let h = desired_template_hash(&base, 1, "cluster.local");
+        let h = desired_template_hash(&base, 1, "cluster.local").unwrap();
         assert_eq!(h.len(), 16);
         assert_eq!(
             h,
-            desired_template_hash(&base, 1, "cluster.local"),
+            desired_template_hash(&base, 1, "cluster.local").unwrap(),
             "stable"
         );
         let mut changed = base.clone();
         changed.spec.image = "marekvs:2".into();
-        assert_ne!(h, desired_template_hash(&changed, 1, "cluster.local"));
+        assert_ne!(
+            h,
+            desired_template_hash(&changed, 1, "cluster.local").unwrap()
+        );
         let mut changed = base.clone();
         changed
             .spec
             .extra_env
             .insert("RUST_LOG".into(), "info".into());
-        assert_ne!(h, desired_template_hash(&changed, 1, "cluster.local"));
+        assert_ne!(
+            h,
+            desired_template_hash(&changed, 1, "cluster.local").unwrap()
+        );
         // Fields that do not reach the pod do not restart anything.
         let mut same = base.clone();
         same.spec.nodes = 7;
         same.spec.paused = true;
         same.spec.storage.size = "50Gi".into();
-        assert_eq!(h, desired_template_hash(&same, 1, "cluster.local"));
+        assert_eq!(h, desired_template_hash(&same, 1, "cluster.local").unwrap());
     }
 
     #[test]
@@ -371,11 +444,23 @@ mod tests {
 
     #[test]
     fn services_and_pdb() {
-        let h = serde_json::to_value(headless_service(&cr())).unwrap();
+        let h = serde_json::to_value(headless_service(&cr()).unwrap()).unwrap();
         assert_eq!(h["spec"]["clusterIP"], "None");
         assert_eq!(h["spec"]["publishNotReadyAddresses"], true);
-        let p = serde_json::to_value(pdb(&cr())).unwrap();
+        let p = serde_json::to_value(pdb(&cr()).unwrap()).unwrap();
         assert_eq!(p["spec"]["minAvailable"], 2);
+    }
+
+    #[test]
+    fn a_cluster_without_uid_is_an_error_not_a_panic() {
+        let mut c = cr();
+        c.metadata.uid = None;
+        assert!(matches!(headless_service(&c), Err(Error::NoUid(n)) if n == "demo"));
+        assert!(matches!(client_service(&c), Err(Error::NoUid(_))));
+        assert!(matches!(pdb(&c), Err(Error::NoUid(_))));
+        assert!(matches!(pod(&c, 0, "cluster.local"), Err(Error::NoUid(_))));
+        // A PVC has no owner.
+        assert_eq!(pvc(&c, 0).metadata.owner_references, None);
     }
 
     #[test]

@@ -122,16 +122,16 @@ fn render(case: &Case) -> String {
         .map(|&o| {
             json!({
                 "ordinal": o,
-                "desiredTemplateHash": build::desired_template_hash(&cr, o, case.cluster_domain),
+                "desiredTemplateHash": build::desired_template_hash(&cr, o, case.cluster_domain).unwrap(),
                 "pvc": serde_json::to_value(build::pvc(&cr, o)).unwrap(),
-                "pod": serde_json::to_value(build::pod(&cr, o, case.cluster_domain)).unwrap(),
+                "pod": serde_json::to_value(build::pod(&cr, o, case.cluster_domain).unwrap()).unwrap(),
             })
         })
         .collect();
     let doc = json!({
-        "headlessService": applied(&build::headless_service(&cr)),
-        "clientService": applied(&build::client_service(&cr)),
-        "pdb": applied(&build::pdb(&cr)),
+        "headlessService": applied(&build::headless_service(&cr).unwrap()),
+        "clientService": applied(&build::client_service(&cr).unwrap()),
+        "pdb": applied(&build::pdb(&cr).unwrap()),
         "members": members,
     });
     let mut text = serde_json::to_string_pretty(&doc).unwrap();
@@ -194,11 +194,11 @@ fn each_member_carries_its_desired_hash() {
         let cr = cr(&case);
         let mut seen = std::collections::BTreeSet::new();
         for &o in case.ordinals {
-            let pod = build::pod(&cr, o, case.cluster_domain);
+            let pod = build::pod(&cr, o, case.cluster_domain).unwrap();
             let hash = &pod.metadata.annotations.as_ref().unwrap()[build::ANNOTATION_TEMPLATE_HASH];
             assert_eq!(
                 *hash,
-                build::desired_template_hash(&cr, o, case.cluster_domain)
+                build::desired_template_hash(&cr, o, case.cluster_domain).unwrap()
             );
             assert!(seen.insert(hash.clone()), "{}: {o}", case.name);
         }
