@@ -4,15 +4,17 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
-    PersistentVolumeClaim, PersistentVolumeClaimSpec, Pod, Service, ServicePort, ServiceSpec,
-    VolumeResourceRequirements,
+    Capabilities, Container, ContainerPort, EnvVar, HTTPGetAction, Lifecycle, LifecycleHandler,
+    PersistentVolumeClaim, PersistentVolumeClaimSpec, PersistentVolumeClaimVolumeSource, Pod,
+    PodSecurityContext, PodSpec, Probe, ResourceRequirements, SeccompProfile, SecurityContext,
+    Service, ServicePort, ServiceSpec, Volume, VolumeMount, VolumeResourceRequirements,
 };
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::{Resource, ResourceExt};
-use marekvs_api::MarekvsCluster;
+use marekvs_api::{MarekvsCluster, ResourcesSpec};
 use serde_json::{Value, json};
 
 use crate::error::Error;
@@ -193,81 +195,164 @@ pub fn pvc(cr: &MarekvsCluster, ordinal: u32) -> PersistentVolumeClaim {
     }
 }
 
-/// A member's pod: the same hostname and subdomain a StatefulSet would give it, so DNS names
-/// and node ids are unchanged; probes and the preStop hook are HTTP (the image has no shell).
-pub fn pod(cr: &MarekvsCluster, ordinal: u32, cluster_domain: &str) -> Result<Pod, Error> {
-    let name = member_name(cr, ordinal);
+fn env_var(name: &str, value: String) -> EnvVar {
+    EnvVar {
+        name: name.into(),
+        value: Some(value),
+        ..Default::default()
+    }
+}
+
+fn container_port(name: &str, port: i32, protocol: &str) -> ContainerPort {
+    ContainerPort {
+        name: Some(name.into()),
+        container_port: port,
+        protocol: Some(protocol.into()),
+        ..Default::default()
+    }
+}
+
+/// GET `path` on the metrics port (the image has no shell for exec probes or hooks).
+fn http_get(path: &str) -> HTTPGetAction {
+    HTTPGetAction {
+        path: Some(path.into()),
+        port: IntOrString::String("metrics".into()),
+        ..Default::default()
+    }
+}
+
+fn probe(path: &str, period: i32, failures: i32) -> Probe {
+    Probe {
+        http_get: Some(http_get(path)),
+        period_seconds: Some(period),
+        timeout_seconds: Some(1),
+        failure_threshold: Some(failures),
+        ..Default::default()
+    }
+}
+
+/// CPU is a request only (no limit: throttling hurts tail latency); memory is both request
+/// and limit. Unset (or empty) resources are an empty object, as before.
+fn resources(r: Option<&ResourcesSpec>) -> ResourceRequirements {
+    let mut requests = BTreeMap::new();
+    let mut limits = BTreeMap::new();
+    if let Some(cpu) = r.and_then(|r| r.cpu.as_ref()) {
+        requests.insert("cpu".to_string(), Quantity(cpu.clone()));
+    }
+    if let Some(mem) = r.and_then(|r| r.memory.as_ref()) {
+        requests.insert("memory".to_string(), Quantity(mem.clone()));
+        limits.insert("memory".to_string(), Quantity(mem.clone()));
+    }
+    ResourceRequirements {
+        requests: (!requests.is_empty()).then_some(requests),
+        limits: (!limits.is_empty()).then_some(limits),
+        ..Default::default()
+    }
+}
+
+/// A member's pod spec: the same hostname and subdomain a StatefulSet would give it, so DNS
+/// names and node ids are unchanged; probes and the preStop hook are HTTP.
+pub fn pod_spec(cr: &MarekvsCluster, ordinal: u32, cluster_domain: &str) -> PodSpec {
     let ns = cr.namespace().unwrap_or_default();
     let spec = &cr.spec;
+    let seeds = format!(
+        "{}.{ns}.svc.{cluster_domain}:{PORT_GOSSIP}",
+        headless_service_name(cr)
+    );
     let mut env = vec![
-        json!({"name": "MAREKVS_SEEDS", "value": format!("{}.{ns}.svc.{cluster_domain}:{PORT_GOSSIP}", headless_service_name(cr))}),
-        json!({"name": "MAREKVS_REPLICAS_N", "value": spec.replication_factor.to_string()}),
-        json!({"name": "MAREKVS_ADVERTISE_IP", "value": "auto"}),
-        json!({"name": "MAREKVS_DATA_DIR", "value": "/data"}),
+        env_var("MAREKVS_SEEDS", seeds),
+        env_var("MAREKVS_REPLICAS_N", spec.replication_factor.to_string()),
+        env_var("MAREKVS_ADVERTISE_IP", "auto".into()),
+        env_var("MAREKVS_DATA_DIR", "/data".into()),
     ];
-    for (k, v) in &spec.extra_env {
-        env.push(json!({"name": k, "value": v}));
-    }
-    let mut resources = json!({});
-    if let Some(r) = &spec.resources {
-        if let Some(cpu) = &r.cpu {
-            resources["requests"]["cpu"] = json!(cpu);
-        }
-        if let Some(mem) = &r.memory {
-            resources["requests"]["memory"] = json!(mem);
-            resources["limits"]["memory"] = json!(mem);
-        }
-    }
-    let probe = |path: &str, period: i32, failures: i32| json!({"httpGet": {"path": path, "port": "metrics"}, "periodSeconds": period, "timeoutSeconds": 1, "failureThreshold": failures});
-    let mut pod_spec = json!({
-        "hostname": name,
-        "subdomain": headless_service_name(cr),
-        "terminationGracePeriodSeconds": 60,
-        "enableServiceLinks": false,
-        "securityContext": {"runAsUser": NOBODY, "runAsGroup": NOBODY, "runAsNonRoot": true, "fsGroup": NOBODY, "seccompProfile": {"type": "RuntimeDefault"}},
-        "containers": [{
-            "name": "marekvs",
-            "image": spec.image,
-            "env": env,
-            "ports": [
-                {"name": "resp", "containerPort": PORT_RESP, "protocol": "TCP"},
-                {"name": "mesh", "containerPort": PORT_MESH, "protocol": "TCP"},
-                {"name": "gossip", "containerPort": PORT_GOSSIP, "protocol": "UDP"},
-                {"name": "metrics", "containerPort": PORT_METRICS, "protocol": "TCP"},
-            ],
-            // A joining node bootstraps its partitions before /ready answers 200: allow it an hour.
-            "startupProbe": probe("/ready", 2, 1800),
-            "readinessProbe": probe("/ready", 2, 2),
-            "livenessProbe": probe("/alive", 10, 6),
-            "lifecycle": {"preStop": {"httpGet": {"path": "/drain", "port": "metrics"}}},
-            "resources": resources,
-            "volumeMounts": [{"name": "data", "mountPath": "/data"}],
-            "securityContext": {"allowPrivilegeEscalation": false, "readOnlyRootFilesystem": true, "capabilities": {"drop": ["ALL"]}},
+    env.extend(spec.extra_env.iter().map(|(k, v)| env_var(k, v.clone())));
+    PodSpec {
+        hostname: Some(member_name(cr, ordinal)),
+        subdomain: Some(headless_service_name(cr)),
+        termination_grace_period_seconds: Some(60),
+        enable_service_links: Some(false),
+        security_context: Some(PodSecurityContext {
+            run_as_user: Some(NOBODY),
+            run_as_group: Some(NOBODY),
+            run_as_non_root: Some(true),
+            fs_group: Some(NOBODY),
+            seccomp_profile: Some(SeccompProfile {
+                type_: "RuntimeDefault".into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        containers: vec![Container {
+            name: "marekvs".into(),
+            image: Some(spec.image.clone()),
+            env: Some(env),
+            ports: Some(vec![
+                container_port("resp", PORT_RESP, "TCP"),
+                container_port("mesh", PORT_MESH, "TCP"),
+                container_port("gossip", PORT_GOSSIP, "UDP"),
+                container_port("metrics", PORT_METRICS, "TCP"),
+            ]),
+            // A joining node bootstraps its partitions before /ready answers 200: allow it an
+            // hour.
+            startup_probe: Some(probe("/ready", 2, 1800)),
+            readiness_probe: Some(probe("/ready", 2, 2)),
+            liveness_probe: Some(probe("/alive", 10, 6)),
+            lifecycle: Some(Lifecycle {
+                pre_stop: Some(LifecycleHandler {
+                    http_get: Some(http_get("/drain")),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            resources: Some(resources(spec.resources.as_ref())),
+            volume_mounts: Some(vec![VolumeMount {
+                name: "data".into(),
+                mount_path: "/data".into(),
+                ..Default::default()
+            }]),
+            security_context: Some(SecurityContext {
+                allow_privilege_escalation: Some(false),
+                read_only_root_filesystem: Some(true),
+                capabilities: Some(Capabilities {
+                    drop: Some(vec!["ALL".into()]),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
         }],
-        "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": pvc_name(cr, ordinal)}}],
-    });
-    if let Some(ns) = &spec.node_selector {
-        pod_spec["nodeSelector"] = json!(ns);
+        volumes: Some(vec![Volume {
+            name: "data".into(),
+            persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+                claim_name: pvc_name(cr, ordinal),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }]),
+        node_selector: spec.node_selector.clone(),
+        tolerations: spec.tolerations.clone(),
+        affinity: spec.affinity.clone(),
+        topology_spread_constraints: spec.topology_spread_constraints.clone(),
+        ..Default::default()
     }
-    if let Some(t) = &spec.tolerations {
-        pod_spec["tolerations"] = serde_json::to_value(t).expect("serializable");
-    }
-    if let Some(a) = &spec.affinity {
-        pod_spec["affinity"] = serde_json::to_value(a).expect("serializable");
-    }
-    if let Some(t) = &spec.topology_spread_constraints {
-        pod_spec["topologySpreadConstraints"] = serde_json::to_value(t).expect("serializable");
-    }
-    let hash = template_hash(&pod_spec);
-    serde_json::from_value(json!({
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": name, "namespace": ns, "labels": labels(cr, Some(ordinal)), "ownerReferences": owner_refs(cr)?,
-                     "annotations": {ANNOTATION_TEMPLATE_HASH: hash}},
-        "spec": pod_spec,
-    }))
-    .map_err(|source| Error::Serialize {
-        what: format!("Pod {}", member_name(cr, ordinal)),
-        source,
+}
+
+/// A member's pod, annotated with the hash of its spec.
+pub fn pod(cr: &MarekvsCluster, ordinal: u32, cluster_domain: &str) -> Result<Pod, Error> {
+    let spec = pod_spec(cr, ordinal, cluster_domain);
+    let hash = pod_template_hash(&spec)?;
+    // The pod's namespace is always set (empty for a cluster object without one), as it was.
+    let mut metadata = owned_meta(
+        cr,
+        member_name(cr, ordinal),
+        Some(cr.namespace().unwrap_or_default()),
+        Some(ordinal),
+    )?;
+    metadata.annotations = Some(BTreeMap::from([(ANNOTATION_TEMPLATE_HASH.into(), hash)]));
+    Ok(Pod {
+        metadata,
+        spec: Some(spec),
+        ..Default::default()
     })
 }
 
@@ -277,11 +362,23 @@ pub fn desired_template_hash(
     ordinal: u32,
     cluster_domain: &str,
 ) -> Result<String, Error> {
-    Ok(pod(cr, ordinal, cluster_domain)?
-        .annotations()
-        .get(ANNOTATION_TEMPLATE_HASH)
-        .cloned()
-        .unwrap_or_default())
+    pod_template_hash(&pod_spec(cr, ordinal, cluster_domain))
+}
+
+/// [`template_hash`] of a pod spec, over its JSON as a `serde_json::Value`: the hash every
+/// running member carries was taken over the `Value` the former `json!` builder made, whose
+/// object keys are sorted (serde_json's map is a `BTreeMap` without its `preserve_order`
+/// feature) and which held exactly the fields set here (unset fields are omitted, a set empty
+/// list or map is kept). The typed spec serialized to a `Value` is that same `Value`, so the
+/// hash is unchanged; serializing the typed spec straight to text would write the fields in
+/// struct order instead and change every hash (rolling every member). The golden test
+/// (`build_golden`) holds the hashes.
+pub fn pod_template_hash(spec: &PodSpec) -> Result<String, Error> {
+    let value = serde_json::to_value(spec).map_err(|source| Error::Serialize {
+        what: format!("pod spec {}", spec.hostname.as_deref().unwrap_or_default()),
+        source,
+    })?;
+    Ok(template_hash(&value))
 }
 
 /// FNV-1a (64 bit) of a JSON value's text (a pod spec's, or a Service's or the PDB's for the
@@ -459,7 +556,8 @@ mod tests {
         assert!(matches!(client_service(&c), Err(Error::NoUid(_))));
         assert!(matches!(pdb(&c), Err(Error::NoUid(_))));
         assert!(matches!(pod(&c, 0, "cluster.local"), Err(Error::NoUid(_))));
-        // A PVC has no owner.
+        // The hash needs no owner, and a PVC has none.
+        assert!(desired_template_hash(&c, 0, "cluster.local").is_ok());
         assert_eq!(pvc(&c, 0).metadata.owner_references, None);
     }
 
