@@ -40,12 +40,10 @@ where
     let name = desired.name_any();
     let ns = desired.namespace().unwrap_or_default();
     let kind = K::kind(&()).to_string();
-    let mut value = serde_json::to_value(&desired).map_err(|source| Error::Serialize {
+    let (value, hash) = build::applied(&desired).map_err(|source| Error::Serialize {
         what: format!("{kind} {name}"),
         source,
     })?;
-    let hash = build::template_hash(&value);
-    value["metadata"]["annotations"] = json!({ build::ANNOTATION_APPLIED_HASH: hash });
     let applied = cache
         .get(&ObjectRef::new(&name).within(&ns))
         .and_then(|o| o.annotations().get(build::ANNOTATION_APPLIED_HASH).cloned());
@@ -69,18 +67,18 @@ pub async fn apply_children(ctx: &Ctx, cr: &MarekvsCluster) -> Result<(), Error>
     apply_if_changed(
         ctx,
         &ctx.services,
-        build::headless_service(cr),
+        build::headless_service(cr)?,
         "apply_service",
     )
     .await?;
     apply_if_changed(
         ctx,
         &ctx.services,
-        build::client_service(cr),
+        build::client_service(cr)?,
         "apply_service",
     )
     .await?;
-    apply_if_changed(ctx, &ctx.pdbs, build::pdb(cr), "apply_pdb").await
+    apply_if_changed(ctx, &ctx.pdbs, build::pdb(cr)?, "apply_pdb").await
 }
 
 /// What an action did.
@@ -155,7 +153,7 @@ async fn act(
             ok_if(r, &[409]).map_err(failed(pvc.name_any()))?;
         }
         Action::CreatePod(o) => {
-            let pod = build::pod(cr, o, &ctx.cluster_domain);
+            let pod = build::pod(cr, o, &ctx.cluster_domain)?;
             match pods.create(&post_params(), &pod).await {
                 Err(kube::Error::Api(e)) if e.code == 409 => return Ok(Made::AlreadyThere),
                 r => r.map(|_| ()).map_err(failed(pod.name_any()))?,

@@ -3,11 +3,21 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Service};
-use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::core::v1::{
+    Capabilities, Container, ContainerPort, EnvVar, HTTPGetAction, Lifecycle, LifecycleHandler,
+    PersistentVolumeClaim, PersistentVolumeClaimSpec, PersistentVolumeClaimVolumeSource, Pod,
+    PodSecurityContext, PodSpec, Probe, ResourceRequirements, SeccompProfile, SecurityContext,
+    Service, ServicePort, ServiceSpec, Volume, VolumeMount, VolumeResourceRequirements,
+};
+use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::{Resource, ResourceExt};
-use marekvs_api::MarekvsCluster;
+use marekvs_api::{MarekvsCluster, ResourcesSpec};
 use serde_json::{Value, json};
+
+use crate::error::Error;
 
 pub const MANAGER: &str = "marekvs-operator";
 pub const LABEL_NAME: &str = "app.kubernetes.io/name";
@@ -70,166 +80,329 @@ pub fn pvc_name(cr: &MarekvsCluster, ordinal: u32) -> String {
     format!("data-{}-{ordinal}", cr.name_any())
 }
 
-fn owner_refs(cr: &MarekvsCluster) -> Value {
-    json!([cr
-        .controller_owner_ref(&())
-        .expect("a stored object has a uid")])
+/// The cluster object as the controller owner of a child. An object read from the API always
+/// has the name and uid this needs.
+fn owner_refs(cr: &MarekvsCluster) -> Result<Vec<OwnerReference>, Error> {
+    cr.controller_owner_ref(&())
+        .map(|r| vec![r])
+        .ok_or_else(|| Error::NoUid(cr.name_any()))
 }
 
-fn ports() -> Value {
-    json!([
-        {"name": "resp", "port": PORT_RESP, "targetPort": PORT_RESP, "protocol": "TCP"},
-        {"name": "mesh", "port": PORT_MESH, "targetPort": PORT_MESH, "protocol": "TCP"},
-        {"name": "gossip", "port": PORT_GOSSIP, "targetPort": PORT_GOSSIP, "protocol": "UDP"},
-        {"name": "metrics", "port": PORT_METRICS, "targetPort": PORT_METRICS, "protocol": "TCP"},
-    ])
+/// The metadata of a child owned by the cluster object.
+fn owned_meta(
+    cr: &MarekvsCluster,
+    name: String,
+    namespace: Option<String>,
+    ordinal: Option<u32>,
+) -> Result<ObjectMeta, Error> {
+    Ok(ObjectMeta {
+        name: Some(name),
+        namespace,
+        labels: Some(labels(cr, ordinal)),
+        owner_references: Some(owner_refs(cr)?),
+        ..Default::default()
+    })
+}
+
+fn service_port(name: &str, port: i32, protocol: &str) -> ServicePort {
+    ServicePort {
+        name: Some(name.into()),
+        port,
+        target_port: Some(IntOrString::Int(port)),
+        protocol: Some(protocol.into()),
+        ..Default::default()
+    }
+}
+
+fn ports() -> Vec<ServicePort> {
+    vec![
+        service_port("resp", PORT_RESP, "TCP"),
+        service_port("mesh", PORT_MESH, "TCP"),
+        service_port("gossip", PORT_GOSSIP, "UDP"),
+        service_port("metrics", PORT_METRICS, "TCP"),
+    ]
 }
 
 /// Headless Service for member DNS (`<name>-<ordinal>.<name>-headless.<ns>.svc`) and gossip
 /// seeds; it publishes not-ready addresses because a Joining node is unready by design yet must
 /// resolve its peers.
-pub fn headless_service(cr: &MarekvsCluster) -> Service {
-    serde_json::from_value(json!({
-        "apiVersion": "v1", "kind": "Service",
-        "metadata": {"name": headless_service_name(cr), "namespace": cr.namespace(), "labels": labels(cr, None), "ownerReferences": owner_refs(cr)},
-        "spec": {"clusterIP": "None", "publishNotReadyAddresses": true, "selector": selector_labels(cr), "ports": ports()},
-    }))
-    .expect("valid Service")
+pub fn headless_service(cr: &MarekvsCluster) -> Result<Service, Error> {
+    Ok(Service {
+        metadata: owned_meta(cr, headless_service_name(cr), cr.namespace(), None)?,
+        spec: Some(ServiceSpec {
+            cluster_ip: Some("None".into()),
+            publish_not_ready_addresses: Some(true),
+            selector: Some(selector_labels(cr)),
+            ports: Some(ports()),
+            ..Default::default()
+        }),
+        ..Default::default()
+    })
 }
 
 /// Client Service: the Redis protocol port of ready members.
-pub fn client_service(cr: &MarekvsCluster) -> Service {
-    serde_json::from_value(json!({
-        "apiVersion": "v1", "kind": "Service",
-        "metadata": {"name": cr.name_any(), "namespace": cr.namespace(), "labels": labels(cr, None), "ownerReferences": owner_refs(cr)},
-        "spec": {"selector": selector_labels(cr), "ports": [{"name": "resp", "port": PORT_RESP, "targetPort": PORT_RESP, "protocol": "TCP"}]},
-    }))
-    .expect("valid Service")
+pub fn client_service(cr: &MarekvsCluster) -> Result<Service, Error> {
+    Ok(Service {
+        metadata: owned_meta(cr, cr.name_any(), cr.namespace(), None)?,
+        spec: Some(ServiceSpec {
+            selector: Some(selector_labels(cr)),
+            ports: Some(vec![service_port("resp", PORT_RESP, "TCP")]),
+            ..Default::default()
+        }),
+        ..Default::default()
+    })
 }
 
 /// minAvailable = replicationFactor: voluntary evictions never take the last copy.
-pub fn pdb(cr: &MarekvsCluster) -> PodDisruptionBudget {
-    serde_json::from_value(json!({
-        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
-        "metadata": {"name": cr.name_any(), "namespace": cr.namespace(), "labels": labels(cr, None), "ownerReferences": owner_refs(cr)},
-        "spec": {"minAvailable": cr.spec.replication_factor, "selector": {"matchLabels": selector_labels(cr)}},
-    }))
-    .expect("valid PDB")
+pub fn pdb(cr: &MarekvsCluster) -> Result<PodDisruptionBudget, Error> {
+    Ok(PodDisruptionBudget {
+        metadata: owned_meta(cr, cr.name_any(), cr.namespace(), None)?,
+        spec: Some(PodDisruptionBudgetSpec {
+            min_available: Some(IntOrString::Int(cr.spec.replication_factor)),
+            selector: Some(LabelSelector {
+                match_labels: Some(selector_labels(cr)),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    })
 }
 
 /// A member's volume. No owner reference: data outlives the custom resource on purpose, and a
 /// resource re-created with the same name adopts it.
 pub fn pvc(cr: &MarekvsCluster, ordinal: u32) -> PersistentVolumeClaim {
-    let mut spec = json!({
-        "accessModes": ["ReadWriteOnce"],
-        "resources": {"requests": {"storage": cr.spec.storage.size}},
-    });
-    if let Some(class) = &cr.spec.storage.class_name {
-        spec["storageClassName"] = json!(class);
+    PersistentVolumeClaim {
+        metadata: ObjectMeta {
+            name: Some(pvc_name(cr, ordinal)),
+            namespace: cr.namespace(),
+            labels: Some(labels(cr, Some(ordinal))),
+            ..Default::default()
+        },
+        spec: Some(PersistentVolumeClaimSpec {
+            access_modes: Some(vec!["ReadWriteOnce".into()]),
+            resources: Some(VolumeResourceRequirements {
+                requests: Some(BTreeMap::from([(
+                    "storage".into(),
+                    Quantity(cr.spec.storage.size.clone()),
+                )])),
+                ..Default::default()
+            }),
+            storage_class_name: cr.spec.storage.class_name.clone(),
+            ..Default::default()
+        }),
+        ..Default::default()
     }
-    serde_json::from_value(json!({
-        "apiVersion": "v1", "kind": "PersistentVolumeClaim",
-        "metadata": {"name": pvc_name(cr, ordinal), "namespace": cr.namespace(), "labels": labels(cr, Some(ordinal))},
-        "spec": spec,
-    }))
-    .expect("valid PVC")
 }
 
-/// A member's pod: the same hostname and subdomain a StatefulSet would give it, so DNS names
-/// and node ids are unchanged; probes and the preStop hook are HTTP (the image has no shell).
-pub fn pod(cr: &MarekvsCluster, ordinal: u32, cluster_domain: &str) -> Pod {
-    let name = member_name(cr, ordinal);
+fn env_var(name: &str, value: String) -> EnvVar {
+    EnvVar {
+        name: name.into(),
+        value: Some(value),
+        ..Default::default()
+    }
+}
+
+fn container_port(name: &str, port: i32, protocol: &str) -> ContainerPort {
+    ContainerPort {
+        name: Some(name.into()),
+        container_port: port,
+        protocol: Some(protocol.into()),
+        ..Default::default()
+    }
+}
+
+/// GET `path` on the metrics port (the image has no shell for exec probes or hooks).
+fn http_get(path: &str) -> HTTPGetAction {
+    HTTPGetAction {
+        path: Some(path.into()),
+        port: IntOrString::String("metrics".into()),
+        ..Default::default()
+    }
+}
+
+fn probe(path: &str, period: i32, failures: i32) -> Probe {
+    Probe {
+        http_get: Some(http_get(path)),
+        period_seconds: Some(period),
+        timeout_seconds: Some(1),
+        failure_threshold: Some(failures),
+        ..Default::default()
+    }
+}
+
+/// CPU is a request only (no limit: throttling hurts tail latency); memory is both request
+/// and limit. Unset (or empty) resources are an empty object, as before.
+fn resources(r: Option<&ResourcesSpec>) -> ResourceRequirements {
+    let mut requests = BTreeMap::new();
+    let mut limits = BTreeMap::new();
+    if let Some(cpu) = r.and_then(|r| r.cpu.as_ref()) {
+        requests.insert("cpu".to_string(), Quantity(cpu.clone()));
+    }
+    if let Some(mem) = r.and_then(|r| r.memory.as_ref()) {
+        requests.insert("memory".to_string(), Quantity(mem.clone()));
+        limits.insert("memory".to_string(), Quantity(mem.clone()));
+    }
+    ResourceRequirements {
+        requests: (!requests.is_empty()).then_some(requests),
+        limits: (!limits.is_empty()).then_some(limits),
+        ..Default::default()
+    }
+}
+
+/// A member's pod spec: the same hostname and subdomain a StatefulSet would give it, so DNS
+/// names and node ids are unchanged; probes and the preStop hook are HTTP.
+pub fn pod_spec(cr: &MarekvsCluster, ordinal: u32, cluster_domain: &str) -> PodSpec {
     let ns = cr.namespace().unwrap_or_default();
     let spec = &cr.spec;
+    let seeds = format!(
+        "{}.{ns}.svc.{cluster_domain}:{PORT_GOSSIP}",
+        headless_service_name(cr)
+    );
     let mut env = vec![
-        json!({"name": "MAREKVS_SEEDS", "value": format!("{}.{ns}.svc.{cluster_domain}:{PORT_GOSSIP}", headless_service_name(cr))}),
-        json!({"name": "MAREKVS_REPLICAS_N", "value": spec.replication_factor.to_string()}),
-        json!({"name": "MAREKVS_ADVERTISE_IP", "value": "auto"}),
-        json!({"name": "MAREKVS_DATA_DIR", "value": "/data"}),
+        env_var("MAREKVS_SEEDS", seeds),
+        env_var("MAREKVS_REPLICAS_N", spec.replication_factor.to_string()),
+        env_var("MAREKVS_ADVERTISE_IP", "auto".into()),
+        env_var("MAREKVS_DATA_DIR", "/data".into()),
     ];
-    for (k, v) in &spec.extra_env {
-        env.push(json!({"name": k, "value": v}));
-    }
-    let mut resources = json!({});
-    if let Some(r) = &spec.resources {
-        if let Some(cpu) = &r.cpu {
-            resources["requests"]["cpu"] = json!(cpu);
-        }
-        if let Some(mem) = &r.memory {
-            resources["requests"]["memory"] = json!(mem);
-            resources["limits"]["memory"] = json!(mem);
-        }
-    }
-    let probe = |path: &str, period: i32, failures: i32| json!({"httpGet": {"path": path, "port": "metrics"}, "periodSeconds": period, "timeoutSeconds": 1, "failureThreshold": failures});
-    let mut pod_spec = json!({
-        "hostname": name,
-        "subdomain": headless_service_name(cr),
-        "terminationGracePeriodSeconds": 60,
-        "enableServiceLinks": false,
-        "securityContext": {"runAsUser": NOBODY, "runAsGroup": NOBODY, "runAsNonRoot": true, "fsGroup": NOBODY, "seccompProfile": {"type": "RuntimeDefault"}},
-        "containers": [{
-            "name": "marekvs",
-            "image": spec.image,
-            "env": env,
-            "ports": [
-                {"name": "resp", "containerPort": PORT_RESP, "protocol": "TCP"},
-                {"name": "mesh", "containerPort": PORT_MESH, "protocol": "TCP"},
-                {"name": "gossip", "containerPort": PORT_GOSSIP, "protocol": "UDP"},
-                {"name": "metrics", "containerPort": PORT_METRICS, "protocol": "TCP"},
-            ],
-            // A joining node bootstraps its partitions before /ready answers 200: allow it an hour.
-            "startupProbe": probe("/ready", 2, 1800),
-            "readinessProbe": probe("/ready", 2, 2),
-            "livenessProbe": probe("/alive", 10, 6),
-            "lifecycle": {"preStop": {"httpGet": {"path": "/drain", "port": "metrics"}}},
-            "resources": resources,
-            "volumeMounts": [{"name": "data", "mountPath": "/data"}],
-            "securityContext": {"allowPrivilegeEscalation": false, "readOnlyRootFilesystem": true, "capabilities": {"drop": ["ALL"]}},
+    env.extend(spec.extra_env.iter().map(|(k, v)| env_var(k, v.clone())));
+    PodSpec {
+        hostname: Some(member_name(cr, ordinal)),
+        subdomain: Some(headless_service_name(cr)),
+        termination_grace_period_seconds: Some(60),
+        enable_service_links: Some(false),
+        security_context: Some(PodSecurityContext {
+            run_as_user: Some(NOBODY),
+            run_as_group: Some(NOBODY),
+            run_as_non_root: Some(true),
+            fs_group: Some(NOBODY),
+            seccomp_profile: Some(SeccompProfile {
+                type_: "RuntimeDefault".into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        containers: vec![Container {
+            name: "marekvs".into(),
+            image: Some(spec.image.clone()),
+            env: Some(env),
+            ports: Some(vec![
+                container_port("resp", PORT_RESP, "TCP"),
+                container_port("mesh", PORT_MESH, "TCP"),
+                container_port("gossip", PORT_GOSSIP, "UDP"),
+                container_port("metrics", PORT_METRICS, "TCP"),
+            ]),
+            // A joining node bootstraps its partitions before /ready answers 200: allow it an
+            // hour.
+            startup_probe: Some(probe("/ready", 2, 1800)),
+            readiness_probe: Some(probe("/ready", 2, 2)),
+            liveness_probe: Some(probe("/alive", 10, 6)),
+            lifecycle: Some(Lifecycle {
+                pre_stop: Some(LifecycleHandler {
+                    http_get: Some(http_get("/drain")),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            resources: Some(resources(spec.resources.as_ref())),
+            volume_mounts: Some(vec![VolumeMount {
+                name: "data".into(),
+                mount_path: "/data".into(),
+                ..Default::default()
+            }]),
+            security_context: Some(SecurityContext {
+                allow_privilege_escalation: Some(false),
+                read_only_root_filesystem: Some(true),
+                capabilities: Some(Capabilities {
+                    drop: Some(vec!["ALL".into()]),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
         }],
-        "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": pvc_name(cr, ordinal)}}],
-    });
-    if let Some(ns) = &spec.node_selector {
-        pod_spec["nodeSelector"] = json!(ns);
+        volumes: Some(vec![Volume {
+            name: "data".into(),
+            persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+                claim_name: pvc_name(cr, ordinal),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }]),
+        node_selector: spec.node_selector.clone(),
+        tolerations: spec.tolerations.clone(),
+        affinity: spec.affinity.clone(),
+        topology_spread_constraints: spec.topology_spread_constraints.clone(),
+        ..Default::default()
     }
-    if let Some(t) = &spec.tolerations {
-        pod_spec["tolerations"] = serde_json::to_value(t).expect("serializable");
-    }
-    if let Some(a) = &spec.affinity {
-        pod_spec["affinity"] = serde_json::to_value(a).expect("serializable");
-    }
-    if let Some(t) = &spec.topology_spread_constraints {
-        pod_spec["topologySpreadConstraints"] = serde_json::to_value(t).expect("serializable");
-    }
-    let hash = template_hash(&pod_spec);
-    serde_json::from_value(json!({
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": name, "namespace": ns, "labels": labels(cr, Some(ordinal)), "ownerReferences": owner_refs(cr),
-                     "annotations": {ANNOTATION_TEMPLATE_HASH: hash}},
-        "spec": pod_spec,
-    }))
-    .expect("valid Pod")
+}
+
+/// A member's pod, annotated with the hash of its spec.
+pub fn pod(cr: &MarekvsCluster, ordinal: u32, cluster_domain: &str) -> Result<Pod, Error> {
+    let spec = pod_spec(cr, ordinal, cluster_domain);
+    let hash = pod_template_hash(&spec)?;
+    // The pod's namespace is always set (empty for a cluster object without one), as it was.
+    let mut metadata = owned_meta(
+        cr,
+        member_name(cr, ordinal),
+        Some(cr.namespace().unwrap_or_default()),
+        Some(ordinal),
+    )?;
+    metadata.annotations = Some(BTreeMap::from([(ANNOTATION_TEMPLATE_HASH.into(), hash)]));
+    Ok(Pod {
+        metadata,
+        spec: Some(spec),
+        ..Default::default()
+    })
 }
 
 /// The hash a member's pod must carry to be up to date.
-pub fn desired_template_hash(cr: &MarekvsCluster, ordinal: u32, cluster_domain: &str) -> String {
-    pod(cr, ordinal, cluster_domain)
-        .annotations()
-        .get(ANNOTATION_TEMPLATE_HASH)
-        .cloned()
-        .unwrap_or_default()
+pub fn desired_template_hash(
+    cr: &MarekvsCluster,
+    ordinal: u32,
+    cluster_domain: &str,
+) -> Result<String, Error> {
+    pod_template_hash(&pod_spec(cr, ordinal, cluster_domain))
 }
 
-/// FNV-1a (64 bit) of the pod spec's JSON: stable across runs and operator restarts (serde_json
+/// [`template_hash`] of a pod spec, over its JSON as a `serde_json::Value`: the hash every
+/// running member carries was taken over the `Value` the former `json!` builder made, whose
+/// object keys are sorted (serde_json's map is a `BTreeMap` without its `preserve_order`
+/// feature) and which held exactly the fields set here (unset fields are omitted, a set empty
+/// list or map is kept). The typed spec serialized to a `Value` is that same `Value`, so the
+/// hash is unchanged; serializing the typed spec straight to text would write the fields in
+/// struct order instead and change every hash (rolling every member). The golden test
+/// (`build_golden`) holds the hashes.
+pub fn pod_template_hash(spec: &PodSpec) -> Result<String, Error> {
+    let value = serde_json::to_value(spec).map_err(|source| Error::Serialize {
+        what: format!("pod spec {}", spec.hostname.as_deref().unwrap_or_default()),
+        source,
+    })?;
+    Ok(template_hash(&value))
+}
+
+/// FNV-1a (64 bit) of a JSON value's text (a pod spec's, or a Service's or the PDB's for the
+/// applied hash): stable across runs and operator restarts (serde_json
 /// writes object keys in a fixed order), and any change to image, env, resources or scheduling
 /// changes it.
-pub fn template_hash(pod_spec: &Value) -> String {
-    let text = serde_json::to_string(pod_spec).expect("serializable");
+pub fn template_hash(value: &Value) -> String {
+    // `Display` of a `Value` is its compact JSON, the same text as `serde_json::to_string`.
+    let text = value.to_string();
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for b in text.bytes() {
         h ^= u64::from(b);
         h = h.wrapping_mul(0x0000_0100_0000_01b3);
     }
     format!("{h:016x}")
+}
+
+/// What server-side apply sends for a Service or the PDB: `desired` as JSON with its
+/// applied-hash annotation (the hash of that JSON without it), and the hash.
+pub fn applied<K: serde::Serialize>(desired: &K) -> Result<(Value, String), serde_json::Error> {
+    let mut value = serde_json::to_value(desired)?;
+    let hash = template_hash(&value);
+    value["metadata"]["annotations"] = json!({ ANNOTATION_APPLIED_HASH: hash });
+    Ok((value, hash))
 }
 
 /// Ordinal from `<cluster>-<n>` (or `data-<cluster>-<n>` with `prefix = "data-"`).
@@ -267,7 +440,7 @@ mod tests {
 
     #[test]
     fn pod_has_statefulset_identity_and_the_node_contract() {
-        let p = serde_json::to_value(pod(&cr(), 3, "cluster.local")).unwrap();
+        let p = serde_json::to_value(pod(&cr(), 3, "cluster.local").unwrap()).unwrap();
         assert_eq!(p["metadata"]["name"], "demo-3");
         assert_eq!(p["spec"]["hostname"], "demo-3");
         assert_eq!(p["spec"]["subdomain"], "demo-headless");
@@ -327,28 +500,34 @@ mod tests {
     #[test]
     fn the_template_hash_follows_the_pod_spec_only() {
         let base = cr();
-        let h = desired_template_hash(&base, 1, "cluster.local");
+        let h = desired_template_hash(&base, 1, "cluster.local").unwrap();
         assert_eq!(h.len(), 16);
         assert_eq!(
             h,
-            desired_template_hash(&base, 1, "cluster.local"),
+            desired_template_hash(&base, 1, "cluster.local").unwrap(),
             "stable"
         );
         let mut changed = base.clone();
         changed.spec.image = "marekvs:2".into();
-        assert_ne!(h, desired_template_hash(&changed, 1, "cluster.local"));
+        assert_ne!(
+            h,
+            desired_template_hash(&changed, 1, "cluster.local").unwrap()
+        );
         let mut changed = base.clone();
         changed
             .spec
             .extra_env
             .insert("RUST_LOG".into(), "info".into());
-        assert_ne!(h, desired_template_hash(&changed, 1, "cluster.local"));
+        assert_ne!(
+            h,
+            desired_template_hash(&changed, 1, "cluster.local").unwrap()
+        );
         // Fields that do not reach the pod do not restart anything.
         let mut same = base.clone();
         same.spec.nodes = 7;
         same.spec.paused = true;
         same.spec.storage.size = "50Gi".into();
-        assert_eq!(h, desired_template_hash(&same, 1, "cluster.local"));
+        assert_eq!(h, desired_template_hash(&same, 1, "cluster.local").unwrap());
     }
 
     #[test]
@@ -362,11 +541,24 @@ mod tests {
 
     #[test]
     fn services_and_pdb() {
-        let h = serde_json::to_value(headless_service(&cr())).unwrap();
+        let h = serde_json::to_value(headless_service(&cr()).unwrap()).unwrap();
         assert_eq!(h["spec"]["clusterIP"], "None");
         assert_eq!(h["spec"]["publishNotReadyAddresses"], true);
-        let p = serde_json::to_value(pdb(&cr())).unwrap();
+        let p = serde_json::to_value(pdb(&cr()).unwrap()).unwrap();
         assert_eq!(p["spec"]["minAvailable"], 2);
+    }
+
+    #[test]
+    fn a_cluster_without_uid_is_an_error_not_a_panic() {
+        let mut c = cr();
+        c.metadata.uid = None;
+        assert!(matches!(headless_service(&c), Err(Error::NoUid(n)) if n == "demo"));
+        assert!(matches!(client_service(&c), Err(Error::NoUid(_))));
+        assert!(matches!(pdb(&c), Err(Error::NoUid(_))));
+        assert!(matches!(pod(&c, 0, "cluster.local"), Err(Error::NoUid(_))));
+        // The hash needs no owner, and a PVC has none.
+        assert!(desired_template_hash(&c, 0, "cluster.local").is_ok());
+        assert_eq!(pvc(&c, 0).metadata.owner_references, None);
     }
 
     #[test]

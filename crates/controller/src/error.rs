@@ -40,6 +40,10 @@ pub enum Error {
         #[source]
         source: serde_json::Error,
     },
+    /// The cluster object has no name or uid, so its children cannot name it as their owner
+    /// (an object read from the API always has both).
+    #[error("{0} has no uid: its children cannot reference it as their owner")]
+    NoUid(String),
 }
 
 impl Error {
@@ -48,7 +52,10 @@ impl Error {
             Error::Apply { source, .. }
             | Error::Record { source, .. }
             | Error::Act { source, .. } => Some(source),
-            Error::InvalidSpec(_) | Error::NotSynced | Error::Serialize { .. } => None,
+            Error::InvalidSpec(_)
+            | Error::NotSynced
+            | Error::Serialize { .. }
+            | Error::NoUid(_) => None,
         }
     }
 
@@ -66,6 +73,7 @@ impl Error {
             (Error::InvalidSpec(_), _) => "invalid_spec",
             (Error::NotSynced, _) => "not_synced",
             (Error::Serialize { .. }, _) => "serialize",
+            (Error::NoUid(_), _) => "no_uid",
             (_, Some(409)) => "conflict",
             (_, Some(404)) => "not_found",
             (_, Some(422 | 400)) => "invalid",

@@ -3,6 +3,8 @@
 
 pub mod act;
 pub mod build;
+#[cfg(test)]
+mod build_golden;
 pub mod controller;
 pub mod error;
 pub mod lease;

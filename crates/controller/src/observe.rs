@@ -15,6 +15,7 @@ use marekvs_core::{MemberObs, Memory, PodObs, PvcObs, Scrape};
 use crate::build::{
     self, ANNOTATION_DRAINED_AT, ANNOTATION_DRAINED_RESTARTS, ANNOTATION_TEMPLATE_HASH,
 };
+use crate::error::Error;
 use crate::scrape::MemberClient;
 use crate::spec::storage_wish;
 
@@ -71,20 +72,24 @@ pub fn unscraped(
     cluster_domain: &str,
     memory: &Memory,
     children: &Children,
-) -> BTreeMap<u32, MemberObs> {
+) -> Result<BTreeMap<u32, MemberObs>, Error> {
     let wish = storage_wish(cr);
     let (pods, pvcs) = (&children.pods, &children.pvcs);
     let mut observed: BTreeMap<u32, MemberObs> = BTreeMap::new();
     for o in pods.keys().chain(pvcs.keys()).chain(memory.members.iter()) {
         let m = observed.entry(*o).or_default();
-        m.pod = pods
-            .get(o)
-            .map(|p| pod_obs(p, &build::desired_template_hash(cr, *o, cluster_domain)));
+        m.pod = match pods.get(o) {
+            Some(p) => Some(pod_obs(
+                p,
+                &build::desired_template_hash(cr, *o, cluster_domain)?,
+            )),
+            None => None,
+        };
         m.pvc = pvcs
             .get(o)
             .map(|p| pvc_obs(p, cr.spec.storage.replace_volumes, &wish));
     }
-    observed
+    Ok(observed)
 }
 
 /// Each member's figures, read concurrently, each with its own short timeout: k dead members

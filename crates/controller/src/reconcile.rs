@@ -114,7 +114,7 @@ async fn pass(cr: &MarekvsCluster, ctx: &Ctx) -> Result<Next, Error> {
     let children = Children::of(cr, &ctx.pods, &ctx.pvcs);
     let prev = cr.status.clone().unwrap_or_default();
     let memory = memory_from_status(&name, &prev);
-    let unscraped = unscraped(cr, &ctx.cluster_domain, &memory, &children);
+    let unscraped = unscraped(cr, &ctx.cluster_domain, &memory, &children)?;
     let recreated =
         recreate::before_scrapes(ctx, cr, &spec, &prev, &memory, &unscraped, &children).await?;
     let observed = with_scrapes(unscraped, &scrape_all(&ctx.members, &children.pods).await);

@@ -1,0 +1,206 @@
+//! Golden test of the child objects: every object `build` makes, for specs that cover each
+//! optional branch, as JSON, compared with `tests/golden/<case>.json`.
+//!
+//! A change to these objects changes what every running cluster is sent on upgrade: a changed
+//! pod spec changes `marekvs.io/template-hash` and rolls every member, and a changed Service or
+//! PDB changes `marekvs.io/applied-hash` and is applied again. If a change is meant, regenerate
+//! with `UPDATE_GOLDEN=1 cargo test -p marekvs-operator --lib build_golden` and review the diff.
+//!
+//! The JSON is `serde_json::Value` (object keys sorted), which holds everything of the typed
+//! objects: the pod and the PVC are sent as these typed values (`Api::create`), and the
+//! Services and the PDB as exactly the `Value` recorded here (`build::applied`), hash included.
+
+use std::path::PathBuf;
+
+use marekvs_api::{MarekvsCluster, MarekvsClusterSpec};
+use serde_json::{Value, json};
+
+use crate::build;
+
+struct Case {
+    name: &'static str,
+    cluster: &'static str,
+    spec: Value,
+    ordinals: &'static [u32],
+    cluster_domain: &'static str,
+}
+
+fn cases() -> Vec<Case> {
+    vec![
+        // Every optional field set; resources with both CPU and memory.
+        Case {
+            name: "full",
+            cluster: "demo",
+            spec: json!({
+                "image": "registry.example/marekvs:1.4.2", "nodes": 5, "replicationFactor": 3,
+                "storage": {"size": "5Gi", "className": "fast-ssd"},
+                "resources": {"cpu": "500m", "memory": "1Gi"},
+                "extraEnv": {"RUST_LOG": "debug", "MAREKVS_CACHE_MB": "256"},
+                "nodeSelector": {"disk": "ssd", "kubernetes.io/arch": "amd64"},
+                "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "kv", "effect": "NoSchedule"}],
+                "affinity": {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{
+                    "weight": 100,
+                    "podAffinityTerm": {"topologyKey": "kubernetes.io/hostname",
+                        "labelSelector": {"matchLabels": {"app.kubernetes.io/instance": "demo"}}}}]}},
+                "topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone",
+                    "whenUnsatisfiable": "ScheduleAnyway",
+                    "labelSelector": {"matchLabels": {"app.kubernetes.io/instance": "demo"}}}],
+            }),
+            ordinals: &[0, 1, 7],
+            cluster_domain: "cluster.local",
+        },
+        // Nothing optional: default storage class, no resources, no extra env, no scheduling.
+        Case {
+            name: "minimal",
+            cluster: "kv",
+            spec: json!({"image": "marekvs:1"}),
+            ordinals: &[0, 2],
+            cluster_domain: "cluster.local",
+        },
+        // CPU only (no memory request or limit), another cluster domain, a two-digit ordinal.
+        Case {
+            name: "cpu-only",
+            cluster: "orders-eu",
+            spec: json!({
+                "image": "marekvs:2", "nodes": 4, "replicationFactor": 1,
+                "storage": {"size": "100Gi"},
+                "resources": {"cpu": "2"},
+                "extraEnv": {"RUST_LOG": "info"},
+            }),
+            ordinals: &[3, 12],
+            cluster_domain: "k8s.example.org",
+        },
+        // Memory only; a storage class; empty collections that are set (`{}`, `[]`).
+        Case {
+            name: "memory-only",
+            cluster: "cache",
+            spec: json!({
+                "image": "marekvs:3", "replicationFactor": 2,
+                "storage": {"size": "1Ti", "className": "standard"},
+                "resources": {"memory": "512Mi"},
+                "nodeSelector": {}, "tolerations": [], "topologySpreadConstraints": [],
+            }),
+            ordinals: &[1],
+            cluster_domain: "cluster.local",
+        },
+        // Resources present but empty, and fields that do not reach any child.
+        Case {
+            name: "empty-resources",
+            cluster: "sessions",
+            spec: json!({
+                "image": "marekvs:1", "nodes": 9, "replicationFactor": 4, "paused": true,
+                "reclaimPvcs": true, "removeMembers": ["sessions-4"],
+                "resources": {},
+                "autoscale": {"minNodes": 5, "maxNodes": 20, "targetOpsPerNode": 10000},
+            }),
+            ordinals: &[4],
+            cluster_domain: "cluster.local",
+        },
+    ]
+}
+
+fn cr(case: &Case) -> MarekvsCluster {
+    let spec: MarekvsClusterSpec = serde_json::from_value(case.spec.clone()).unwrap();
+    let mut cr = MarekvsCluster::new(case.cluster, spec);
+    cr.metadata.namespace = Some("team-a".into());
+    cr.metadata.uid = Some(format!("uid-of-{}", case.cluster));
+    cr
+}
+
+/// What server-side apply sends for a Service or the PDB, and its hash.
+fn applied<K: serde::Serialize>(desired: &K) -> Value {
+    let (value, hash) = build::applied(desired).unwrap();
+    json!({"appliedHash": hash, "applied": value})
+}
+
+/// Everything built for a case, as one JSON document.
+fn render(case: &Case) -> String {
+    let cr = cr(case);
+    let members: Vec<Value> = case
+        .ordinals
+        .iter()
+        .map(|&o| {
+            json!({
+                "ordinal": o,
+                "desiredTemplateHash": build::desired_template_hash(&cr, o, case.cluster_domain).unwrap(),
+                "pvc": serde_json::to_value(build::pvc(&cr, o)).unwrap(),
+                "pod": serde_json::to_value(build::pod(&cr, o, case.cluster_domain).unwrap()).unwrap(),
+            })
+        })
+        .collect();
+    let doc = json!({
+        "headlessService": applied(&build::headless_service(&cr).unwrap()),
+        "clientService": applied(&build::client_service(&cr).unwrap()),
+        "pdb": applied(&build::pdb(&cr).unwrap()),
+        "members": members,
+    });
+    let mut text = serde_json::to_string_pretty(&doc).unwrap();
+    text.push('\n');
+    text
+}
+
+fn golden_path(case: &Case) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/golden")
+        .join(format!("{}.json", case.name))
+}
+
+#[test]
+fn children_match_the_golden_files() {
+    let update = std::env::var_os("UPDATE_GOLDEN").is_some_and(|v| v == "1");
+    let mut failures = Vec::new();
+    for case in cases() {
+        let path = golden_path(&case);
+        let got = render(&case);
+        if update {
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(&path, &got).unwrap();
+            continue;
+        }
+        let want = match std::fs::read_to_string(&path) {
+            Ok(w) => w,
+            Err(e) => {
+                failures.push(format!("{}: {e}", path.display()));
+                continue;
+            }
+        };
+        if got != want {
+            let (line, (g, w)) = got
+                .lines()
+                .zip(want.lines())
+                .enumerate()
+                .find(|(_, (g, w))| g != w)
+                .map(|(i, gw)| (i + 1, gw))
+                .unwrap_or((got.lines().count().min(want.lines().count()) + 1, ("", "")));
+            failures.push(format!(
+                "{}: first difference at line {line}:\n  golden: {w}\n  built:  {g}",
+                path.display()
+            ));
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "child objects differ from the golden files (UPDATE_GOLDEN=1 rewrites them if the \
+         change is meant):\n{}",
+        failures.join("\n")
+    );
+}
+
+/// The pod's template-hash annotation is the hash the observer compares with, and it is
+/// different for each member (hostname and claim name differ).
+#[test]
+fn each_member_carries_its_desired_hash() {
+    for case in cases() {
+        let cr = cr(&case);
+        let mut seen = std::collections::BTreeSet::new();
+        for &o in case.ordinals {
+            let pod = build::pod(&cr, o, case.cluster_domain).unwrap();
+            let hash = &pod.metadata.annotations.as_ref().unwrap()[build::ANNOTATION_TEMPLATE_HASH];
+            assert_eq!(
+                *hash,
+                build::desired_template_hash(&cr, o, case.cluster_domain).unwrap()
+            );
+            assert!(seen.insert(hash.clone()), "{}: {o}", case.name);
+        }
+    }
+}
