@@ -78,8 +78,8 @@ pub async fn reconcile(cr: Arc<MarekvsCluster>, ctx: Arc<Ctx>) -> Result<Requeue
         .reconciles
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     match &result {
-        Ok(Next::LookAgainIn(after)) => ctx.metrics.scheduled(&ns, &name, *after),
-        Ok(Next::AwaitChange) => ctx.metrics.scheduled(&ns, &name, Duration::MAX),
+        Ok(Next::LookAgainIn(after)) => ctx.metrics.scheduled(&ns, &name, Some(*after)),
+        Ok(Next::AwaitChange) => ctx.metrics.scheduled(&ns, &name, None),
         Err(e) => ctx.metrics.errors.inc(e.kind()),
     }
     result.map(|next| match next {

@@ -129,11 +129,14 @@ impl Metrics {
             .or_insert_with(Instant::now);
     }
 
-    /// The reconciler asked to be run again after `after`.
-    pub fn scheduled(&self, ns: &str, name: &str, after: Duration) {
+    /// The reconciler asked to be run again after `after`, or (`None`) only on a change.
+    pub fn scheduled(&self, ns: &str, name: &str, after: Option<Duration>) {
+        let key = (ns.to_string(), name.to_string());
         let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
-        q.scheduled
-            .insert((ns.to_string(), name.to_string()), Instant::now() + after);
+        match after.and_then(|after| Instant::now().checked_add(after)) {
+            Some(at) => q.scheduled.insert(key, at),
+            None => q.scheduled.remove(&key),
+        };
     }
 
     /// A reconcile of `(ns, name)` starts: record how long it waited in the queue.
@@ -422,9 +425,9 @@ mod tests {
     fn queue_wait_runs_from_the_earliest_trigger_and_depth_counts_what_is_due() {
         let m = Metrics::default();
         m.triggered("a", "x");
-        m.scheduled("a", "y", Duration::from_secs(3600));
+        m.scheduled("a", "y", Some(Duration::from_secs(3600)));
         assert_eq!(m.queue_depth(), 1, "a requeue far ahead is not due");
-        m.scheduled("a", "z", Duration::ZERO);
+        m.scheduled("a", "z", Some(Duration::ZERO));
         assert_eq!(m.queue_depth(), 2);
         std::thread::sleep(Duration::from_millis(20));
         m.started("a", "x");
@@ -435,5 +438,11 @@ mod tests {
         // had no trigger recorded adds no sample.
         m.started("a", "y");
         assert_eq!(m.queue_wait.count.load(Ordering::Relaxed), 1);
+        // Waiting for a change (an invalid spec, a deletion) is never due, and never panics,
+        // however far ahead a requeue might have been asked for.
+        m.scheduled("a", "w", Some(Duration::ZERO));
+        m.scheduled("a", "w", None);
+        m.scheduled("a", "v", Some(Duration::MAX));
+        assert_eq!(m.queue_depth(), 1, "only z is due");
     }
 }

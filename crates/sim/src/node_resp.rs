@@ -641,92 +641,13 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(1200)).await;
         assert_eq!(c1.call(&["GET", "greeting"]).await, Reply::bulk("hello"));
 
-        // A password: nothing but AUTH until it is given.
-        let mut c2 = Client::connect(ips[2]).await;
-        assert!(error_starts_with(
-            &c2.call(&["PING"]).await,
-            "NOAUTH Authentication required."
-        ));
-        assert!(error_starts_with(
-            &c2.call(&["GET", "greeting"]).await,
-            "NOAUTH"
-        ));
-        assert!(error_starts_with(&c2.call(&["HELLO", "3"]).await, "NOAUTH"));
-        assert!(error_starts_with(
-            &c2.call(&["AUTH", "wrong"]).await,
-            "WRONGPASS"
-        ));
-        assert_eq!(c2.call(&["AUTH", "default", "s3cret"]).await, Reply::ok());
-        assert_eq!(c2.call(&["GET", "greeting"]).await, Reply::bulk("hello"));
+        password_before_anything(ips[2]).await;
 
-        // HELLO 3 with AUTH: RESP3 from then on, so a missing key is the RESP3 null.
-        let mut c3 = Client::connect(ips[2]).await;
-        let hello = c3.call(&["HELLO", "3", "AUTH", "default", "s3cret"]).await;
-        let Reply::Map(fields) = hello else {
-            panic!("HELLO 3 answers a map, got {hello:?}");
-        };
-        assert!(fields.contains(&(Reply::bulk("proto"), Reply::Integer(3))));
-        c3.send(&["GET", "missing"]).await;
-        assert_eq!(c3.reply().await.1, b"_\r\n");
-        assert_eq!(c3.call(&["QUIT"]).await, Reply::ok());
-        assert!(c3.closed().await);
+        hello_3_switches_to_resp3(ips[2]).await;
 
-        // CLUSTER NODES: one line per member of 1's view, with its address.
-        let nodes = bulk_text(c1.call(&["CLUSTER", "NODES"]).await);
-        let lines: Vec<&str> = nodes.lines().collect();
-        assert_eq!(lines.len(), 3, "{nodes}");
-        for ip in ips {
-            assert!(
-                nodes.contains(&format!(" {ip}:6379@7373 ")),
-                "{ip} missing: {nodes}"
-            );
-        }
-        let mine: Vec<&&str> = lines.iter().filter(|l| l.contains("myself")).collect();
-        assert_eq!(mine.len(), 1);
-        assert!(mine[0].contains(&format!(" {}:6379@7373 myself,master ", ips[1])));
-        let myid = bulk_text(c1.call(&["CLUSTER", "MYID"]).await);
-        assert_eq!(myid.len(), 40);
-        assert!(mine[0].starts_with(&format!("{myid} ")));
-        let info = bulk_text(c1.call(&["CLUSTER", "INFO"]).await);
-        assert!(
-            info.contains("cluster_state:ok\r\ncluster_known_nodes:3\r\n"),
-            "{info}"
-        );
+        cluster_commands_describe_the_view(&mut c1, &ips).await;
 
-        // Pipelined: one write, the answers in order.
-        let mut pipeline = Vec::new();
-        for cmd in [
-            &["SET", "p", "1"][..],
-            &["GET", "p"],
-            &["SELECT", "0"],
-            &["ECHO", "x"],
-            &["DEL", "p", "nope"],
-            &["GET", "p"],
-            &["EXISTS", "p"],
-            &["FOO", "bar"],
-        ] {
-            pipeline.extend(encode_command(cmd));
-        }
-        pipeline.extend_from_slice(b"PING\r\n");
-        c0.stream.write_all(&pipeline).await.unwrap();
-        let mut answers = Vec::new();
-        for _ in 0..9 {
-            answers.push(c0.reply().await.0);
-        }
-        assert_eq!(
-            answers,
-            [
-                Reply::ok(),
-                Reply::bulk("1"),
-                Reply::ok(),
-                Reply::bulk("x"),
-                Reply::Integer(1),
-                Reply::Null,
-                Reply::Integer(0),
-                Reply::err("ERR unknown command 'FOO'"),
-                Reply::Simple("PONG".into()),
-            ]
-        );
+        pipelined_answers_come_in_order(&mut c0).await;
 
         // Hung: no answer until the fault is cleared.
         let hang = Faults {
@@ -762,6 +683,101 @@ mod tests {
         };
         drop(rebound);
         ticker.abort();
+    }
+
+    async fn password_before_anything(ip: Ipv4Addr) {
+        // A password: nothing but AUTH until it is given.
+        let mut c2 = Client::connect(ip).await;
+        assert!(error_starts_with(
+            &c2.call(&["PING"]).await,
+            "NOAUTH Authentication required."
+        ));
+        assert!(error_starts_with(
+            &c2.call(&["GET", "greeting"]).await,
+            "NOAUTH"
+        ));
+        assert!(error_starts_with(&c2.call(&["HELLO", "3"]).await, "NOAUTH"));
+        assert!(error_starts_with(
+            &c2.call(&["AUTH", "wrong"]).await,
+            "WRONGPASS"
+        ));
+        assert_eq!(c2.call(&["AUTH", "default", "s3cret"]).await, Reply::ok());
+        assert_eq!(c2.call(&["GET", "greeting"]).await, Reply::bulk("hello"));
+    }
+
+    async fn hello_3_switches_to_resp3(ip: Ipv4Addr) {
+        // HELLO 3 with AUTH: RESP3 from then on, so a missing key is the RESP3 null.
+        let mut c3 = Client::connect(ip).await;
+        let hello = c3.call(&["HELLO", "3", "AUTH", "default", "s3cret"]).await;
+        let Reply::Map(fields) = hello else {
+            panic!("HELLO 3 answers a map, got {hello:?}");
+        };
+        assert!(fields.contains(&(Reply::bulk("proto"), Reply::Integer(3))));
+        c3.send(&["GET", "missing"]).await;
+        assert_eq!(c3.reply().await.1, b"_\r\n");
+        assert_eq!(c3.call(&["QUIT"]).await, Reply::ok());
+        assert!(c3.closed().await);
+    }
+
+    async fn cluster_commands_describe_the_view(c1: &mut Client, ips: &[Ipv4Addr]) {
+        // CLUSTER NODES: one line per member of 1's view, with its address.
+        let nodes = bulk_text(c1.call(&["CLUSTER", "NODES"]).await);
+        let lines: Vec<&str> = nodes.lines().collect();
+        assert_eq!(lines.len(), 3, "{nodes}");
+        for ip in ips {
+            assert!(
+                nodes.contains(&format!(" {ip}:6379@7373 ")),
+                "{ip} missing: {nodes}"
+            );
+        }
+        let mine: Vec<&&str> = lines.iter().filter(|l| l.contains("myself")).collect();
+        assert_eq!(mine.len(), 1);
+        assert!(mine[0].contains(&format!(" {}:6379@7373 myself,master ", ips[1])));
+        let myid = bulk_text(c1.call(&["CLUSTER", "MYID"]).await);
+        assert_eq!(myid.len(), 40);
+        assert!(mine[0].starts_with(&format!("{myid} ")));
+        let info = bulk_text(c1.call(&["CLUSTER", "INFO"]).await);
+        assert!(
+            info.contains("cluster_state:ok\r\ncluster_known_nodes:3\r\n"),
+            "{info}"
+        );
+    }
+
+    async fn pipelined_answers_come_in_order(c0: &mut Client) {
+        // Pipelined: one write, the answers in order.
+        let mut pipeline = Vec::new();
+        for cmd in [
+            &["SET", "p", "1"][..],
+            &["GET", "p"],
+            &["SELECT", "0"],
+            &["ECHO", "x"],
+            &["DEL", "p", "nope"],
+            &["GET", "p"],
+            &["EXISTS", "p"],
+            &["FOO", "bar"],
+        ] {
+            pipeline.extend(encode_command(cmd));
+        }
+        pipeline.extend_from_slice(b"PING\r\n");
+        c0.stream.write_all(&pipeline).await.unwrap();
+        let mut answers = Vec::new();
+        for _ in 0..9 {
+            answers.push(c0.reply().await.0);
+        }
+        assert_eq!(
+            answers,
+            [
+                Reply::ok(),
+                Reply::bulk("1"),
+                Reply::ok(),
+                Reply::bulk("x"),
+                Reply::Integer(1),
+                Reply::Null,
+                Reply::Integer(0),
+                Reply::err("ERR unknown command 'FOO'"),
+                Reply::Simple("PONG".into()),
+            ]
+        );
     }
 
     fn session(requirepass: Option<&str>) -> Session {
