@@ -62,7 +62,7 @@ pub fn now_ms() -> Millis {
 
 /// What the controller does after a pass.
 #[derive(Debug, PartialEq, Eq)]
-enum Next {
+pub enum Next {
     LookAgainIn(Duration),
     /// Nothing to do until the object changes (it is being deleted, or its spec is invalid).
     AwaitChange,
@@ -88,7 +88,9 @@ pub async fn reconcile(cr: Arc<MarekvsCluster>, ctx: Arc<Ctx>) -> Result<Requeue
     })
 }
 
-async fn pass(cr: &MarekvsCluster, ctx: &Ctx) -> Result<Next, Error> {
+/// One pass over `cr`, without the bookkeeping of [`reconcile`] (public for the request-order
+/// tests).
+pub async fn pass(cr: &MarekvsCluster, ctx: &Ctx) -> Result<Next, Error> {
     if cr.metadata.deletion_timestamp.is_some() {
         // Pods and Services go with it (owner references); PVCs stay on purpose.
         return Ok(Next::AwaitChange);

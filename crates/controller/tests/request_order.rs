@@ -1,0 +1,658 @@
+//! The exact order of a pass's requests, without a cluster.
+//!
+//! The API server is a `tower_test` mock under a real `kube::Client` (the pattern of kube-rs's
+//! controller-rs `fixtures.rs`): a task answers each expected request in turn, from a script,
+//! and notes any request that is not the next one expected. The members are tiny HTTP servers,
+//! one per pod, on their own loopback address (`127.x.y.z`, port 9121 as in production: Linux
+//! routes all of 127.0.0.0/8 on `lo`), so `MemberClient` reaches them at the pod IP exactly as
+//! it reaches a real node. Both write to one shared log, so a test asserts the interleaving of
+//! API requests and member calls: the record (status) before the act (`/drain`, pod DELETE).
+//!
+//! Events (`events.k8s.io`) are answered wherever they come and kept out of the asserted
+//! sequence: a pass reports them on a best-effort basis (a failed publication never stops it)
+//! and they change nothing the next pass reads. Their reasons are asserted on their own.
+//!
+//! A pass is run through `reconcile::pass`, the pipeline itself; its `Next` is what
+//! `reconcile` turns into the controller's requeue (`AwaitChange` is `Action::await_change()`).
+//!
+//! The concurrent `/metrics` scrapes of one pass arrive in any order among themselves: a run
+//! of them is compared as a set (sorted), everything else in exact order.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use http::{Method, Request, Response, StatusCode, Uri};
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Service};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::client::Body;
+use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::reflector::{self, Store, store::Writer};
+use kube::runtime::watcher;
+use kube::{Client, Resource};
+use marekvs_api::MarekvsCluster;
+use marekvs_operator::build::{
+    self, ANNOTATION_APPLIED_HASH, ANNOTATION_DRAINED_AT, ANNOTATION_DRAINED_RESTARTS,
+    ANNOTATION_TEMPLATE_HASH, LABEL_INSTANCE, LABEL_MANAGED_BY, LABEL_NAME, LABEL_ORDINAL, MANAGER,
+    PORT_METRICS,
+};
+use marekvs_operator::error::Error;
+use marekvs_operator::reconcile::{Ctx, Next, now_ms, pass};
+use marekvs_operator::recreate::RecreationLock;
+use marekvs_operator::scrape::MemberClient;
+use marekvs_operator::status::to_time;
+use marekvs_operator::telemetry::Metrics;
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+use tower_test::mock::{self, Handle};
+
+const NS: &str = "ns";
+const NAME: &str = "demo";
+const MEMBERS: u32 = 4;
+const CLUSTER_DOMAIN: &str = "cluster.local";
+const STATUS_PATH: &str = "/apis/marekvs.io/v1alpha1/namespaces/ns/marekvsclusters/demo/status";
+
+type Shared<T> = Arc<Mutex<Vec<T>>>;
+
+fn pod_path(o: u32) -> String {
+    format!("/api/v1/namespaces/{NS}/pods/{NAME}-{o}")
+}
+
+/// A request the API mock received: its line in the log, its query and its JSON body.
+#[derive(Clone, Debug)]
+struct Sent {
+    line: String,
+    query: String,
+    body: Value,
+}
+
+/// How the API mock answers an expected request.
+#[derive(Clone, Debug)]
+enum Reply {
+    /// 200 with this object.
+    Ok(Value),
+    /// A `Status` failure with this code.
+    Fail(u16),
+}
+
+impl Reply {
+    fn response(&self) -> Response<Body> {
+        let (code, body) = match self {
+            Reply::Ok(v) => (200, v.clone()),
+            Reply::Fail(code) => (
+                *code,
+                json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                    "message": "answered by the test's API mock", "reason": "Conflict", "code": code}),
+            ),
+        };
+        Response::builder()
+            .status(code)
+            .header("content-type", "application/json")
+            .body(Body::from(serde_json::to_vec(&body).unwrap()))
+            .unwrap()
+    }
+}
+
+/// One step of an expected sequence.
+enum Step {
+    /// Every member's `/metrics`, in any order among themselves.
+    Scrapes,
+    /// An API request and the mock's answer to it.
+    Api(Method, String, Reply),
+    /// A call on a member's HTTP port.
+    Member(u32, Method, &'static str),
+}
+
+fn status_write(reply: Reply) -> Step {
+    Step::Api(Method::PATCH, STATUS_PATH.into(), reply)
+}
+
+fn line(method: &Method, path: &str) -> String {
+    format!("API {method} {path}")
+}
+
+fn member_line(o: u32, method: &Method, path: &str) -> String {
+    format!("{NAME}-{o} {method} {path}")
+}
+
+/// A run of concurrent scrapes is a set: sort each run of consecutive `/metrics` lines.
+fn normalized(log: &[String]) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    let mut run: Vec<String> = Vec::new();
+    for l in log {
+        if l.ends_with(" GET /metrics") {
+            run.push(l.clone());
+        } else {
+            run.sort();
+            out.append(&mut run);
+            out.push(l.clone());
+        }
+    }
+    run.sort();
+    out.append(&mut run);
+    out
+}
+
+/// The API server: answers every request in arrival order. Events anywhere; every other
+/// request must be the next one of the script, or it is noted and answered 500 (so the pass
+/// stops there rather than act on an answer nobody meant to give).
+async fn api_server(
+    mut handle: Handle<Request<Body>, Response<Body>>,
+    script: Shared<(Method, String, Reply)>,
+    log: Shared<String>,
+    sent: Shared<Sent>,
+    failures: Shared<String>,
+) {
+    while let Some((request, respond)) = handle.next_request().await {
+        let method = request.method().clone();
+        let path = request.uri().path().to_string();
+        let query = request.uri().query().unwrap_or_default().to_string();
+        let bytes = request.into_body().collect_bytes().await.unwrap();
+        let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+        if path.starts_with("/apis/events.k8s.io/") {
+            let reason = body["reason"].as_str().unwrap_or("?");
+            log.lock().unwrap().push(format!("event {reason}"));
+            respond.send_response(
+                Response::builder()
+                    .status(201)
+                    .body(Body::from(bytes.to_vec()))
+                    .unwrap(),
+            );
+            continue;
+        }
+        let got = line(&method, &path);
+        log.lock().unwrap().push(got.clone());
+        sent.lock().unwrap().push(Sent {
+            line: got.clone(),
+            query,
+            body,
+        });
+        let next = {
+            let mut script = script.lock().unwrap();
+            (!script.is_empty()).then(|| script.remove(0))
+        };
+        let reply = match next {
+            Some((m, p, reply)) if m == method && p == path => reply,
+            Some((m, p, _)) => {
+                failures
+                    .lock()
+                    .unwrap()
+                    .push(format!("expected {}, got {got}", line(&m, &p)));
+                Reply::Fail(500)
+            }
+            None => {
+                failures.lock().unwrap().push(format!("unexpected {got}"));
+                Reply::Fail(500)
+            }
+        };
+        respond.send_response(reply.response());
+    }
+}
+
+/// Figures of a settled member of a 4-member cluster: converged views, nothing
+/// under-replicated or joining, counters as in [`healthy_status`].
+const METRICS: &str = "marekvs_cluster_members 4\nmarekvs_cluster_underreplicated_partitions 0\n\
+    marekvs_join_gate_pending_pids 0\nmarekvs_bootstraps_completed_total 1\n\
+    marekvs_ae_repair_ops_total 0\nmarekvs_commands_total{cmd=\"get\"} 10\n";
+
+/// A member's HTTP port: `/metrics` and `/drain`, each call logged.
+async fn member_server(listener: TcpListener, o: u32, log: Shared<String>) {
+    let router = axum::Router::new().fallback(move |method: Method, uri: Uri| {
+        let log = log.clone();
+        async move {
+            log.lock()
+                .unwrap()
+                .push(member_line(o, &method, uri.path()));
+            match uri.path() {
+                "/metrics" => (StatusCode::OK, METRICS.to_string()),
+                "/drain" => (StatusCode::OK, "leaving".to_string()),
+                _ => (StatusCode::NOT_FOUND, String::new()),
+            }
+        }
+    });
+    let _ = axum::serve(listener, router).await;
+}
+
+/// One loopback address per member, all on the production port: a block `127.a.b.1..=4`
+/// free on this machine (another test, or another checkout's run, may hold one).
+async fn bind_members() -> (Vec<String>, Vec<TcpListener>) {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let seed = std::process::id().wrapping_mul(7919);
+    for _ in 0..200 {
+        let n = seed.wrapping_add(NEXT.fetch_add(1, Ordering::Relaxed));
+        let (a, b) = (160 + (n / 256) % 40, n % 256);
+        let ips: Vec<String> = (1..=MEMBERS).map(|d| format!("127.{a}.{b}.{d}")).collect();
+        let mut listeners = Vec::new();
+        for ip in &ips {
+            match TcpListener::bind((ip.as_str(), PORT_METRICS as u16)).await {
+                Ok(l) => listeners.push(l),
+                Err(_) => break,
+            }
+        }
+        if listeners.len() == ips.len() {
+            return (ips, listeners);
+        }
+    }
+    panic!("no free block of loopback addresses for the members");
+}
+
+fn ready_store<K>(objects: Vec<K>) -> (Store<K>, Writer<K>)
+where
+    K: Resource<DynamicType = ()> + Clone + 'static,
+{
+    let (reader, mut writer) = reflector::store::<K>();
+    writer.apply_watcher_event(&watcher::Event::Init);
+    for o in objects {
+        writer.apply_watcher_event(&watcher::Event::InitApply(o));
+    }
+    writer.apply_watcher_event(&watcher::Event::InitDone);
+    (reader, writer)
+}
+
+fn labels(o: Option<u32>) -> Value {
+    let mut l = json!({LABEL_NAME: "marekvs", LABEL_INSTANCE: NAME, LABEL_MANAGED_BY: MANAGER});
+    if let Some(o) = o {
+        l[LABEL_ORDINAL] = json!(o.to_string());
+    }
+    l
+}
+
+/// A ready pod on `ip`, running the current pod spec; drained when `drained`.
+fn pod(cr: &MarekvsCluster, o: u32, ip: &str, drained: bool) -> Pod {
+    let mut annotations =
+        json!({ANNOTATION_TEMPLATE_HASH: build::desired_template_hash(cr, o, CLUSTER_DOMAIN)});
+    if drained {
+        annotations[ANNOTATION_DRAINED_AT] = json!("2026-01-01T00:00:00Z");
+        annotations[ANNOTATION_DRAINED_RESTARTS] = json!("0");
+    }
+    serde_json::from_value(json!({
+        "metadata": {"name": format!("{NAME}-{o}"), "namespace": NS, "uid": format!("uid-{NAME}-{o}"),
+            "labels": labels(Some(o)), "annotations": annotations},
+        "status": {"phase": "Running", "podIP": ip,
+            "conditions": [{"type": "Ready", "status": "True"}],
+            "containerStatuses": [{"name": "marekvs", "image": "marekvs:1", "imageID": "",
+                "ready": true, "restartCount": 0}]}
+    }))
+    .unwrap()
+}
+
+fn pvc(o: u32) -> PersistentVolumeClaim {
+    serde_json::from_value(json!({
+        "metadata": {"name": format!("data-{NAME}-{o}"), "namespace": NS,
+            "uid": format!("uid-data-{NAME}-{o}"), "labels": labels(Some(o))},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "10Gi"}}},
+        "status": {"capacity": {"storage": "10Gi"}}
+    }))
+    .unwrap()
+}
+
+/// A child as the cache holds it once applied: with the hash of its content, so the pass does
+/// not apply it again.
+fn applied<K: serde::Serialize + serde::de::DeserializeOwned>(desired: K) -> K {
+    let mut v = serde_json::to_value(&desired).unwrap();
+    let hash = build::template_hash(&v);
+    v["metadata"]["annotations"] = json!({ ANNOTATION_APPLIED_HASH: hash });
+    serde_json::from_value(v).unwrap()
+}
+
+fn cluster(replication_factor: i32, status: Value) -> MarekvsCluster {
+    serde_json::from_value(json!({
+        "apiVersion": "marekvs.io/v1alpha1", "kind": "MarekvsCluster",
+        "metadata": {"name": NAME, "namespace": NS, "uid": "uid-demo", "resourceVersion": "41",
+            "generation": 2},
+        "spec": {"image": "marekvs:1", "nodes": 3, "replicationFactor": replication_factor},
+        "status": status
+    }))
+    .unwrap()
+}
+
+fn time_ago(ms: i64) -> Value {
+    serde_json::to_value(to_time(now_ms() - ms)).unwrap()
+}
+
+/// 4 Active members, all scraped with the figures of [`METRICS`], whose re-replication
+/// counters have been quiet for two minutes (the settle window is 10 s): spec.nodes 3 with
+/// replicationFactor 2 wants one member fewer, and every precondition of a removal holds.
+fn healthy_status() -> Value {
+    let members: Vec<Value> = (0..MEMBERS)
+        .map(|o| {
+            json!({"name": format!("{NAME}-{o}"), "ordinal": o, "phase": "Active", "ready": true,
+                "updated": true, "countersChangedAt": time_ago(120_000),
+                "metrics": {"scrapedAt": time_ago(1_000), "viewMembers": 4,
+                    "underreplicatedPartitions": 0, "joinGatePending": 0,
+                    "bootstrapsCompletedTotal": 1, "aeRepairOpsTotal": 0, "commandsTotal": 10}})
+        })
+        .collect();
+    json!({
+        "phase": "Healthy",
+        "instanceNames": (0..MEMBERS).map(|o| format!("{NAME}-{o}")).collect::<Vec<_>>(),
+        "members": members,
+    })
+}
+
+/// A pass's world: the mocked API server, the members, and the caches and context a pass
+/// reads.
+struct World {
+    ctx: Arc<Ctx>,
+    log: Shared<String>,
+    sent: Shared<Sent>,
+    script: Shared<(Method, String, Reply)>,
+    failures: Shared<String>,
+    tasks: Vec<JoinHandle<()>>,
+    _writers: (
+        Writer<Pod>,
+        Writer<PersistentVolumeClaim>,
+        Writer<Service>,
+        Writer<PodDisruptionBudget>,
+    ),
+}
+
+impl Drop for World {
+    fn drop(&mut self) {
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+}
+
+impl World {
+    /// Members `0..4` with ready pods (those in `drained` drained), their PVCs, and the
+    /// Services and the PDB up to date.
+    async fn start(cr: &MarekvsCluster, drained: &[u32]) -> World {
+        let log: Shared<String> = Arc::default();
+        let (ips, listeners) = bind_members().await;
+        let mut tasks = Vec::new();
+        for (o, l) in (0..MEMBERS).zip(listeners) {
+            tasks.push(tokio::spawn(member_server(l, o, log.clone())));
+        }
+        let (service, handle) = mock::pair::<Request<Body>, Response<Body>>();
+        let client = Client::new(service, NS);
+        let (sent, script, failures): (Shared<Sent>, Shared<_>, Shared<String>) =
+            Default::default();
+        tasks.push(tokio::spawn(api_server(
+            handle,
+            script.clone(),
+            log.clone(),
+            sent.clone(),
+            failures.clone(),
+        )));
+        let pods = (0..MEMBERS)
+            .map(|o| pod(cr, o, &ips[o as usize], drained.contains(&o)))
+            .collect();
+        let (pods, pod_writer) = ready_store(pods);
+        let (pvcs, pvc_writer) = ready_store((0..MEMBERS).map(pvc).collect());
+        let (services, service_writer) = ready_store(vec![
+            applied(build::headless_service(cr)),
+            applied(build::client_service(cr)),
+        ]);
+        let (pdbs, pdb_writer) = ready_store(vec![applied(build::pdb(cr))]);
+        let reporter = Reporter {
+            controller: MANAGER.into(),
+            instance: None,
+        };
+        let ctx = Arc::new(Ctx {
+            client: client.clone(),
+            recorder: Recorder::new(client, reporter),
+            members: MemberClient::new(Duration::from_secs(2)),
+            cluster_domain: CLUSTER_DOMAIN.into(),
+            pods,
+            pvcs,
+            services,
+            pdbs,
+            metrics: Arc::new(Metrics::default()),
+            recreation: Arc::new(RecreationLock::default()),
+        });
+        World {
+            ctx,
+            log,
+            sent,
+            script,
+            failures,
+            tasks,
+            _writers: (pod_writer, pvc_writer, service_writer, pdb_writer),
+        }
+    }
+
+    /// Run one pass of `cr` against `steps`; returns its result and the requests sent.
+    async fn pass(
+        &self,
+        cr: &MarekvsCluster,
+        steps: Vec<Step>,
+    ) -> (Result<Next, Error>, Vec<Sent>) {
+        self.log.lock().unwrap().clear();
+        self.sent.lock().unwrap().clear();
+        let mut expected = Vec::new();
+        {
+            let mut script = self.script.lock().unwrap();
+            script.clear();
+            for step in steps {
+                match step {
+                    Step::Scrapes => expected
+                        .extend((0..MEMBERS).map(|o| member_line(o, &Method::GET, "/metrics"))),
+                    Step::Api(method, path, reply) => {
+                        expected.push(line(&method, &path));
+                        script.push((method, path, reply));
+                    }
+                    Step::Member(o, method, path) => expected.push(member_line(o, &method, path)),
+                }
+            }
+        }
+        let result = pass(cr, &self.ctx).await;
+        let log = self.log.lock().unwrap().clone();
+        let calls: Vec<String> = log
+            .iter()
+            .filter(|l| !l.starts_with("event "))
+            .cloned()
+            .collect();
+        assert_eq!(
+            normalized(&calls),
+            expected,
+            "the pass's requests, in order (full log with events: {log:#?})"
+        );
+        assert_eq!(
+            *self.failures.lock().unwrap(),
+            Vec::<String>::new(),
+            "requests out of script"
+        );
+        assert!(
+            self.script.lock().unwrap().is_empty(),
+            "expected requests never sent"
+        );
+        (result, self.sent.lock().unwrap().clone())
+    }
+
+    fn events(&self) -> Vec<String> {
+        self.log
+            .lock()
+            .unwrap()
+            .iter()
+            .filter_map(|l| l.strip_prefix("event ").map(str::to_string))
+            .collect()
+    }
+}
+
+/// The cluster object as the API server would answer a write of it.
+fn answer(cr: &MarekvsCluster) -> Reply {
+    Reply::Ok(serde_json::to_value(cr).unwrap())
+}
+
+fn pod_answer(o: u32) -> Reply {
+    Reply::Ok(json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": format!("{NAME}-{o}"), "namespace": NS, "uid": format!("uid-{NAME}-{o}")}}))
+}
+
+fn sent_to<'a>(sent: &'a [Sent], method: &Method, path: &str) -> &'a Sent {
+    let l = line(method, path);
+    sent.iter()
+        .find(|s| s.line == l)
+        .unwrap_or_else(|| panic!("{l} not sent"))
+}
+
+/// The status a write sent: what the next pass reads back.
+fn written_status(sent: &[Sent]) -> Value {
+    sent_to(sent, &Method::PATCH, STATUS_PATH).body["status"].clone()
+}
+
+fn next_version(cr: &MarekvsCluster, status: Value) -> MarekvsCluster {
+    let mut next = cr.clone();
+    next.status = Some(serde_json::from_value(status).unwrap());
+    let rv: u64 = cr
+        .metadata
+        .resource_version
+        .as_deref()
+        .unwrap()
+        .parse()
+        .unwrap();
+    next.metadata.resource_version = Some((rv + 1).to_string());
+    next
+}
+
+/// A removal from its start to its pod's deletion: each pass writes its record before it acts,
+/// and the victim's pod is deleted only after the drain and the hand-off, after the status
+/// write that records the step.
+#[tokio::test]
+async fn a_removal_is_recorded_before_each_of_its_actions() {
+    // Pass 1: every precondition holds; the removal of demo-3 is recorded, nothing is done.
+    let cr = cluster(2, healthy_status());
+    let world = World::start(&cr, &[]).await;
+    let (result, sent) = world
+        .pass(&cr, vec![Step::Scrapes, status_write(answer(&cr))])
+        .await;
+    assert_eq!(
+        result.unwrap(),
+        Next::LookAgainIn(Duration::from_millis(50)),
+        "a new step is acted on at once"
+    );
+    let write = sent_to(&sent, &Method::PATCH, STATUS_PATH);
+    assert_eq!(
+        write.body["metadata"]["resourceVersion"], "41",
+        "conditional on the version decided on"
+    );
+    assert!(
+        write.query.contains("fieldManager=marekvs-operator") && write.query.contains("force=true"),
+        "{}",
+        write.query
+    );
+    let removal = &write.body["status"]["removal"];
+    assert_eq!(removal["member"], "demo-3");
+    assert_eq!(removal["reason"], "HighestOrdinal");
+    assert_eq!(removal["step"], "Draining");
+    assert_eq!(world.events(), ["ScaleDownStarted"]);
+
+    // Pass 2, reading that record back: the step's status first, then /drain on the victim,
+    // then the drain recorded on its pod.
+    let cr = next_version(&cr, written_status(&sent));
+    let (result, sent) = world
+        .pass(
+            &cr,
+            vec![
+                Step::Scrapes,
+                status_write(answer(&cr)),
+                Step::Member(3, Method::GET, "/drain"),
+                Step::Api(Method::PATCH, pod_path(3), pod_answer(3)),
+            ],
+        )
+        .await;
+    assert_eq!(
+        result.unwrap(),
+        Next::LookAgainIn(Duration::from_millis(250)),
+        "a removal waiting on its victim is looked at at the gate's pace"
+    );
+    let status = written_status(&sent);
+    assert_eq!(status["removal"]["step"], "Draining");
+    assert_eq!(status["removal"]["member"], "demo-3");
+    let annotations = &sent_to(&sent, &Method::PATCH, &pod_path(3)).body["metadata"]["annotations"];
+    assert!(
+        annotations[ANNOTATION_DRAINED_AT].is_string(),
+        "{annotations}"
+    );
+    assert_eq!(annotations[ANNOTATION_DRAINED_RESTARTS], "0");
+    assert_eq!(world.events(), Vec::<String>::new());
+    drop(world);
+
+    // Pass 3: the victim is drained and its hand-off has been quiet past the settle window:
+    // the Deleting step is written, then (only then) its pod is deleted, that pod exactly.
+    let mut status = status;
+    status["removal"]["step"] = json!("HandingOff");
+    status["removal"]["stepStartedAt"] = time_ago(60_000);
+    let cr = next_version(&cr, status);
+    let world = World::start(&cr, &[3]).await;
+    let (result, sent) = world
+        .pass(
+            &cr,
+            vec![
+                Step::Scrapes,
+                status_write(answer(&cr)),
+                Step::Api(Method::DELETE, pod_path(3), pod_answer(3)),
+            ],
+        )
+        .await;
+    assert_eq!(
+        result.unwrap(),
+        Next::LookAgainIn(Duration::from_millis(50))
+    );
+    assert_eq!(written_status(&sent)["removal"]["step"], "Deleting");
+    let delete = sent_to(&sent, &Method::DELETE, &pod_path(3));
+    assert_eq!(delete.body["preconditions"]["uid"], "uid-demo-3");
+}
+
+/// A status write answered 409 (our copy was stale): the pass fails and acts on nothing, the
+/// drain of a victim and the deletion of its pod alike.
+#[tokio::test]
+async fn a_conflicting_status_write_stops_the_pass_before_any_action() {
+    // A removal at Draining: the pass would call /drain after its write.
+    let mut status = healthy_status();
+    status["phase"] = json!("ScalingDown");
+    status["removal"] = json!({"member": "demo-3", "ordinal": 3, "reason": "HighestOrdinal",
+        "step": "Draining", "startedAt": time_ago(5_000), "stepStartedAt": time_ago(5_000)});
+    let cr = cluster(2, status.clone());
+    let world = World::start(&cr, &[]).await;
+    let (result, _) = world
+        .pass(&cr, vec![Step::Scrapes, status_write(Reply::Fail(409))])
+        .await;
+    let err = result.unwrap_err();
+    assert!(matches!(err, Error::Record { .. }), "{err}");
+    assert_eq!(err.code(), Some(409));
+    assert_eq!(world.events(), Vec::<String>::new());
+    drop(world);
+
+    // A drained victim past its hand-off: the pass would delete its pod after its write.
+    status["removal"]["step"] = json!("HandingOff");
+    status["removal"]["stepStartedAt"] = time_ago(60_000);
+    let cr = cluster(2, status);
+    let world = World::start(&cr, &[3]).await;
+    let (result, _) = world
+        .pass(&cr, vec![Step::Scrapes, status_write(Reply::Fail(409))])
+        .await;
+    let err = result.unwrap_err();
+    assert!(matches!(err, Error::Record { .. }), "{err}");
+    assert_eq!(err.code(), Some(409));
+    assert_eq!(world.events(), Vec::<String>::new());
+}
+
+/// A spec the operator cannot act on: one status write saying so, nothing else (no scrape, no
+/// child applied, no action), and the pass waits for the object to change.
+#[tokio::test]
+async fn an_invalid_spec_is_written_once_and_nothing_else() {
+    let cr = cluster(0, healthy_status());
+    let world = World::start(&cr, &[]).await;
+    let (result, sent) = world.pass(&cr, vec![status_write(answer(&cr))]).await;
+    assert_eq!(result.unwrap(), Next::AwaitChange);
+    let status = written_status(&sent);
+    let ready = status["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "Ready")
+        .expect("a Ready condition");
+    assert_eq!(ready["status"], "False");
+    assert_eq!(ready["reason"], "InvalidSpec");
+    // Everything else is as it was.
+    let mut rest = status.clone();
+    rest.as_object_mut().unwrap().remove("conditions");
+    let mut before = serde_json::to_value(cr.status.as_ref().unwrap()).unwrap();
+    before.as_object_mut().unwrap().remove("conditions");
+    assert_eq!(rest, before);
+    assert_eq!(world.events(), Vec::<String>::new());
+}
