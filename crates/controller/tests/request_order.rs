@@ -32,9 +32,8 @@ use kube::runtime::watcher;
 use kube::{Client, Resource};
 use marekvs_api::MarekvsCluster;
 use marekvs_operator::build::{
-    self, ANNOTATION_APPLIED_HASH, ANNOTATION_DRAINED_AT, ANNOTATION_DRAINED_RESTARTS,
-    ANNOTATION_TEMPLATE_HASH, LABEL_INSTANCE, LABEL_MANAGED_BY, LABEL_NAME, LABEL_ORDINAL, MANAGER,
-    PORT_METRICS,
+    self, ANNOTATION_DRAINED_AT, ANNOTATION_DRAINED_RESTARTS, ANNOTATION_TEMPLATE_HASH,
+    LABEL_INSTANCE, LABEL_MANAGED_BY, LABEL_NAME, LABEL_ORDINAL, MANAGER, PORT_METRICS,
 };
 use marekvs_operator::error::Error;
 use marekvs_operator::reconcile::{Ctx, Next, now_ms, pass};
@@ -260,8 +259,7 @@ fn labels(o: Option<u32>) -> Value {
 
 /// A ready pod on `ip`, running the current pod spec; drained when `drained`.
 fn pod(cr: &MarekvsCluster, o: u32, ip: &str, drained: bool) -> Pod {
-    let mut annotations =
-        json!({ANNOTATION_TEMPLATE_HASH: build::desired_template_hash(cr, o, CLUSTER_DOMAIN)});
+    let mut annotations = json!({ANNOTATION_TEMPLATE_HASH: build::desired_template_hash(cr, o, CLUSTER_DOMAIN).unwrap()});
     if drained {
         annotations[ANNOTATION_DRAINED_AT] = json!("2026-01-01T00:00:00Z");
         annotations[ANNOTATION_DRAINED_RESTARTS] = json!("0");
@@ -289,11 +287,12 @@ fn pvc(o: u32) -> PersistentVolumeClaim {
 
 /// A child as the cache holds it once applied: with the hash of its content, so the pass does
 /// not apply it again.
-fn applied<K: serde::Serialize + serde::de::DeserializeOwned>(desired: K) -> K {
-    let mut v = serde_json::to_value(&desired).unwrap();
-    let hash = build::template_hash(&v);
-    v["metadata"]["annotations"] = json!({ ANNOTATION_APPLIED_HASH: hash });
-    serde_json::from_value(v).unwrap()
+/// A child as the operator last applied it (with its applied-hash annotation).
+fn applied<K: serde::Serialize + serde::de::DeserializeOwned>(
+    desired: Result<K, marekvs_operator::error::Error>,
+) -> K {
+    let (value, _) = build::applied(&desired.unwrap()).unwrap();
+    serde_json::from_value(value).unwrap()
 }
 
 fn cluster(replication_factor: i32, status: Value) -> MarekvsCluster {
