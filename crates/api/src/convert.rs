@@ -1,24 +1,22 @@
 //! Exhaustive conversions between the status enums and the core's: a variant added on either
 //! side fails to compile until both sides know it. No string parsing, no fallback.
 
-use marekvs_core as core;
-
 use crate::{BlockReason, ClusterPhase, MemberPhase, RemovalStep, RolloutStep, VictimReason};
 
 /// `From` both ways between two enums with the same unit variants.
 macro_rules! same_variants {
     ($api:ident <=> $core:ident { $($v:ident),+ $(,)? }) => {
-        impl From<$api> for core::$core {
+        impl From<$api> for marekvs_core::$core {
             fn from(x: $api) -> Self {
                 match x {
-                    $($api::$v => core::$core::$v,)+
+                    $($api::$v => marekvs_core::$core::$v,)+
                 }
             }
         }
-        impl From<core::$core> for $api {
-            fn from(x: core::$core) -> Self {
+        impl From<marekvs_core::$core> for $api {
+            fn from(x: marekvs_core::$core) -> Self {
                 match x {
-                    $(core::$core::$v => $api::$v,)+
+                    $(marekvs_core::$core::$v => $api::$v,)+
                 }
             }
         }
@@ -66,7 +64,7 @@ impl RolloutStep {
 impl BlockReason {
     /// The name as status and the `Blocked` condition's reason show it.
     pub fn as_str(self) -> &'static str {
-        core::BlockReason::from(self).as_str()
+        marekvs_core::BlockReason::from(self).as_str()
     }
 }
 
@@ -78,52 +76,52 @@ mod tests {
     #[test]
     fn status_enums_round_trip_and_serialize_as_their_names() {
         for b in [
-            core::BlockReason::NotAllReady,
-            core::BlockReason::MetricsUnavailable,
-            core::BlockReason::Underreplicated,
-            core::BlockReason::JoinPending,
-            core::BlockReason::ViewsNotConverged,
-            core::BlockReason::RepairInProgress,
-            core::BlockReason::Replacing,
-            core::BlockReason::HandoffTimeout,
-            core::BlockReason::Paused,
+            marekvs_core::BlockReason::NotAllReady,
+            marekvs_core::BlockReason::MetricsUnavailable,
+            marekvs_core::BlockReason::Underreplicated,
+            marekvs_core::BlockReason::JoinPending,
+            marekvs_core::BlockReason::ViewsNotConverged,
+            marekvs_core::BlockReason::RepairInProgress,
+            marekvs_core::BlockReason::Replacing,
+            marekvs_core::BlockReason::HandoffTimeout,
+            marekvs_core::BlockReason::Paused,
         ] {
             let api = BlockReason::from(b);
-            assert_eq!(core::BlockReason::from(api), b);
+            assert_eq!(marekvs_core::BlockReason::from(api), b);
             assert_eq!(serde_json::to_value(api).unwrap(), b.as_str());
         }
         for p in [
-            core::ClusterPhase::Reconciling,
-            core::ClusterPhase::Healthy,
-            core::ClusterPhase::ScalingUp,
-            core::ClusterPhase::ScalingDown,
-            core::ClusterPhase::Replacing,
-            core::ClusterPhase::Updating,
-            core::ClusterPhase::Paused,
-            core::ClusterPhase::Blocked,
+            marekvs_core::ClusterPhase::Reconciling,
+            marekvs_core::ClusterPhase::Healthy,
+            marekvs_core::ClusterPhase::ScalingUp,
+            marekvs_core::ClusterPhase::ScalingDown,
+            marekvs_core::ClusterPhase::Replacing,
+            marekvs_core::ClusterPhase::Updating,
+            marekvs_core::ClusterPhase::Paused,
+            marekvs_core::ClusterPhase::Blocked,
         ] {
             let api = ClusterPhase::from(p);
-            assert_eq!(core::ClusterPhase::from(api), p);
+            assert_eq!(marekvs_core::ClusterPhase::from(api), p);
             assert_eq!(serde_json::to_value(api).unwrap(), p.as_str());
         }
         for s in [
-            core::RollStep::Draining,
-            core::RollStep::HandingOff,
-            core::RollStep::Deleting,
-            core::RollStep::Rejoining,
+            marekvs_core::RollStep::Draining,
+            marekvs_core::RollStep::HandingOff,
+            marekvs_core::RollStep::Deleting,
+            marekvs_core::RollStep::Rejoining,
         ] {
             let api = RolloutStep::from(s);
-            assert_eq!(core::RollStep::from(api), s);
+            assert_eq!(marekvs_core::RollStep::from(api), s);
             assert_eq!(serde_json::to_value(api).unwrap(), api.as_str());
         }
         for s in [
-            core::RemovalStep::Draining,
-            core::RemovalStep::HandingOff,
-            core::RemovalStep::Deleting,
-            core::RemovalStep::Settling,
+            marekvs_core::RemovalStep::Draining,
+            marekvs_core::RemovalStep::HandingOff,
+            marekvs_core::RemovalStep::Deleting,
+            marekvs_core::RemovalStep::Settling,
         ] {
             let api = RemovalStep::from(s);
-            assert_eq!(core::RemovalStep::from(api), s);
+            assert_eq!(marekvs_core::RemovalStep::from(api), s);
             assert_eq!(serde_json::to_value(api).unwrap(), api.as_str());
         }
     }

@@ -21,7 +21,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::jiff::Timestamp;
-use kube::runtime::controller::Action as Requeue;
+use kube::runtime::controller::Action;
 use kube::runtime::events::Recorder;
 use kube::runtime::reflector::Store;
 use kube::{Client, Resource, ResourceExt};
@@ -68,7 +68,7 @@ pub enum Next {
     AwaitChange,
 }
 
-pub async fn reconcile(cr: Arc<MarekvsCluster>, ctx: Arc<Ctx>) -> Result<Requeue, Error> {
+pub async fn reconcile(cr: Arc<MarekvsCluster>, ctx: Arc<Ctx>) -> Result<Action, Error> {
     let (ns, name) = (cr.namespace().unwrap_or_default(), cr.name_any());
     ctx.metrics.started(&ns, &name);
     let start = std::time::Instant::now();
@@ -83,8 +83,8 @@ pub async fn reconcile(cr: Arc<MarekvsCluster>, ctx: Arc<Ctx>) -> Result<Requeue
         Err(e) => ctx.metrics.errors.inc(e.kind()),
     }
     result.map(|next| match next {
-        Next::LookAgainIn(after) => Requeue::requeue(after),
-        Next::AwaitChange => Requeue::await_change(),
+        Next::LookAgainIn(after) => Action::requeue(after),
+        Next::AwaitChange => Action::await_change(),
     })
 }
 
@@ -192,14 +192,14 @@ pub async fn pass(cr: &MarekvsCluster, ctx: &Ctx) -> Result<Next, Error> {
     )))
 }
 
-pub fn error_policy(_cr: Arc<MarekvsCluster>, err: &Error, _ctx: Arc<Ctx>) -> Requeue {
+pub fn error_policy(_cr: Arc<MarekvsCluster>, err: &Error, _ctx: Arc<Ctx>) -> Action {
     match (err, err.code()) {
-        (Error::NotSynced, _) => Requeue::requeue(Duration::from_millis(100)),
+        (Error::NotSynced, _) => Action::requeue(Duration::from_millis(100)),
         // Our copy was stale: look again as soon as the watch catches up.
-        (_, Some(409)) => Requeue::requeue(Duration::from_millis(200)),
+        (_, Some(409)) => Action::requeue(Duration::from_millis(200)),
         _ => {
             warn!("reconcile failed: {err}");
-            Requeue::requeue(Duration::from_secs(3))
+            Action::requeue(Duration::from_secs(3))
         }
     }
 }
