@@ -77,13 +77,13 @@ pub fn decide(input: &Input) -> Decision {
             });
         }
     }
-    let mut removal = memory.removal.clone();
+    let mut removal = memory.removal().cloned();
     if let Some(r) = &removal
         && !members.contains(&r.ordinal)
     {
         removal = None; // stale record
     }
-    let mut roll = memory.roll.clone();
+    let mut roll = memory.roll().cloned();
     if let Some(r) = &roll
         && !members.contains(&r.ordinal)
     {
@@ -791,8 +791,12 @@ pub fn decide(input: &Input) -> Decision {
     Decision {
         memory: Memory {
             members,
-            removal,
-            roll,
+            disruption: match (removal, roll) {
+                (Some(r), None) => Some(Disruption::Removal(r)),
+                (None, Some(r)) => Some(Disruption::Roll(r)),
+                (None, None) => None,
+                (Some(_), Some(_)) => unreachable!("a removal and a rolling update at once"),
+            },
             samples,
             phases,
             blocked: blocked.as_ref().map(|b| b.reason),

@@ -49,7 +49,7 @@ impl Rng {
 
 /// The removal and the rollout remembered, rendered the same whatever type holds them.
 fn disruption(m: &Memory) -> String {
-    format!("removal {:?} roll {:?}", m.removal, m.roll)
+    format!("removal {:?} roll {:?}", m.removal(), m.roll())
 }
 
 /// What a decision says, without depending on the layout of `Memory`.
@@ -237,8 +237,9 @@ fn gen_memory(r: &mut Rng, spec: &ClusterSpec, now: Millis) -> Memory {
     });
     Memory {
         members,
-        removal,
-        roll,
+        disruption: removal
+            .map(Disruption::Removal)
+            .or(roll.map(Disruption::Roll)),
         samples,
         phases,
         blocked,
@@ -267,7 +268,7 @@ fn healthy(o: u32, view: u64, sample: Option<&Sample>) -> MemberObs {
 /// Shape the member being removed or restarted as its step expects, most of the time.
 fn disrupted(r: &mut Rng, m: &mut MemberObs, memory: &Memory) {
     let pod = m.pod.get_or_insert_with(PodObs::default);
-    if let Some(rm) = &memory.removal {
+    if let Some(rm) = memory.removal() {
         match rm.step {
             RemovalStep::Draining => pod.drained = r.pct(40),
             RemovalStep::HandingOff => {
@@ -287,7 +288,7 @@ fn disrupted(r: &mut Rng, m: &mut MemberObs, memory: &Memory) {
                 }
             }
         }
-    } else if let Some(rl) = &memory.roll {
+    } else if let Some(rl) = memory.roll() {
         pod.outdated = r.pct(75);
         match rl.step {
             RollStep::Draining => pod.drained = r.pct(40),
@@ -400,8 +401,7 @@ fn gen_observed(
     let adopted = strays.values().filter(|(pod, _, _)| *pod).count() as u64;
     let n = memory.members.len() as u64 + adopted;
     let settling = memory
-        .removal
-        .as_ref()
+        .removal()
         .is_some_and(|rm| rm.step >= RemovalStep::Deleting);
     let view = match r.below(20) {
         0..=12 if !settling => n,
@@ -410,11 +410,7 @@ fn gen_observed(
         17 | 18 => n.saturating_sub(1),
         _ => n + 1,
     };
-    let target = memory
-        .removal
-        .as_ref()
-        .map(|x| x.ordinal)
-        .or(memory.roll.as_ref().map(|x| x.ordinal));
+    let target = memory.disruption.as_ref().map(Disruption::ordinal);
     let mut out = BTreeMap::new();
     for &o in &memory.members {
         let mut m = healthy(o, view, memory.samples.get(&o));
@@ -477,7 +473,7 @@ fn norm(s: &str) -> String {
 /// The branches a decision shows, each as `context :: what`, the context being the removal or
 /// rollout step it started from.
 fn branches(input: &Memory, observed: &BTreeMap<u32, MemberObs>, d: &Decision) -> Vec<String> {
-    let ctx = match (&input.removal, &input.roll) {
+    let ctx = match (input.removal(), input.roll()) {
         (Some(r), _) if !input.members.contains(&r.ordinal) => "stale removal".to_string(),
         (_, Some(r)) if !input.members.contains(&r.ordinal) => "stale roll".to_string(),
         (Some(r), _) => format!("removal {:?}", r.step),
@@ -492,20 +488,20 @@ fn branches(input: &Memory, observed: &BTreeMap<u32, MemberObs>, d: &Decision) -
         add(format!("action {kind}"));
         add(format!("{ctx} :: action {kind}"));
     }
-    if let Some(r) = &d.memory.removal {
+    if let Some(r) = d.memory.removal() {
         add(format!("removal step {:?}", r.step));
         add(format!("{ctx} -> removal {:?}", r.step));
     }
-    if let Some(r) = &d.memory.roll {
+    if let Some(r) = d.memory.roll() {
         add(format!("roll step {:?}", r.step));
         add(format!("{ctx} -> roll {:?}", r.step));
-        if let Some(i) = &input.roll
+        if let Some(i) = input.roll()
             && i.handed_off_pvc.is_some()
             && r.handed_off_pvc.is_none()
         {
             add(format!("{ctx} :: hand-off forgotten"));
         }
-        if r.handed_off_pvc.is_some() && input.roll.as_ref().is_none_or(|i| i.step != r.step) {
+        if r.handed_off_pvc.is_some() && input.roll().is_none_or(|i| i.step != r.step) {
             add(format!("{ctx} :: hand-off recorded"));
         }
     }

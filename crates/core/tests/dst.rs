@@ -676,8 +676,8 @@ fn run(seed: u64, trace: bool) -> Outcome {
     if violations.is_empty() {
         match converged_at {
             None => violations.push(format!(
-                "did not converge within {CONVERGE_TICKS} fault-free ticks: members {:?} of {}, removal {:?}, roll {:?}",
-                persisted.members, spec.target(), persisted.removal, persisted.roll
+                "did not converge within {CONVERGE_TICKS} fault-free ticks: members {:?} of {}, {:?}",
+                persisted.members, spec.target(), persisted.disruption
             )),
             Some(_) => {
                 if persisted.members.len() as u32 != spec.target() {
