@@ -13,7 +13,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::handoff::{Gate, update_samples};
+use crate::handoff::{HandoffGate, update_samples};
 use crate::plan::{choose_victim, free_ordinals};
 use crate::types::*;
 
@@ -51,7 +51,7 @@ pub fn decide(input: &Input) -> Decision {
     // The hand-off gate over `ordinals`, every view expected to hold `expected_view` members.
     let gate =
         |ordinals: &mut dyn Iterator<Item = u32>, expected_view: usize, since: Option<Millis>| {
-            Gate {
+            HandoffGate {
                 members: ordinals.map(|o| (o, obs(o))).collect(),
                 samples: &samples,
                 expected_view: expected_view as u64,
