@@ -196,6 +196,20 @@ impl Disruption {
             Disruption::Roll(r) => r.ordinal,
         }
     }
+
+    pub fn removal(&self) -> Option<&Removal> {
+        match self {
+            Disruption::Removal(r) => Some(r),
+            Disruption::Roll(_) => None,
+        }
+    }
+
+    pub fn roll(&self) -> Option<&Roll> {
+        match self {
+            Disruption::Roll(r) => Some(r),
+            Disruption::Removal(_) => None,
+        }
+    }
 }
 
 /// What the operator keeps in the object's status between reconciles.
@@ -214,18 +228,12 @@ pub struct Memory {
 impl Memory {
     /// The removal in progress.
     pub fn removal(&self) -> Option<&Removal> {
-        match &self.disruption {
-            Some(Disruption::Removal(r)) => Some(r),
-            _ => None,
-        }
+        self.disruption.as_ref().and_then(Disruption::removal)
     }
 
     /// The rolling update in progress.
     pub fn roll(&self) -> Option<&Roll> {
-        match &self.disruption {
-            Some(Disruption::Roll(r)) => Some(r),
-            _ => None,
-        }
+        self.disruption.as_ref().and_then(Disruption::roll)
     }
 }
 
