@@ -16,7 +16,9 @@ use marekvs_core::autoscale::{LoadMemory, LoadSample, ScaleMemory};
 use marekvs_core::sizing::Sizing;
 use marekvs_core::transitions::Reported;
 use marekvs_core::units::quantity_bytes;
-use marekvs_core::{ClusterPhase, Decision, MemberObs, Memory, Millis, Removal, Roll, Sample};
+use marekvs_core::{
+    ClusterPhase, Decision, Disruption, MemberObs, Memory, Millis, Removal, Roll, Sample,
+};
 
 use crate::build;
 use crate::observe::{Children, capacity, volume};
@@ -69,6 +71,10 @@ fn is_true(conditions: &[Condition], type_: &str) -> bool {
 }
 
 /// What the operator remembers, read back from status.
+///
+/// The operator never writes both `status.removal` and `status.rollout`; a status that holds
+/// both (edited by hand) is read as the removal, and the rollout is dropped: it starts again
+/// once the removal is done, if a member is still outdated.
 pub fn memory_from_status(name: &str, status: &MarekvsClusterStatus) -> Memory {
     let members: BTreeSet<u32> = status
         .instance_names
@@ -113,8 +119,9 @@ pub fn memory_from_status(name: &str, status: &MarekvsClusterStatus) -> Memory {
     }
     Memory {
         members,
-        removal,
-        roll,
+        disruption: removal
+            .map(Disruption::Removal)
+            .or(roll.map(Disruption::Roll)),
         samples,
         phases,
         blocked: status.block_reason.map(Into::into),
@@ -233,7 +240,7 @@ pub fn status_from(input: &StatusInput) -> MarekvsClusterStatus {
             .map(|o| format!("{name}-{o}"))
             .collect(),
         members,
-        removal: d.memory.removal.as_ref().map(|r| RemovalStatus {
+        removal: d.memory.removal().map(|r| RemovalStatus {
             member: format!("{name}-{}", r.ordinal),
             ordinal: r.ordinal as i32,
             reason: r.reason.into(),
@@ -244,7 +251,7 @@ pub fn status_from(input: &StatusInput) -> MarekvsClusterStatus {
         ops_per_second: None,
         load_sample: None,
         autoscale: None,
-        rollout: d.memory.roll.as_ref().map(|r| RolloutStatus {
+        rollout: d.memory.roll().map(|r| RolloutStatus {
             member: format!("{name}-{}", r.ordinal),
             ordinal: r.ordinal as i32,
             step: r.step.into(),
@@ -340,11 +347,8 @@ fn member_conditions(
             "its /metrics could not be read",
         ),
     }
-    let rolling = d.memory.roll.as_ref().filter(|r| r.ordinal == o);
-    match (
-        d.memory.removal.as_ref().filter(|r| r.ordinal == o),
-        rolling,
-    ) {
+    let rolling = d.memory.roll().filter(|r| r.ordinal == o);
+    match (d.memory.removal().filter(|r| r.ordinal == o), rolling) {
         (Some(r), _) => c.set(
             MEMBER_DRAINING,
             true,
@@ -679,23 +683,23 @@ mod tests {
             ..Memory::default()
         };
         let removing = Memory {
-            removal: Some(Removal {
+            disruption: Some(Disruption::Removal(Removal {
                 ordinal: 3,
                 reason: VictimReason::UserChosen,
                 step: RemovalStep::Settling,
                 started_at: now - 9_000,
                 step_started_at: now - 2_000,
-            }),
+            })),
             ..base.clone()
         };
         let rolling = Memory {
-            roll: Some(Roll {
+            disruption: Some(Disruption::Roll(Roll {
                 ordinal: 1,
                 step: RollStep::Rejoining,
                 handed_off_pvc: Some("pvc-uid-1".into()),
                 started_at: now - 30_000,
                 step_started_at: now - 4_000,
-            }),
+            })),
             ..base.clone()
         };
         let observed: BTreeMap<u32, MemberObs> = (0..4)
@@ -720,6 +724,54 @@ mod tests {
             assert_eq!(st.instance_names, ["demo-0", "demo-1", "demo-2", "demo-3"]);
             assert_eq!(memory_from_status("demo", &st), memory);
         }
+    }
+
+    /// The operator never records a removal and a rollout at once; a status edited to hold
+    /// both is read as the removal alone.
+    #[test]
+    fn a_status_with_both_a_removal_and_a_rollout_is_read_as_the_removal() {
+        let c = cr(json!({"image": "x", "nodes": 3}));
+        let now: Millis = 1_700_000_000_000;
+        let removal = Removal {
+            ordinal: 3,
+            reason: VictimReason::HighestOrdinal,
+            step: RemovalStep::HandingOff,
+            started_at: now - 9_000,
+            step_started_at: now - 2_000,
+        };
+        let roll = Roll {
+            ordinal: 1,
+            step: RollStep::Draining,
+            handed_off_pvc: None,
+            started_at: now - 30_000,
+            step_started_at: now - 4_000,
+        };
+        let base = Memory {
+            members: [0, 1, 2, 3].into(),
+            ..Memory::default()
+        };
+        let sizing = Sizing {
+            spec: cluster_spec(&c).unwrap(),
+            load: LoadMemory::default(),
+            scaling: None,
+        };
+        let status = |memory: Memory| {
+            let d = decision(memory, ClusterPhase::ScalingDown, None);
+            status_of(&c, &d, &sizing, &BTreeMap::new(), now)
+        };
+        let mut st = status(Memory {
+            disruption: Some(Disruption::Removal(removal.clone())),
+            ..base.clone()
+        });
+        st.rollout = status(Memory {
+            disruption: Some(Disruption::Roll(roll.clone())),
+            ..base.clone()
+        })
+        .rollout;
+        assert!(st.removal.is_some() && st.rollout.is_some());
+        let memory = memory_from_status("demo", &st);
+        assert_eq!(memory.removal(), Some(&removal));
+        assert_eq!(memory.roll(), None);
     }
 
     #[test]

@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 
 use crate::types::{BlockReason, Blocked, MemberObs, Millis, Sample};
 
-pub struct Gate<'a> {
+pub struct HandoffGate<'a> {
     /// The members that must carry the data, by ordinal.
     pub members: Vec<(u32, &'a MemberObs)>,
     pub samples: &'a BTreeMap<u32, Sample>,
@@ -26,7 +26,7 @@ pub struct Gate<'a> {
     pub name: &'a str,
 }
 
-impl Gate<'_> {
+impl HandoffGate<'_> {
     pub fn check(&self) -> Result<(), Blocked> {
         let who = |ords: Vec<u32>| -> String {
             ords.iter()
@@ -196,7 +196,7 @@ mod tests {
         since: Option<Millis>,
         now: Millis,
     ) -> Result<(), Blocked> {
-        Gate {
+        HandoffGate {
             members: members
                 .iter()
                 .enumerate()

@@ -36,8 +36,7 @@ pub fn creations_before_scrapes(
         .all(|a| matches!(a, Action::CreatePod(_) | Action::CreatePvc(_)));
     if only_creations
         && d.memory.members == memory.members
-        && d.memory.removal == memory.removal
-        && d.memory.roll == memory.roll
+        && d.memory.disruption == memory.disruption
     {
         Creations {
             actions: d.actions,

@@ -180,18 +180,61 @@ pub enum MemberPhase {
     Updating,
 }
 
+/// The one disruptive change in progress: a member being removed, or a member being
+/// restarted with the current spec. Never both at once: each takes a member out of service.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Disruption {
+    Removal(Removal),
+    Roll(Roll),
+}
+
+impl Disruption {
+    /// The member it is about.
+    pub fn ordinal(&self) -> u32 {
+        match self {
+            Disruption::Removal(r) => r.ordinal,
+            Disruption::Roll(r) => r.ordinal,
+        }
+    }
+
+    pub fn removal(&self) -> Option<&Removal> {
+        match self {
+            Disruption::Removal(r) => Some(r),
+            Disruption::Roll(_) => None,
+        }
+    }
+
+    pub fn roll(&self) -> Option<&Roll> {
+        match self {
+            Disruption::Roll(r) => Some(r),
+            Disruption::Removal(_) => None,
+        }
+    }
+}
+
 /// What the operator keeps in the object's status between reconciles.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Memory {
     /// Ordinals that belong to the cluster (`status.instanceNames`).
     pub members: BTreeSet<u32>,
-    pub removal: Option<Removal>,
-    /// The rolling update in progress.
-    pub roll: Option<Roll>,
+    /// The removal or the rolling update in progress.
+    pub disruption: Option<Disruption>,
     pub samples: BTreeMap<u32, Sample>,
     pub phases: BTreeMap<u32, MemberPhase>,
     /// The blocking reason last reported, so events fire only on transitions.
     pub blocked: Option<BlockReason>,
+}
+
+impl Memory {
+    /// The removal in progress.
+    pub fn removal(&self) -> Option<&Removal> {
+        self.disruption.as_ref().and_then(Disruption::removal)
+    }
+
+    /// The rolling update in progress.
+    pub fn roll(&self) -> Option<&Roll> {
+        self.disruption.as_ref().and_then(Disruption::roll)
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]

@@ -900,8 +900,8 @@ fn check_converged(w: &World, memory: &Memory, converged: Option<u32>) -> Vec<St
     let mut violations = Vec::new();
     let Some(target) = converged else {
         violations.push(format!(
-            "did not converge within {CONVERGE_TICKS} fault-free ticks: members {:?}, removal {:?}, roll {:?}",
-            memory.members, memory.removal, memory.roll
+            "did not converge within {CONVERGE_TICKS} fault-free ticks: members {:?}, {:?}",
+            memory.members, memory.disruption
         ));
         return violations;
     };

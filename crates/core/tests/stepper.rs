@@ -348,12 +348,12 @@ fn blocked_while_underreplicated_then_proceeds() {
         d.blocked.as_ref().unwrap().reason,
         BlockReason::Underreplicated
     );
-    assert!(d.memory.removal.is_none());
+    assert!(d.memory.removal().is_none());
     assert!(d.notes.iter().any(|n| n.reason == "ScaleDownBlocked"));
     mem = d.memory;
     // Once the gauge clears, the removal starts (recorded first, nothing done yet).
     let ds = drive(&s, &mut w, &mut mem, 101_000, 1);
-    assert!(ds[0].memory.removal.is_some());
+    assert!(ds[0].memory.removal().is_some());
     assert!(ds[0].actions.is_empty());
     assert!(ds[0].notes.iter().any(|n| n.reason == "Unblocked"));
 }
@@ -418,8 +418,7 @@ fn growing_back_during_a_drain_cancels_and_recycles_the_drained_member() {
     // Until the victim is drained and handing off.
     let mut now = 200_000;
     now = run_until(&s, &mut w, &mut mem, now, |m| {
-        m.removal
-            .as_ref()
+        m.removal()
             .is_some_and(|r| r.step == RemovalStep::HandingOff)
     });
     s.nodes = 4;
@@ -430,7 +429,7 @@ fn growing_back_during_a_drain_cancels_and_recycles_the_drained_member() {
         observed: &w.obs,
         now,
     });
-    assert!(d.memory.removal.is_none());
+    assert!(d.memory.removal().is_none());
     assert!(d.notes.iter().any(|n| n.reason == "RemovalCancelled"));
     assert_eq!(
         d.actions,
@@ -594,8 +593,7 @@ fn pausing_mid_step_holds_that_step() {
         }
         let mut now = 100_000;
         now = run_until(&s, &mut w, &mut mem, now, |m| {
-            m.roll.as_ref().map(|r| r.step) == roll_step
-                && m.removal.as_ref().map(|r| r.step) == removal_step
+            m.roll().map(|r| r.step) == roll_step && m.removal().map(|r| r.step) == removal_step
         });
         s.paused = true;
         let ds = drive(&s, &mut w, &mut mem, now, 40);
@@ -629,8 +627,11 @@ fn a_scale_down_with_a_spec_change_removes_first_then_restarts_only_the_survivor
     assert_eq!(names(&mem), vec![0, 1, 2]);
     // 4 and 3 are removed (not restarted), then 2, 1, 0 restarted: 5 pod deletions, not 7.
     assert_eq!(deleted_pods(&ds), vec![4, 3, 2, 1, 0]);
-    let first_update = ds.iter().position(|d| d.memory.roll.is_some()).unwrap();
-    let last_removal = ds.iter().rposition(|d| d.memory.removal.is_some()).unwrap();
+    let first_update = ds.iter().position(|d| d.memory.roll().is_some()).unwrap();
+    let last_removal = ds
+        .iter()
+        .rposition(|d| d.memory.removal().is_some())
+        .unwrap();
     assert!(last_removal < first_update);
 }
 
@@ -651,7 +652,7 @@ fn an_update_waits_for_an_unready_member_and_never_restarts_two() {
             observed: &w.obs,
             now,
         });
-        assert!(d.memory.roll.is_none());
+        assert!(d.memory.roll().is_none());
         assert_eq!(d.phase, ClusterPhase::Blocked);
         assert_eq!(d.blocked.as_ref().unwrap().reason, BlockReason::NotAllReady);
         assert!(d.actions.is_empty());
@@ -712,9 +713,7 @@ fn a_pod_lost_before_its_hand_off_keeps_its_old_volume() {
     let mut now = 100_000;
     // Until demo-2 is drained (handing off), then its pod is deleted by hand.
     now = run_until(&s, &mut w, &mut mem, now, |m| {
-        m.roll
-            .as_ref()
-            .is_some_and(|r| r.step == RollStep::HandingOff)
+        m.roll().is_some_and(|r| r.step == RollStep::HandingOff)
     });
     let uid = w.obs[&2].pvc.as_ref().unwrap().uid.clone();
     w.apply(&[Action::DeletePod(2)], now);
@@ -812,7 +811,7 @@ proptest! {
             prop_assert!(deletes.len() <= 1, "deletes {:?}", deletes);
 
             // A new removal starts only above the floor and with every member known and safe.
-            let started = mem.removal.is_none() && d.memory.removal.is_some();
+            let started = mem.removal().is_none() && d.memory.removal().is_some();
             if started {
                 prop_assert!(d.memory.members.len() as u32 > s.floor());
                 prop_assert!(d.actions.is_empty(), "the record is written before acting");
@@ -826,7 +825,7 @@ proptest! {
                 }
             }
             // Deleting the victim's pod (leaving the hand-off step) needs every other member known and settled.
-            if let Some(r) = &mem.removal {
+            if let Some(r) = mem.removal() {
                 if r.step == RemovalStep::HandingOff && d.actions.contains(&Action::DeletePod(r.ordinal)) {
                     for o in d.memory.members.iter().filter(|o| **o != r.ordinal) {
                         let m = &observed[o];
@@ -839,7 +838,7 @@ proptest! {
                     }
                 }
                 // Completing a removal needs the others known, converged without it and settled.
-                if d.memory.removal.is_none() && !d.memory.members.contains(&r.ordinal) {
+                if d.memory.removal().is_none() && !d.memory.members.contains(&r.ordinal) {
                     prop_assert!(observed.get(&r.ordinal).is_none_or(|m| m.pod.is_none()));
                     for o in &d.memory.members {
                         let sc = observed[o].scrape.as_ref().expect("scraped");
@@ -854,7 +853,7 @@ proptest! {
             for a in &d.actions {
                 if let Action::DeletePvc(o) = a {
                     let reclaim = s.reclaim_pvcs && !d.memory.members.contains(o);
-                    let replace = d.memory.roll.as_ref().is_some_and(|r| r.ordinal == *o && r.handed_off_pvc.as_deref() == observed.get(o).and_then(|m| m.pvc.as_ref()).map(|v| v.uid.as_str()))
+                    let replace = d.memory.roll().is_some_and(|r| r.ordinal == *o && r.handed_off_pvc.as_deref() == observed.get(o).and_then(|m| m.pvc.as_ref()).map(|v| v.uid.as_str()))
                         && observed.get(o).is_some_and(|m| m.pod.is_none() && m.pvc.as_ref().is_some_and(|v| v.outdated));
                     prop_assert!(reclaim || replace, "deleted the volume of {}", o);
                 }
@@ -863,10 +862,8 @@ proptest! {
             if s.paused {
                 prop_assert!(!d.actions.iter().any(|a| matches!(a, Action::Drain(_) | Action::DeletePod(_) | Action::DeletePvc(_))), "paused but {:?}", d.actions);
             }
-            // Never a removal and a rolling update at once.
-            prop_assert!(d.memory.removal.is_none() || d.memory.roll.is_none());
             // A rolling update starts only with the membership complete and every member safe.
-            if mem.roll.is_none() && d.memory.roll.is_some() {
+            if mem.roll().is_none() && d.memory.roll().is_some() {
                 prop_assert!(d.actions.iter().all(|a| !matches!(a, Action::Drain(_) | Action::DeletePod(_))));
                 prop_assert_eq!(d.memory.members.len() as u32, s.target());
                 for o in &d.memory.members {
@@ -878,7 +875,7 @@ proptest! {
                 }
             }
             // Restarting a drained member of a rolling update needs the others known and settled.
-            if let Some(r) = &mem.roll
+            if let Some(r) = mem.roll()
                 && r.step == RollStep::HandingOff
                 && d.actions.contains(&Action::DeletePod(r.ordinal))
             {
@@ -893,10 +890,10 @@ proptest! {
             // A member's pod is only deleted if it is the victim, a drained pod being recycled,
             // or the member of the rolling update (drained, or outdated and not serving).
             for o in deletes {
-                let victim = d.memory.removal.as_ref().is_some_and(|r| r.ordinal == o);
+                let victim = d.memory.removal().is_some_and(|r| r.ordinal == o);
                 let pod = observed.get(&o).and_then(|m| m.pod.as_ref());
                 let recycled = pod.is_some_and(|p| p.drained);
-                let rolled = mem.roll.as_ref().is_some_and(|r| r.ordinal == o)
+                let rolled = mem.roll().is_some_and(|r| r.ordinal == o)
                     && pod.is_some_and(|p| p.drained || (p.outdated && !p.ready));
                 prop_assert!(victim || recycled || rolled, "deleted {} {:?}", o, pod);
             }

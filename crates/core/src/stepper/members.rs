@@ -1,0 +1,214 @@
+//! The membership and each member's children: adopt, cancel, scale up, create PVCs and pods,
+//! recycle a drained member, and phase every member.
+
+use std::collections::BTreeSet;
+
+use crate::plan::free_ordinals;
+use crate::types::*;
+
+use super::{Pass, normal};
+
+impl Pass<'_> {
+    /// Members: what status remembers, plus any ordinal that has a pod (adopted: a running
+    /// node is part of the data plane whatever the status says). A removal or a rollout of a
+    /// member that is none of them is a stale record, dropped.
+    pub(super) fn adopt(&mut self) {
+        for (o, m) in self.observed {
+            if m.pod.is_some() && self.members.insert(*o) {
+                self.notes.push(normal(
+                    "MemberAdopted",
+                    format!("adopted {} (its pod exists)", self.spec.member_name(*o)),
+                ));
+            }
+        }
+        if let Some(d) = &self.disruption
+            && !self.members.contains(&d.ordinal())
+        {
+            self.disruption = None;
+        }
+    }
+
+    /// Cancel a removal when the spec grew back: the victim stays. A drained node cannot be
+    /// un-drained, so its pod is recycled (it restarts on its own PVC and rejoins).
+    pub(super) fn cancel_removal(&mut self) {
+        if let Some(v) = self.removal().map(|r| r.ordinal)
+            && self.members.len() <= self.target
+        {
+            self.notes.push(normal(
+                "RemovalCancelled",
+                format!(
+                    "spec.nodes grew back to {}: {} stays; if it was drained it restarts on its own volume",
+                    self.spec.nodes,
+                    self.spec.member_name(v)
+                ),
+            ));
+            self.disruption = None;
+        }
+    }
+
+    /// Scale up: all missing members at once, lowest free ordinals first.
+    pub(super) fn scale_up(&mut self) {
+        if self.removal().is_some() || self.members.len() >= self.target {
+            return;
+        }
+        let want = self.target - self.members.len();
+        let taken: BTreeSet<u32> = self
+            .members
+            .iter()
+            .copied()
+            .chain(
+                self.observed
+                    .iter()
+                    .filter(|(_, m)| m.pod.is_some())
+                    .map(|(o, _)| *o),
+            )
+            .collect();
+        for o in free_ordinals(&taken, &self.spec.remove_first, want) {
+            self.members.insert(o);
+            self.created.insert(o);
+            let on = if self.obs(o).pvc.is_some() {
+                " on its existing volume"
+            } else {
+                ""
+            };
+            self.notes.push(normal(
+                "MemberCreated",
+                format!("creating {}{on}", self.spec.member_name(o)),
+            ));
+        }
+    }
+
+    /// Children of every member: PVC first, then the pod on it. Returns the members whose pod
+    /// was drained and is not going away: the removal that drained them was cancelled.
+    pub(super) fn children(&mut self) -> Vec<u32> {
+        // The victim's pod is not re-created once its data was handed off.
+        let handed_off = self
+            .removal()
+            .filter(|r| r.step >= RemovalStep::Deleting)
+            .map(|r| r.ordinal);
+        let rolling = self.roll().map(|r| r.ordinal);
+        let members: Vec<u32> = self.members.iter().copied().collect();
+        let mut drained = Vec::new();
+        for o in members {
+            if Some(o) != handed_off && self.children_of(o, Some(o) == rolling) {
+                drained.push(o);
+            }
+        }
+        drained
+    }
+
+    /// One member's PVC and pod; true if its pod is drained and stays.
+    fn children_of(&mut self, o: u32, rolling: bool) -> bool {
+        let m = self.obs(o);
+        let pvc_ok = match &m.pvc {
+            None => {
+                self.actions.insert(Action::CreatePvc(o));
+                true
+            }
+            // A member moving to a fresh volume gets its new pod only on the new volume.
+            Some(p) if rolling && p.outdated => false,
+            Some(p) => !p.terminating,
+        };
+        let name = self.spec.member_name(o);
+        match &m.pod {
+            None if pvc_ok => {
+                self.actions.insert(Action::CreatePod(o));
+                if !self.created.contains(&o) && !rolling {
+                    let on = if m.pvc.is_some() {
+                        "on its own volume"
+                    } else {
+                        "on a fresh volume (it rejoins empty)"
+                    };
+                    self.notes.push(Note {
+                        kind: EventKind::Normal,
+                        reason: "MemberReplaced",
+                        member: Some(o),
+                        message: format!("{name} has no pod: re-creating it {on}"),
+                    });
+                }
+                false
+            }
+            None => {
+                if !rolling {
+                    self.progress.push(format!(
+                        "waiting for the old volume of {name} to be deleted"
+                    ));
+                }
+                false
+            }
+            Some(p) => p.drained && !p.terminating && !rolling,
+        }
+    }
+
+    /// A drained member that is no longer leaving (the removal was cancelled) is restarted so
+    /// it rejoins Active on its own volume: one at a time, never beside another pod going away.
+    pub(super) fn recycle(&mut self, drained: &[u32]) {
+        let other_terminating = self
+            .members
+            .iter()
+            .any(|o| self.obs(*o).pod.as_ref().is_some_and(|p| p.terminating));
+        if self.removal().is_some() || other_terminating {
+            return;
+        }
+        let Some(&o) = drained.first() else {
+            return;
+        };
+        let name = self.spec.member_name(o);
+        if self.spec.paused {
+            self.held.push(format!("restarting the drained {name}"));
+        } else {
+            self.actions.insert(Action::DeletePod(o));
+        }
+        self.progress.push(format!(
+            "restarting {name}: it was drained for a removal that was cancelled"
+        ));
+    }
+
+    /// Member phases, before any removal or rollout step moves this pass.
+    pub(super) fn member_phases(&mut self) {
+        self.phases = self
+            .members
+            .iter()
+            .map(|o| (*o, self.phase_of(*o)))
+            .collect();
+        self.replacing = self.phases.values().any(|p| *p == MemberPhase::Replacing);
+        self.joining = self.phases.values().any(|p| *p == MemberPhase::Joining);
+    }
+
+    fn phase_of(&self, o: u32) -> MemberPhase {
+        match &self.disruption {
+            Some(Disruption::Removal(r)) if r.ordinal == o => {
+                return if r.step <= RemovalStep::HandingOff {
+                    MemberPhase::Draining
+                } else {
+                    MemberPhase::Leaving
+                };
+            }
+            Some(Disruption::Roll(r)) if r.ordinal == o => {
+                return if r.step <= RollStep::HandingOff {
+                    MemberPhase::Draining
+                } else {
+                    MemberPhase::Updating
+                };
+            }
+            _ => {}
+        }
+        if self.created.contains(&o) {
+            return MemberPhase::Joining;
+        }
+        let m = self.obs(o);
+        let prev = self.memory.phases.get(&o).copied();
+        match &m.pod {
+            None if prev == Some(MemberPhase::Joining) => MemberPhase::Joining,
+            None => MemberPhase::Replacing,
+            Some(p) if p.terminating || p.drained => MemberPhase::Replacing,
+            Some(p) if p.ready && m.scrape.is_some() => MemberPhase::Active,
+            Some(_) => match prev {
+                Some(MemberPhase::Joining) => MemberPhase::Joining,
+                Some(MemberPhase::Replacing) => MemberPhase::Replacing,
+                _ if m.pvc.is_none() => MemberPhase::Replacing,
+                _ => MemberPhase::Unready,
+            },
+        }
+    }
+}

@@ -1,0 +1,233 @@
+//! Scale-down: advance the removal in progress one step, or start the next one.
+
+use crate::plan::choose_victim;
+use crate::types::*;
+
+use super::{Pass, normal, restarted_while_draining};
+
+fn enter(r: &mut Removal, step: RemovalStep, now: Millis) {
+    r.step = step;
+    r.step_started_at = now;
+}
+
+impl Pass<'_> {
+    /// Advance the removal in progress.
+    pub(super) fn advance_removal(&mut self) {
+        let Some(Disruption::Removal(mut r)) = self
+            .disruption
+            .take_if(|d| matches!(d, Disruption::Removal(_)))
+        else {
+            return;
+        };
+        let name = self.spec.member_name(r.ordinal);
+        match r.step {
+            RemovalStep::Draining => self.drain_victim(&mut r, &name),
+            RemovalStep::HandingOff => self.hand_off_victim(&mut r, &name),
+            RemovalStep::Deleting => self.delete_victim(&mut r, &name),
+            RemovalStep::Settling => {
+                if self.settled_without_victim(&r, &name) {
+                    self.complete_removal(r.ordinal);
+                    return;
+                }
+            }
+        }
+        self.disruption = Some(Disruption::Removal(r));
+    }
+
+    /// Calling `/drain` on the victim until its pod records it.
+    fn drain_victim(&mut self, r: &mut Removal, name: &str) {
+        match &self.obs(r.ordinal).pod {
+            None => {
+                self.notes.push(lost_before_hand_off(name));
+                enter(r, RemovalStep::Draining, self.now);
+            }
+            Some(p) if p.drained => {
+                self.notes.push(normal(
+                    "Draining",
+                    format!("{name} drained: handing its data off"),
+                ));
+                enter(r, RemovalStep::HandingOff, self.now);
+            }
+            Some(_) if self.spec.paused => self.held.push(format!("draining {name}")),
+            Some(_) => {
+                self.actions.insert(Action::Drain(r.ordinal));
+                self.progress.push(format!("draining {name}"));
+            }
+        }
+    }
+
+    /// The victim is drained and still serving: delete its pod once the others hold its data.
+    fn hand_off_victim(&mut self, r: &mut Removal, name: &str) {
+        match &self.obs(r.ordinal).pod {
+            None => {
+                self.notes.push(lost_before_hand_off(name));
+                enter(r, RemovalStep::Draining, self.now);
+                return;
+            }
+            // Its node restarted since the drain and is a placement candidate again: the
+            // others may have handed its data back. Drain again, gate again.
+            Some(p) if !p.drained && !p.terminating => {
+                self.notes.push(restarted_while_draining(name));
+                enter(r, RemovalStep::Draining, self.now);
+                return;
+            }
+            Some(_) => {}
+        }
+        // Every member, the victim too: it must still be up and serving as the source of the
+        // copies (a crashed victim stalls them silently).
+        match self.gate_all(Some(r.step_started_at)) {
+            Ok(()) if self.spec.paused => self.held.push(format!("deleting the pod of {name}")),
+            Ok(()) => {
+                enter(r, RemovalStep::Deleting, self.now);
+                self.actions.insert(Action::DeletePod(r.ordinal));
+            }
+            Err(b) => self.wait_on_gate(
+                b,
+                &format!("handing off {name}"),
+                &format!("removing {name}"),
+                "hand-off before deleting its pod",
+                r.step_started_at,
+            ),
+        }
+    }
+
+    /// Deleting the victim's pod; its node flushes and exits on SIGTERM.
+    fn delete_victim(&mut self, r: &mut Removal, name: &str) {
+        match &self.obs(r.ordinal).pod {
+            None => enter(r, RemovalStep::Settling, self.now),
+            Some(p) if !p.drained && !p.terminating => {
+                self.notes.push(restarted_while_draining(name));
+                enter(r, RemovalStep::Draining, self.now);
+            }
+            Some(p) if p.terminating => {
+                self.progress
+                    .push(format!("waiting for {name} to flush and exit"));
+            }
+            Some(_) if self.spec.paused => self.held.push(format!("deleting the pod of {name}")),
+            Some(_) => {
+                self.actions.insert(Action::DeletePod(r.ordinal));
+                self.progress
+                    .push(format!("waiting for {name} to flush and exit"));
+            }
+        }
+    }
+
+    /// The victim's pod is gone: has every other view dropped it, and re-replication gone
+    /// quiet?
+    fn settled_without_victim(&mut self, r: &Removal, name: &str) -> bool {
+        let v = r.ordinal;
+        let others = self.members.iter().copied().filter(|o| *o != v);
+        match self.gate(others, self.members.len() - 1, Some(r.step_started_at)) {
+            Ok(()) => true,
+            Err(b) => {
+                self.wait_on_gate(
+                    b,
+                    &format!("settling after {name} left"),
+                    &format!("removing {name}"),
+                    "hand-off after its pod was deleted",
+                    r.step_started_at,
+                );
+                false
+            }
+        }
+    }
+
+    fn complete_removal(&mut self, v: u32) {
+        self.completed = Some(v);
+        self.members.remove(&v);
+        self.phases.remove(&v);
+        let volume = if self.spec.reclaim_pvcs {
+            "; deleting its volume"
+        } else {
+            "; its volume is kept"
+        };
+        self.notes.push(normal(
+            "MemberRemoved",
+            format!(
+                "{} removed; every remaining view converged and re-replication settled{volume}",
+                self.spec.member_name(v)
+            ),
+        ));
+        if self.spec.reclaim_pvcs && self.obs(v).pvc.is_some() && !self.spec.paused {
+            self.actions.insert(Action::DeletePvc(v));
+        }
+    }
+
+    /// Start the next removal, if one is wanted and every precondition holds.
+    pub(super) fn start_removal(&mut self) {
+        if self.disruption.is_some()
+            || self.completed.is_some()
+            || self.members.len() <= self.target
+        {
+            return;
+        }
+        if let Err(b) = self.may_start_removal() {
+            self.blocked = Some(b);
+            return;
+        }
+        let (o, reason) = choose_victim(&self.members, &self.spec.remove_first, |o| {
+            self.obs(o)
+                .pod
+                .as_ref()
+                .is_some_and(|p| p.ready && !p.terminating)
+        });
+        self.disruption = Some(Disruption::Removal(Removal {
+            ordinal: o,
+            reason,
+            step: RemovalStep::Draining,
+            started_at: self.now,
+            step_started_at: self.now,
+        }));
+        self.phases.insert(o, MemberPhase::Draining);
+        let why = match reason {
+            VictimReason::UserChosen => "listed in spec.removeMembers",
+            VictimReason::NotReady => "not ready",
+            VictimReason::HighestOrdinal => "highest ordinal",
+        };
+        let n = self.members.len();
+        self.notes.push(normal(
+            "ScaleDownStarted",
+            format!(
+                "removing {} ({why}): {n} → {} members",
+                self.spec.member_name(o),
+                n - 1
+            ),
+        ));
+    }
+
+    fn may_start_removal(&self) -> Result<(), Blocked> {
+        if self.spec.paused {
+            Err(Blocked {
+                reason: BlockReason::Paused,
+                message: format!(
+                    "spec.paused is set: holding the scale-down from {} to {} members",
+                    self.members.len(),
+                    self.target
+                ),
+            })
+        } else if self.creating() {
+            Err(Blocked {
+                reason: BlockReason::Replacing,
+                message: "members are being (re-)created".into(),
+            })
+        } else if self.replacing {
+            Err(Blocked {
+                reason: BlockReason::Replacing,
+                message: "a member is being replaced; waiting until it is Active and the cluster fully replicated".into(),
+            })
+        } else {
+            self.gate_all(None)
+        }
+    }
+}
+
+fn lost_before_hand_off(name: &str) -> Note {
+    Note {
+        kind: EventKind::Warning,
+        reason: "LostBeforeHandOff",
+        member: None,
+        message: format!(
+            "{name} lost its pod before its data was handed off: re-creating it on its volume and draining it again"
+        ),
+    }
+}

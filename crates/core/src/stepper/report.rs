@@ -1,0 +1,152 @@
+//! The end of a pass: what `spec.paused` held, volumes to reclaim, and the decision as
+//! reported (phase, progress, events, when to look again).
+
+use crate::types::*;
+
+use super::{Pass, REQUEUE_BUSY_MS, REQUEUE_GATE_MS, REQUEUE_IDLE_MS, normal};
+
+impl Pass<'_> {
+    /// Disruptive steps that `spec.paused` held back block the cluster, unless something
+    /// else already does.
+    pub(super) fn hold_for_pause(&mut self) {
+        if self.blocked.is_none() && !self.held.is_empty() {
+            self.blocked = Some(Blocked {
+                reason: BlockReason::Paused,
+                message: format!("spec.paused is set: holding {}", self.held.join("; ")),
+            });
+        }
+    }
+
+    /// Reclaim volumes of ordinals that are not members, once the cluster is fully replicated.
+    pub(super) fn reclaim_volumes(&mut self) {
+        if !self.spec.reclaim_pvcs
+            || self.spec.paused
+            || self.disruption.is_some()
+            || self.members.len() != self.target
+            || self.replacing
+            || self.joining
+            || self.gate_all(None).is_err()
+        {
+            return;
+        }
+        for (o, m) in self.observed {
+            if !self.members.contains(o)
+                && m.pod.is_none()
+                && m.pvc.as_ref().is_some_and(|p| !p.terminating)
+            {
+                self.actions.insert(Action::DeletePvc(*o));
+            }
+        }
+    }
+
+    /// The decision, as reported.
+    pub(super) fn report(mut self) -> Decision {
+        self.note_block_changes();
+        let phase = self.cluster_phase();
+        self.default_progress(phase);
+        let requeue_ms = self.requeue_ms(phase);
+        Decision {
+            memory: Memory {
+                members: self.members,
+                disruption: self.disruption,
+                samples: self.samples,
+                phases: self.phases,
+                blocked: self.blocked.as_ref().map(|b| b.reason),
+            },
+            actions: self.actions.into_iter().collect(),
+            phase,
+            blocked: self.blocked,
+            progress: (!self.progress.is_empty()).then(|| self.progress.join("; ")),
+            notes: self.notes,
+            requeue_ms,
+        }
+    }
+
+    /// An Event when the cluster becomes blocked for another reason, or unblocked.
+    fn note_block_changes(&mut self) {
+        if let Some(b) = &self.blocked
+            && self.memory.blocked != Some(b.reason)
+        {
+            let reason = if b.reason == BlockReason::Paused {
+                "Paused"
+            } else if self.removal().is_some() || self.members.len() > self.target {
+                "ScaleDownBlocked"
+            } else {
+                "UpdateBlocked"
+            };
+            self.notes.push(Note {
+                kind: EventKind::Warning,
+                reason,
+                message: format!("{}: {}", b.reason.as_str(), b.message),
+                member: None,
+            });
+        }
+        if self.blocked.is_none() && self.memory.blocked.is_some() {
+            self.notes
+                .push(normal("Unblocked", "the held step may proceed".into()));
+        }
+    }
+
+    fn cluster_phase(&self) -> ClusterPhase {
+        let all_active = self.phases.values().all(|p| *p == MemberPhase::Active);
+        match &self.blocked {
+            Some(b) if b.reason == BlockReason::Paused => ClusterPhase::Paused,
+            Some(_) => ClusterPhase::Blocked,
+            None if self.removal().is_some() || self.completed.is_some() => {
+                ClusterPhase::ScalingDown
+            }
+            None if self.roll().is_some() || self.rolled.is_some() => ClusterPhase::Updating,
+            None if self.replacing => ClusterPhase::Replacing,
+            None if self.joining || !self.created.is_empty() => ClusterPhase::ScalingUp,
+            None if all_active
+                && self.members.len() == self.target
+                && self.outdated().is_empty() =>
+            {
+                ClusterPhase::Healthy
+            }
+            None => ClusterPhase::Reconciling,
+        }
+    }
+
+    /// Progress in words when no phase said any; a healthy cluster with nothing to do says
+    /// nothing.
+    fn default_progress(&mut self, phase: ClusterPhase) {
+        if !self.progress.is_empty() {
+            return;
+        }
+        if phase == ClusterPhase::Healthy && self.actions.is_empty() {
+            return;
+        }
+        let said = match phase {
+            ClusterPhase::ScalingUp => "new members are joining",
+            ClusterPhase::Replacing => "a member is being replaced",
+            ClusterPhase::Reconciling => "waiting for members to become ready",
+            _ => return,
+        };
+        self.progress.push(said.into());
+    }
+
+    fn requeue_ms(&self, phase: ClusterPhase) -> Millis {
+        // Members that are only waiting for their pod to appear or turn ready: the pod watch
+        // wakes the cluster when that happens, so looking every second would only add scrapes
+        // (at 1,600 members coming up, 200 clusters a second, each scraping its members).
+        let waiting_on_pods_only = matches!(
+            phase,
+            ClusterPhase::ScalingUp | ClusterPhase::Replacing | ClusterPhase::Reconciling
+        ) && self.blocked.is_none()
+            && self.actions.is_empty()
+            && self.members.iter().all(|o| {
+                self.phases.get(o) == Some(&MemberPhase::Active)
+                    || self.obs(*o).pod.as_ref().is_none_or(|p| !p.ready)
+            });
+        let busy =
+            (phase != ClusterPhase::Healthy || !self.actions.is_empty()) && !waiting_on_pods_only;
+        if self.disruption.is_some() {
+            REQUEUE_GATE_MS
+        } else if busy {
+            REQUEUE_BUSY_MS
+        } else {
+            REQUEUE_IDLE_MS
+        }
+    }
+}

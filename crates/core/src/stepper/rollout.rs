@@ -1,0 +1,264 @@
+//! Rolling update: advance the restart in progress one step, or start the next one.
+
+use crate::types::*;
+
+use super::{Pass, normal, restarted_while_draining};
+
+fn enter(r: &mut Roll, step: RollStep, now: Millis) {
+    r.step = step;
+    r.step_started_at = now;
+}
+
+impl Pass<'_> {
+    /// Advance the rolling update in progress.
+    pub(super) fn advance_roll(&mut self) {
+        let Some(Disruption::Roll(mut r)) = self
+            .disruption
+            .take_if(|d| matches!(d, Disruption::Roll(_)))
+        else {
+            return;
+        };
+        let name = self.spec.member_name(r.ordinal);
+        self.follow_its_pod(&mut r, &name);
+        if self.update_cancelled(&r, &name) {
+            return;
+        }
+        match r.step {
+            RollStep::Draining => self.drain_for_update(&mut r, &name),
+            RollStep::HandingOff => self.hand_off_for_update(&mut r, &name),
+            RollStep::Deleting => self.delete_for_update(&mut r, &name),
+            RollStep::Rejoining => {
+                if self.rejoined(&r, &name) {
+                    self.rolled = Some(r.ordinal);
+                    self.notes.push(normal(
+                        "MemberUpdated",
+                        format!(
+                            "{name} runs the current spec; the cluster is fully replicated again"
+                        ),
+                    ));
+                    return;
+                }
+            }
+        }
+        self.disruption = Some(Disruption::Roll(r));
+    }
+
+    /// Whatever the step, a member whose pod is gone is rejoining, and one that runs again has
+    /// no handed-off volume any more.
+    fn follow_its_pod(&mut self, r: &mut Roll, name: &str) {
+        let m = self.obs(r.ordinal);
+        if m.pod.is_none() && r.step != RollStep::Rejoining {
+            // Its pod is gone (deleted by this step or by hand): the children phase, earlier
+            // in this pass, created a new one.
+            enter(r, RollStep::Rejoining, self.now);
+            self.notes.push(normal(
+                "MemberRestarting",
+                format!("re-creating {name} with the current spec on its own volume"),
+            ));
+        }
+        if r.step == RollStep::Rejoining && m.pod.is_some() {
+            // It runs again on its volume and may own data again: the hand-off no longer holds.
+            r.handed_off_pvc = None;
+        }
+    }
+
+    /// The spec went back to what this member runs before it was drained.
+    fn update_cancelled(&mut self, r: &Roll, name: &str) -> bool {
+        let m = self.obs(r.ordinal);
+        let cancelled = r.step == RollStep::Draining
+            && m.pod.as_ref().is_some_and(|p| !p.outdated && !p.drained)
+            && !m.pvc.as_ref().is_some_and(|v| v.outdated);
+        if cancelled {
+            self.notes.push(normal(
+                "UpdateCancelled",
+                format!("{name} already runs the current spec; not restarting it"),
+            ));
+        }
+        cancelled
+    }
+
+    /// Calling `/drain` on the member until its pod records it.
+    fn drain_for_update(&mut self, r: &mut Roll, name: &str) {
+        match &self.obs(r.ordinal).pod {
+            Some(p) if p.drained => {
+                self.notes.push(normal(
+                    "Draining",
+                    format!("{name} drained before its restart: handing its data off"),
+                ));
+                enter(r, RollStep::HandingOff, self.now);
+            }
+            Some(_) if self.spec.paused => {
+                self.held.push(format!("draining {name} for the update"))
+            }
+            Some(_) => {
+                self.actions.insert(Action::Drain(r.ordinal));
+                self.progress.push(format!(
+                    "draining {name} before restarting it with the current spec"
+                ));
+            }
+            None => {}
+        }
+    }
+
+    /// It is drained and still serving: delete its pod once the others hold its data.
+    fn hand_off_for_update(&mut self, r: &mut Roll, name: &str) {
+        let m = self.obs(r.ordinal);
+        if m.pod.as_ref().is_some_and(|p| !p.drained && !p.terminating) {
+            self.notes.push(restarted_while_draining(name));
+            enter(r, RollStep::Draining, self.now);
+            return;
+        }
+        // Every member, this one too: it must still be up as the source of the copies.
+        match self.gate_all(Some(r.step_started_at)) {
+            Ok(()) if self.spec.paused => self.held.push(format!("restarting {name}")),
+            Ok(()) => {
+                enter(r, RollStep::Deleting, self.now);
+                r.handed_off_pvc = m.pvc.as_ref().map(|v| v.uid.clone());
+                self.actions.insert(Action::DeletePod(r.ordinal));
+            }
+            Err(b) => self.wait_gate_for_update(b, r, name, "hand-off before its restart"),
+        }
+    }
+
+    /// Deleting its outdated pod.
+    fn delete_for_update(&mut self, r: &mut Roll, name: &str) {
+        let m = self.obs(r.ordinal);
+        match &m.pod {
+            Some(p) if p.terminating => self
+                .progress
+                .push(format!("waiting for {name} to flush and exit")),
+            Some(p) if p.drained => {
+                if self.spec.paused {
+                    self.held.push(format!("restarting {name}"));
+                } else {
+                    self.actions.insert(Action::DeletePod(r.ordinal));
+                }
+            }
+            Some(p) if p.outdated || m.pvc.as_ref().is_some_and(|v| v.outdated) => {
+                self.notes.push(restarted_while_draining(name));
+                enter(r, RollStep::Draining, self.now);
+            }
+            _ => enter(r, RollStep::Rejoining, self.now),
+        }
+    }
+
+    /// Its new pod runs on the same volume, or is on its way: true once it is Active and the
+    /// cluster settled.
+    fn rejoined(&mut self, r: &Roll, name: &str) -> bool {
+        let m = self.obs(r.ordinal);
+        match &m.pod {
+            None => self.rejoin_without_pod(r, name),
+            Some(p) if p.terminating => self
+                .progress
+                .push(format!("waiting for the old pod of {name} to go")),
+            // The spec changed again while it was out of service: it holds nothing the
+            // others rely on (they took its data over before it was deleted).
+            Some(p) if p.outdated && !p.ready => {
+                if self.spec.paused {
+                    self.held.push(format!("restarting {name} again"));
+                } else {
+                    self.actions.insert(Action::DeletePod(r.ordinal));
+                }
+            }
+            Some(_) => match self.gate_all(Some(r.step_started_at)) {
+                Ok(()) => return true,
+                Err(b) => self.wait_gate_for_update(b, r, name, "rejoin after its restart"),
+            },
+        }
+        false
+    }
+
+    /// Its pod is gone: replace its volume if its data was handed off, else wait for the pod
+    /// to be re-created on it.
+    fn rejoin_without_pod(&mut self, r: &Roll, name: &str) {
+        match &self.obs(r.ordinal).pvc {
+            // Its data was handed off: the old volume can go, a fresh one replaces it.
+            Some(v)
+                if v.outdated
+                    && !v.terminating
+                    && r.handed_off_pvc.as_deref() == Some(v.uid.as_str()) =>
+            {
+                if self.spec.paused {
+                    self.held.push(format!("replacing the volume of {name}"));
+                } else {
+                    self.actions.insert(Action::DeletePvc(r.ordinal));
+                    self.progress
+                        .push(format!("replacing the volume of {name}"));
+                }
+            }
+            Some(v) if v.outdated && !v.terminating => {
+                // Its pod went before the hand-off: keep its data, restart it on it.
+                self.actions.insert(Action::CreatePod(r.ordinal));
+                self.progress.push(format!(
+                    "{name} lost its pod before its data was handed off: restarting it on its old volume"
+                ));
+            }
+            Some(v) if v.terminating => self
+                .progress
+                .push(format!("waiting for the old volume of {name} to go")),
+            _ => self
+                .progress
+                .push(format!("re-creating {name} with the current spec")),
+        }
+    }
+
+    fn wait_gate_for_update(&mut self, gate: Blocked, r: &Roll, name: &str, what: &str) {
+        let updating = format!("updating {name}");
+        self.wait_on_gate(gate, &updating, &updating, what, r.step_started_at);
+    }
+
+    /// Start the next rolling update: after any scale-down (only members that stay are
+    /// restarted), with the membership complete, highest outdated ordinal first.
+    pub(super) fn start_roll(&mut self) {
+        let outdated = self.outdated();
+        if self.disruption.is_some()
+            || self.rolled.is_some()
+            || self.completed.is_some()
+            || self.blocked.is_some()
+            || self.members.len() != self.target
+            || outdated.is_empty()
+        {
+            return;
+        }
+        if let Err(b) = self.may_start_roll(outdated.len()) {
+            self.blocked = Some(b);
+            return;
+        }
+        let o = *outdated.last().expect("not empty");
+        self.disruption = Some(Disruption::Roll(Roll {
+            ordinal: o,
+            step: RollStep::Draining,
+            handed_off_pvc: None,
+            started_at: self.now,
+            step_started_at: self.now,
+        }));
+        self.phases.insert(o, MemberPhase::Draining);
+        self.notes.push(normal(
+            "UpdateStarted",
+            format!(
+                "restarting {} with the current spec ({} of {} members outdated)",
+                self.spec.member_name(o),
+                outdated.len(),
+                self.members.len()
+            ),
+        ));
+    }
+
+    fn may_start_roll(&self, outdated: usize) -> Result<(), Blocked> {
+        if self.spec.paused {
+            Err(Blocked {
+                reason: BlockReason::Paused,
+                message: format!(
+                    "spec.paused is set: holding the rolling update of {outdated} outdated members"
+                ),
+            })
+        } else if self.creating() || self.replacing {
+            Err(Blocked {
+                reason: BlockReason::Replacing,
+                message: "a member is being (re-)created; waiting until it is Active and the cluster fully replicated".into(),
+            })
+        } else {
+            self.gate_all(None)
+        }
+    }
+}

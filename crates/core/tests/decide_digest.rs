@@ -1,0 +1,775 @@
+//! An oracle for `decide`: many generated inputs, each decision folded into one digest.
+//!
+//! The inputs come from a seeded generator (no proptest: its RNG may change between versions,
+//! and the digest must not), in short chains where each decision's memory is the next input's
+//! memory. Observations start from a healthy cluster consistent with the memory (so the
+//! hand-off gate passes often enough to reach every step) and are then disturbed: pods missing,
+//! unready, terminating, drained or outdated; volumes missing, terminating or outdated; scrapes
+//! missing or showing under-replication, pending joins, diverged views or moving counters.
+//!
+//! The digest covers everything a decision says, rendered without depending on how `Memory`
+//! lays out the removal and the rollout. A change to the digest is a change of behaviour.
+//! Each branch of `decide` that the generator is meant to reach is counted and asserted
+//! reached, so the digest cannot hold vacuously.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use marekvs_core::*;
+
+/// How many `decide` calls the digest covers.
+const INPUTS: usize = 200_000;
+/// The digest of the decisions over those inputs (FNV-1a, 64 bits).
+const DIGEST: u64 = 0x9738_b6d6_f514_d446;
+
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        // SplitMix64.
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+    fn upto(&mut self, n: i64) -> i64 {
+        self.below(n.max(0) as u64 + 1) as i64
+    }
+    /// True with probability `p` (in percent).
+    fn pct(&mut self, p: u64) -> bool {
+        self.below(100) < p
+    }
+    fn pick<T: Copy>(&mut self, xs: &[T]) -> T {
+        xs[self.below(xs.len() as u64) as usize]
+    }
+}
+
+/// The removal and the rollout remembered, rendered the same whatever type holds them.
+fn disruption(m: &Memory) -> String {
+    format!("removal {:?} roll {:?}", m.removal(), m.roll())
+}
+
+/// What a decision says, without depending on the layout of `Memory`.
+fn projection(d: &Decision) -> String {
+    format!(
+        "{:?}",
+        (
+            &d.actions,
+            &d.notes,
+            d.phase,
+            &d.blocked,
+            &d.progress,
+            d.requeue_ms,
+            &d.memory.members,
+            &d.memory.phases,
+            &d.memory.samples,
+            &d.memory.blocked,
+            disruption(&d.memory),
+        )
+    )
+}
+
+fn fnv(mut h: u64, bytes: &[u8]) -> u64 {
+    for b in bytes {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
+/// One generated situation: the settings that shape every round of a chain.
+struct Shape {
+    /// Chance (percent) that a member's observation is disturbed.
+    chaos: u64,
+    /// The pod template changed: this share (percent) of pods is outdated.
+    outdated_pods: u64,
+    /// Volumes of another class (with replaceVolumes): this share (percent) is outdated.
+    outdated_pvcs: u64,
+    /// Chance (percent) that a non-member ordinal has a pod or a volume.
+    strays: u64,
+}
+
+fn gen_spec(r: &mut Rng) -> ClusterSpec {
+    let remove_first: BTreeSet<u32> = if r.pct(25) {
+        (0..1 + r.below(2)).map(|_| r.below(8) as u32).collect()
+    } else {
+        BTreeSet::new()
+    };
+    ClusterSpec {
+        name: "demo".into(),
+        nodes: r.below(7) as u32,
+        replication_factor: 1 + r.below(3) as u32,
+        remove_first,
+        reclaim_pvcs: r.pct(40),
+        settle_ms: r.pick(&[0, 3_000, 5_000]),
+        handoff_timeout_ms: r.pick(&[20_000, 60_000]),
+        paused: r.pct(15),
+    }
+}
+
+fn gen_time(r: &mut Rng, now: Millis, spec: &ClusterSpec) -> Millis {
+    match r.below(12) {
+        0 | 1 => now,
+        2 | 3 => now - r.upto(spec.settle_ms),
+        4..=7 => now - spec.settle_ms - r.upto(10_000),
+        8 | 9 => now - spec.handoff_timeout_ms - r.upto(100_000),
+        // On the edges of the settle window and of the hand-off timeout.
+        _ => now - r.pick(&[spec.settle_ms, spec.handoff_timeout_ms]) - r.pick(&[-1, 0, 1]),
+    }
+}
+
+fn gen_memory(r: &mut Rng, spec: &ClusterSpec, now: Millis) -> Memory {
+    let target = spec.target() as i64;
+    let n = (target + r.pick(&[-2, -1, 0, 0, 0, 1, 1, 1, 2])).max(0) as u32;
+    let members: BTreeSet<u32> = if r.pct(80) {
+        (0..n).collect()
+    } else {
+        let mut s = BTreeSet::new();
+        while (s.len() as u32) < n {
+            s.insert(r.below(10) as u32);
+        }
+        s
+    };
+    let list: Vec<u32> = members.iter().copied().collect();
+    let ordinal = |r: &mut Rng| {
+        if !list.is_empty() && r.pct(92) {
+            r.pick(&list)
+        } else {
+            r.below(10) as u32
+        }
+    };
+    let step_started_at = gen_time(r, now, spec);
+    let started_at = step_started_at - r.upto(100_000);
+    let (removal, roll) = match r.below(20) {
+        0..=5 => (None, None),
+        6..=12 => (
+            Some(Removal {
+                ordinal: ordinal(r),
+                reason: r.pick(&[
+                    VictimReason::UserChosen,
+                    VictimReason::NotReady,
+                    VictimReason::HighestOrdinal,
+                ]),
+                step: r.pick(&[
+                    RemovalStep::Draining,
+                    RemovalStep::HandingOff,
+                    RemovalStep::Deleting,
+                    RemovalStep::Settling,
+                ]),
+                started_at,
+                step_started_at,
+            }),
+            None,
+        ),
+        _ => {
+            let o = ordinal(r);
+            (
+                None,
+                Some(Roll {
+                    ordinal: o,
+                    step: r.pick(&[
+                        RollStep::Draining,
+                        RollStep::HandingOff,
+                        RollStep::Deleting,
+                        RollStep::Rejoining,
+                    ]),
+                    handed_off_pvc: match r.below(3) {
+                        0 => None,
+                        1 => Some(format!("pvc-{o}")),
+                        _ => Some("pvc-gone".into()),
+                    },
+                    started_at,
+                    step_started_at,
+                }),
+            )
+        }
+    };
+    let mut samples = BTreeMap::new();
+    let mut phases = BTreeMap::new();
+    for o in 0..10u32 {
+        if (members.contains(&o) && r.pct(85)) || r.pct(10) {
+            let changed_at = match r.below(20) {
+                0..=10 => now - spec.settle_ms - r.upto(100_000),
+                11 => now - spec.settle_ms - r.pick(&[-1, 0, 1]),
+                _ => now - r.upto(spec.settle_ms),
+            };
+            samples.insert(
+                o,
+                Sample {
+                    bootstraps_total: r.below(2),
+                    repairs_total: r.below(3),
+                    changed_at,
+                },
+            );
+        }
+        if members.contains(&o) && r.pct(60) {
+            phases.insert(
+                o,
+                r.pick(&[
+                    MemberPhase::Joining,
+                    MemberPhase::Active,
+                    MemberPhase::Active,
+                    MemberPhase::Active,
+                    MemberPhase::Unready,
+                    MemberPhase::Replacing,
+                    MemberPhase::Draining,
+                    MemberPhase::Leaving,
+                    MemberPhase::Updating,
+                ]),
+            );
+        }
+    }
+    let blocked = r.pct(30).then(|| {
+        r.pick(&[
+            BlockReason::NotAllReady,
+            BlockReason::MetricsUnavailable,
+            BlockReason::Underreplicated,
+            BlockReason::JoinPending,
+            BlockReason::ViewsNotConverged,
+            BlockReason::RepairInProgress,
+            BlockReason::Replacing,
+            BlockReason::HandoffTimeout,
+            BlockReason::Paused,
+        ])
+    });
+    Memory {
+        members,
+        disruption: removal
+            .map(Disruption::Removal)
+            .or(roll.map(Disruption::Roll)),
+        samples,
+        phases,
+        blocked,
+    }
+}
+
+fn healthy(o: u32, view: u64, sample: Option<&Sample>) -> MemberObs {
+    MemberObs {
+        pod: Some(PodObs {
+            ready: true,
+            ..PodObs::default()
+        }),
+        pvc: Some(PvcObs {
+            uid: format!("pvc-{o}"),
+            ..PvcObs::default()
+        }),
+        scrape: Some(Scrape {
+            view_members: view,
+            bootstraps_total: sample.map_or(0, |s| s.bootstraps_total),
+            repairs_total: sample.map_or(0, |s| s.repairs_total),
+            ..Scrape::default()
+        }),
+    }
+}
+
+/// Shape the member being removed or restarted as its step expects, most of the time.
+fn disrupted(r: &mut Rng, m: &mut MemberObs, memory: &Memory) {
+    let pod = m.pod.get_or_insert_with(PodObs::default);
+    if let Some(rm) = memory.removal() {
+        match rm.step {
+            RemovalStep::Draining => pod.drained = r.pct(40),
+            RemovalStep::HandingOff => {
+                pod.drained = r.pct(80);
+                pod.terminating = r.pct(10);
+            }
+            RemovalStep::Deleting => {
+                pod.drained = r.pct(75);
+                pod.terminating = r.pct(40);
+                if r.pct(35) {
+                    m.pod = None;
+                }
+            }
+            RemovalStep::Settling => {
+                if r.pct(80) {
+                    m.pod = None;
+                }
+            }
+        }
+    } else if let Some(rl) = memory.roll() {
+        pod.outdated = r.pct(75);
+        match rl.step {
+            RollStep::Draining => pod.drained = r.pct(40),
+            RollStep::HandingOff => {
+                pod.drained = r.pct(80);
+                pod.terminating = r.pct(10);
+            }
+            RollStep::Deleting => {
+                pod.drained = r.pct(50);
+                pod.terminating = r.pct(30);
+                if r.pct(15) {
+                    m.pod = None;
+                }
+            }
+            RollStep::Rejoining => {
+                pod.outdated = r.pct(25);
+                pod.ready = r.pct(70);
+                pod.terminating = r.pct(10);
+                if r.pct(45) {
+                    m.pod = None;
+                }
+            }
+        }
+        if let Some(v) = m.pvc.as_mut() {
+            v.outdated = r.pct(40);
+            v.terminating = r.pct(15);
+            if r.pct(30) {
+                v.uid = "pvc-gone".into();
+            }
+        }
+    }
+    if m.pod.is_none() {
+        m.scrape = None;
+    }
+}
+
+fn disturb(r: &mut Rng, m: &mut MemberObs) {
+    match r.below(14) {
+        0 | 1 => {
+            m.pod = None;
+            m.scrape = None;
+        }
+        2 => {
+            if let Some(p) = m.pod.as_mut() {
+                p.ready = false;
+            }
+        }
+        3 => {
+            if let Some(p) = m.pod.as_mut() {
+                p.terminating = true;
+            }
+        }
+        4 => {
+            if let Some(p) = m.pod.as_mut() {
+                p.drained = true;
+            }
+        }
+        5 => m.pvc = None,
+        6 => {
+            if let Some(v) = m.pvc.as_mut() {
+                v.terminating = true;
+            }
+        }
+        7 => m.scrape = None,
+        8 => {
+            if let Some(s) = m.scrape.as_mut() {
+                s.underreplicated = 1 + r.below(8);
+            }
+        }
+        9 => {
+            if let Some(s) = m.scrape.as_mut() {
+                s.join_pending = 1 + r.below(3);
+            }
+        }
+        10 => {
+            if let Some(s) = m.scrape.as_mut() {
+                s.view_members = r.below(8);
+            }
+        }
+        11 => {
+            if let Some(s) = m.scrape.as_mut() {
+                s.repairs_total += 1;
+            }
+        }
+        12 => {
+            m.pod = None;
+            m.pvc = None;
+            m.scrape = None;
+        }
+        _ => {
+            if let Some(v) = m.pvc.as_mut() {
+                v.outdated = true;
+            }
+        }
+    }
+}
+
+fn gen_observed(
+    r: &mut Rng,
+    shape: &Shape,
+    memory: &Memory,
+    spec: &ClusterSpec,
+) -> BTreeMap<u32, MemberObs> {
+    let mut strays: BTreeMap<u32, (bool, bool, bool)> = BTreeMap::new();
+    for o in 0..10u32 {
+        if !memory.members.contains(&o) && r.pct(shape.strays) {
+            strays.insert(o, (r.pct(40), r.pct(85), r.pct(25)));
+        }
+    }
+    let adopted = strays.values().filter(|(pod, _, _)| *pod).count() as u64;
+    let n = memory.members.len() as u64 + adopted;
+    let settling = memory
+        .removal()
+        .is_some_and(|rm| rm.step >= RemovalStep::Deleting);
+    let view = match r.below(20) {
+        0..=12 if !settling => n,
+        0..=12 => n.saturating_sub(1),
+        13..=16 => n,
+        17 | 18 => n.saturating_sub(1),
+        _ => n + 1,
+    };
+    let target = memory.disruption.as_ref().map(Disruption::ordinal);
+    let mut out = BTreeMap::new();
+    for &o in &memory.members {
+        let mut m = healthy(o, view, memory.samples.get(&o));
+        if let Some(p) = m.pod.as_mut() {
+            p.outdated = r.pct(shape.outdated_pods);
+        }
+        if let Some(v) = m.pvc.as_mut() {
+            v.outdated = r.pct(shape.outdated_pvcs);
+        }
+        if Some(o) == target {
+            disrupted(r, &mut m, memory);
+        }
+        if r.pct(shape.chaos) {
+            disturb(r, &mut m);
+        }
+        if spec.settle_ms > 0 && r.pct(3) {
+            // Counters this member never reported before.
+            if let Some(s) = m.scrape.as_mut() {
+                s.bootstraps_total += 7;
+            }
+        }
+        out.insert(o, m);
+    }
+    for (o, (pod, pvc, terminating)) in strays {
+        let mut m = healthy(o, view, memory.samples.get(&o));
+        if !pod {
+            m.pod = None;
+            m.scrape = None;
+        }
+        if !pvc {
+            m.pvc = None;
+        } else if let Some(v) = m.pvc.as_mut() {
+            v.terminating = terminating;
+        }
+        if m.pod.is_none() && m.pvc.is_none() {
+            continue;
+        }
+        out.insert(o, m);
+    }
+    out
+}
+
+fn norm(s: &str) -> String {
+    let mut out = String::new();
+    let mut digits = false;
+    for c in s.chars() {
+        if c.is_ascii_digit() {
+            if !digits {
+                out.push('#');
+            }
+            digits = true;
+        } else {
+            out.push(c);
+            digits = false;
+        }
+    }
+    out
+}
+
+/// The branches a decision shows, each as `context :: what`, the context being the removal or
+/// rollout step it started from.
+fn branches(input: &Memory, observed: &BTreeMap<u32, MemberObs>, d: &Decision) -> Vec<String> {
+    let ctx = match (input.removal(), input.roll()) {
+        (Some(r), _) if !input.members.contains(&r.ordinal) => "stale removal".to_string(),
+        (_, Some(r)) if !input.members.contains(&r.ordinal) => "stale roll".to_string(),
+        (Some(r), _) => format!("removal {:?}", r.step),
+        (_, Some(r)) => format!("roll {:?}", r.step),
+        _ => "idle".to_string(),
+    };
+    let mut out: Vec<String> = Vec::new();
+    let mut add = |what: String| out.push(what.clone());
+    for a in &d.actions {
+        let kind = format!("{a:?}");
+        let kind = kind.split('(').next().unwrap_or_default().to_string();
+        add(format!("action {kind}"));
+        add(format!("{ctx} :: action {kind}"));
+    }
+    if let Some(r) = d.memory.removal() {
+        add(format!("removal step {:?}", r.step));
+        add(format!("{ctx} -> removal {:?}", r.step));
+    }
+    if let Some(r) = d.memory.roll() {
+        add(format!("roll step {:?}", r.step));
+        add(format!("{ctx} -> roll {:?}", r.step));
+        if let Some(i) = input.roll()
+            && i.handed_off_pvc.is_some()
+            && r.handed_off_pvc.is_none()
+        {
+            add(format!("{ctx} :: hand-off forgotten"));
+        }
+        if r.handed_off_pvc.is_some() && input.roll().is_none_or(|i| i.step != r.step) {
+            add(format!("{ctx} :: hand-off recorded"));
+        }
+    }
+    if let Some(b) = &d.blocked {
+        add(format!("blocked {:?}", b.reason));
+        add(format!("{ctx} :: blocked {:?}", b.reason));
+        let m = norm(&b.message);
+        if let Some(held) = m.strip_prefix("spec.paused is set: holding ") {
+            if held.starts_with("the scale-down") || held.starts_with("the rolling update") {
+                add(format!(
+                    "{ctx} :: paused {}",
+                    held.split(" from").next().unwrap_or_default()
+                ));
+            } else {
+                for h in held.split("; ") {
+                    add(format!("{ctx} :: held {h}"));
+                }
+            }
+        } else if b.reason == BlockReason::HandoffTimeout {
+            add(format!(
+                "{ctx} :: timeout {}",
+                m.split(" has not settled").next().unwrap_or_default()
+            ));
+        } else if b.reason == BlockReason::Replacing {
+            add(format!("{ctx} :: blocked {m}"));
+        }
+    }
+    for n in &d.notes {
+        let m = norm(&n.message);
+        let m = match n.reason {
+            "ScaleDownBlocked" | "UpdateBlocked" | "Paused" => {
+                m.split(':').next().unwrap_or_default().to_string()
+            }
+            _ => m,
+        };
+        add(format!("note {}", n.reason));
+        add(format!("{ctx} :: note {} {m}", n.reason));
+    }
+    if let Some(p) = &d.progress {
+        for item in p.split("; ") {
+            let item = norm(item);
+            let item = if ["handing off", "settling after", "updating "]
+                .iter()
+                .any(|x| item.starts_with(x))
+            {
+                item.split(':').next().unwrap_or_default().to_string()
+            } else {
+                item
+            };
+            add(format!("{ctx} :: progress {item}"));
+        }
+    }
+    add(format!("phase {:?}", d.phase));
+    for p in d.memory.phases.values() {
+        add(format!("member phase {p:?}"));
+    }
+    add(format!("requeue {}", d.requeue_ms));
+    if d.requeue_ms == stepper::REQUEUE_IDLE_MS && d.phase != ClusterPhase::Healthy {
+        add("requeue idle while waiting on pods".into());
+    }
+    if observed.len() > d.memory.members.len() {
+        add("strays observed".into());
+    }
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// Every branch of `decide` the generator must reach.
+const REACHED: &[&str] = &[
+    "action CreatePvc",
+    "action CreatePod",
+    "action Drain",
+    "action DeletePod",
+    "action DeletePvc",
+    "removal step Draining",
+    "removal step HandingOff",
+    "removal step Deleting",
+    "removal step Settling",
+    "roll step Draining",
+    "roll step HandingOff",
+    "roll step Deleting",
+    "roll step Rejoining",
+    "blocked NotAllReady",
+    "blocked MetricsUnavailable",
+    "blocked Underreplicated",
+    "blocked JoinPending",
+    "blocked ViewsNotConverged",
+    "blocked RepairInProgress",
+    "blocked Replacing",
+    "blocked HandoffTimeout",
+    "blocked Paused",
+    "phase Reconciling",
+    "phase Healthy",
+    "phase ScalingUp",
+    "phase ScalingDown",
+    "phase Replacing",
+    "phase Updating",
+    "phase Paused",
+    "phase Blocked",
+    "member phase Joining",
+    "member phase Active",
+    "member phase Unready",
+    "member phase Replacing",
+    "member phase Draining",
+    "member phase Leaving",
+    "member phase Updating",
+    "requeue 250",
+    "requeue 1000",
+    "requeue 10000",
+    "requeue idle while waiting on pods",
+    // Adopt, stale records, cancel, scale up.
+    "idle :: note MemberAdopted adopted demo-# (its pod exists)",
+    "stale removal -> removal Draining",
+    "stale roll -> roll Draining",
+    "removal Draining :: note RemovalCancelled spec.nodes grew back to #: demo-# stays; if it was drained it restarts on its own volume",
+    "idle :: note MemberCreated creating demo-#",
+    "idle :: note MemberCreated creating demo-# on its existing volume",
+    // Children.
+    "idle :: action CreatePvc",
+    "idle :: note MemberReplaced demo-# has no pod: re-creating it on its own volume",
+    "idle :: note MemberReplaced demo-# has no pod: re-creating it on a fresh volume (it rejoins empty)",
+    "idle :: progress waiting for the old volume of demo-# to be deleted",
+    "roll Rejoining :: action CreatePvc",
+    // Recycle.
+    "idle :: action DeletePod",
+    "idle :: progress restarting demo-#: it was drained for a removal that was cancelled",
+    "idle :: held restarting the drained demo-#",
+    // Removal: draining.
+    "removal Draining :: note LostBeforeHandOff demo-# lost its pod before its data was handed off: re-creating it on its volume and draining it again",
+    "removal Draining :: note Draining demo-# drained: handing its data off",
+    "removal Draining :: held draining demo-#",
+    "removal Draining :: action Drain",
+    "removal Draining :: progress draining demo-#",
+    // Removal: handing off.
+    "removal HandingOff :: note LostBeforeHandOff demo-# lost its pod before its data was handed off: re-creating it on its volume and draining it again",
+    "removal HandingOff :: note RestartedWhileDraining demo-# restarted after its drain and may own data again: draining it again, then waiting for a fresh hand-off",
+    "removal HandingOff :: held deleting the pod of demo-#",
+    "removal HandingOff :: action DeletePod",
+    "removal HandingOff -> removal Deleting",
+    "removal HandingOff :: progress handing off demo-#",
+    "removal HandingOff :: timeout removing demo-#: hand-off before deleting its pod",
+    // Removal: deleting.
+    "removal Deleting -> removal Settling",
+    "removal Deleting :: note RestartedWhileDraining demo-# restarted after its drain and may own data again: draining it again, then waiting for a fresh hand-off",
+    "removal Deleting :: progress waiting for demo-# to flush and exit",
+    "removal Deleting :: held deleting the pod of demo-#",
+    "removal Deleting :: action DeletePod",
+    // Removal: settling.
+    "removal Settling :: note MemberRemoved demo-# removed; every remaining view converged and re-replication settled; deleting its volume",
+    "removal Settling :: note MemberRemoved demo-# removed; every remaining view converged and re-replication settled; its volume is kept",
+    "removal Settling :: action DeletePvc",
+    "removal Settling :: progress settling after demo-# left",
+    "removal Settling :: timeout removing demo-#: hand-off after its pod was deleted",
+    // Rollout.
+    "roll Draining :: note MemberRestarting re-creating demo-# with the current spec on its own volume",
+    "roll HandingOff :: note MemberRestarting re-creating demo-# with the current spec on its own volume",
+    "roll Deleting :: note MemberRestarting re-creating demo-# with the current spec on its own volume",
+    "roll Rejoining :: hand-off forgotten",
+    "roll Draining :: note UpdateCancelled demo-# already runs the current spec; not restarting it",
+    "roll Draining :: note Draining demo-# drained before its restart: handing its data off",
+    "roll Draining :: held draining demo-# for the update",
+    "roll Draining :: action Drain",
+    "roll Draining :: progress draining demo-# before restarting it with the current spec",
+    "roll HandingOff :: note RestartedWhileDraining demo-# restarted after its drain and may own data again: draining it again, then waiting for a fresh hand-off",
+    "roll HandingOff :: held restarting demo-#",
+    "roll HandingOff :: action DeletePod",
+    "roll HandingOff :: hand-off recorded",
+    "roll HandingOff :: progress updating demo-#",
+    "roll HandingOff :: timeout updating demo-#: hand-off before its restart",
+    "roll Deleting :: progress waiting for demo-# to flush and exit",
+    "roll Deleting :: held restarting demo-#",
+    "roll Deleting :: action DeletePod",
+    "roll Deleting :: note RestartedWhileDraining demo-# restarted after its drain and may own data again: draining it again, then waiting for a fresh hand-off",
+    "roll Deleting -> roll Rejoining",
+    "roll Rejoining :: held replacing the volume of demo-#",
+    "roll Rejoining :: action DeletePvc",
+    "roll Rejoining :: progress replacing the volume of demo-#",
+    "roll Rejoining :: action CreatePod",
+    "roll Rejoining :: progress demo-# lost its pod before its data was handed off: restarting it on its old volume",
+    "roll Rejoining :: progress waiting for the old volume of demo-# to go",
+    "roll Rejoining :: progress re-creating demo-# with the current spec",
+    "roll Rejoining :: progress waiting for the old pod of demo-# to go",
+    "roll Rejoining :: held restarting demo-# again",
+    "roll Rejoining :: action DeletePod",
+    "roll Rejoining :: note MemberUpdated demo-# runs the current spec; the cluster is fully replicated again",
+    "roll Rejoining :: progress updating demo-#",
+    "roll Rejoining :: timeout updating demo-#: rejoin after its restart",
+    // Start a removal.
+    "idle :: paused the scale-down",
+    "idle :: blocked members are being (re-)created",
+    "idle :: blocked a member is being replaced; waiting until it is Active and the cluster fully replicated",
+    "idle :: blocked NotAllReady",
+    "idle :: note ScaleDownStarted removing demo-# (listed in spec.removeMembers): # → # members",
+    "idle :: note ScaleDownStarted removing demo-# (highest ordinal): # → # members",
+    // Start a rollout.
+    "idle :: paused the rolling update of # outdated members",
+    "idle :: blocked a member is being (re-)created; waiting until it is Active and the cluster fully replicated",
+    "idle :: note UpdateStarted restarting demo-# with the current spec (# of # members outdated)",
+    // Reclaim.
+    "idle :: action DeletePvc",
+    // Report.
+    "idle :: note ScaleDownBlocked NotAllReady",
+    "idle :: note UpdateBlocked Replacing",
+    "idle :: note Paused Paused",
+    "removal HandingOff :: note ScaleDownBlocked HandoffTimeout",
+    "roll HandingOff :: note UpdateBlocked HandoffTimeout",
+    "idle :: note Unblocked the held step may proceed",
+    "idle :: progress new members are joining",
+    "idle :: progress a member is being replaced",
+    "idle :: progress waiting for members to become ready",
+];
+
+#[test]
+fn decide_over_generated_inputs_has_the_recorded_digest() {
+    let mut r = Rng(0x6d61_7265_6b76_7321);
+    let mut digest: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut counts: BTreeMap<String, usize> = BTreeMap::new();
+    let mut inputs = 0usize;
+    while inputs < INPUTS {
+        let mut spec = gen_spec(&mut r);
+        let shape = Shape {
+            chaos: r.pick(&[0, 0, 0, 5, 15, 40, 80]),
+            outdated_pods: if r.pct(30) { r.pick(&[20, 60, 100]) } else { 0 },
+            outdated_pvcs: if r.pct(10) { r.pick(&[30, 100]) } else { 0 },
+            strays: r.pick(&[0, 0, 5, 20]),
+        };
+        let mut now: Millis = if r.pct(1) {
+            -r.upto(5_000)
+        } else {
+            1_700_000_000_000 + r.upto(1_000_000_000)
+        };
+        let mut memory = gen_memory(&mut r, &spec, now.max(0));
+        for _ in 0..1 + r.below(4) {
+            if inputs == INPUTS {
+                break;
+            }
+            let observed = gen_observed(&mut r, &shape, &memory, &spec);
+            let d = decide(&Input {
+                spec: &spec,
+                memory: &memory,
+                observed: &observed,
+                now,
+            });
+            digest = fnv(digest, projection(&d).as_bytes());
+            digest = fnv(digest, b"\n");
+            for b in branches(&memory, &observed, &d) {
+                *counts.entry(b).or_default() += 1;
+            }
+            inputs += 1;
+            memory = d.memory;
+            now += r.upto(spec.settle_ms * 2);
+            if r.pct(10) {
+                spec.paused = !spec.paused;
+            }
+            if r.pct(10) {
+                spec.nodes = r.below(7) as u32;
+            }
+        }
+    }
+    for (b, n) in &counts {
+        println!("{n:>7}  {b}");
+    }
+    let missing: Vec<&&str> = REACHED
+        .iter()
+        .filter(|b| counts.get(**b).copied().unwrap_or(0) == 0)
+        .collect();
+    assert!(missing.is_empty(), "never reached: {missing:#?}");
+    println!("{inputs} inputs, digest {digest:#018x}");
+    assert_eq!(digest, DIGEST, "decide over {inputs} inputs changed");
+}
