@@ -193,6 +193,20 @@ impl<'a> Pass<'a> {
                 .any(|a| matches!(a, Action::CreatePod(_) | Action::CreatePvc(_)))
     }
 
+    /// A drained member that is not the one being disrupted: it is Leaving, as good as
+    /// disrupted, until it is recycled. No other disruption starts beside it.
+    fn drained_bystander(&self) -> bool {
+        let disrupted = self.disruption.as_ref().map(Disruption::ordinal);
+        self.members.iter().any(|o| {
+            Some(*o) != disrupted
+                && self
+                    .obs(*o)
+                    .pod
+                    .as_ref()
+                    .is_some_and(|p| p.drained && !p.terminating)
+        })
+    }
+
     /// Members whose pod or volume differs from what the spec asks.
     fn outdated(&self) -> Vec<u32> {
         self.members

@@ -18,8 +18,12 @@ use marekvs_core::*;
 
 /// How many `decide` calls the digest covers.
 const INPUTS: usize = 200_000;
-/// The digest of the decisions over those inputs (FNV-1a, 64 bits).
-const DIGEST: u64 = 0x9738_b6d6_f514_d446;
+/// The digest of the decisions over those inputs (FNV-1a, 64 bits). Changed on purpose:
+/// - `0x9738_b6d6_f514_d446` → `0x40f7_2b0f_f2b1_92c6`: a drained member that is not the one
+///   disrupted (a cancelled removal's victim) is recycled only when no removal or rollout is in
+///   progress, and no removal or rollout starts beside it (the stepper property found a rollout
+///   deleting a pod in the same pass as a recycle: two pods at once).
+const DIGEST: u64 = 0x40f7_2b0f_f2b1_92c6;
 
 struct Rng(u64);
 

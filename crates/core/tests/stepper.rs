@@ -784,120 +784,363 @@ fn arb_obs() -> impl Strategy<Value = MemberObs> {
         })
 }
 
-proptest! {
-    #![proptest_config(ProptestConfig { cases: 400, ..ProptestConfig::default() })]
+/// What one case reached, by guarded branch: the property below is only as good as the
+/// branches its inputs reach, so the test counts them and asserts a minimum of each.
+#[derive(Clone, Copy, Debug, Default)]
+struct Reached {
+    removal_started: u64,
+    handoff_deleted: u64,
+    removal_completed: u64,
+    volume_deleted: u64,
+    paused_rounds: u64,
+    roll_started: u64,
+    roll_handoff_deleted: u64,
+    pods_deleted: u64,
+}
 
-    /// No sequence of observations makes the stepper take a step while anything is unknown or
-    /// unsafe, remove two members at once, or go below replicationFactor + 1.
-    #[test]
-    fn no_unsafe_step_under_any_observations(
-        rf in 1u32..4,
-        extra in 1u32..4,
-        spec_changes in prop::collection::vec(0u32..8, 1..4),
-        paused in prop::collection::vec(prop::bool::weighted(0.2), 1..4),
-        rounds in prop::collection::vec((prop::collection::btree_map(0u32..8, arb_obs(), 0..8), 0i64..5_000), 1..40),
-    ) {
-        let mut s = spec(rf + extra, rf);
-        let mut mem = Memory::default();
-        let mut now: Millis = 1_000_000;
-        for (i, (observed, dt)) in rounds.iter().enumerate() {
-            s.nodes = (spec_changes[i % spec_changes.len()]).max(rf + 1);
-            s.paused = paused[i % paused.len()];
-            now += dt;
-            let d = decide(&Input { spec: &s, memory: &mem, observed, now });
+impl std::ops::AddAssign for Reached {
+    fn add_assign(&mut self, o: Reached) {
+        self.removal_started += o.removal_started;
+        self.handoff_deleted += o.handoff_deleted;
+        self.removal_completed += o.removal_completed;
+        self.volume_deleted += o.volume_deleted;
+        self.paused_rounds += o.paused_rounds;
+        self.roll_started += o.roll_started;
+        self.roll_handoff_deleted += o.roll_handoff_deleted;
+        self.pods_deleted += o.pods_deleted;
+    }
+}
 
-            // At most one removal, and at most one pod deleted per decision.
-            let deletes: Vec<u32> = d.actions.iter().filter_map(|a| if let Action::DeletePod(o) = a { Some(*o) } else { None }).collect();
-            prop_assert!(deletes.len() <= 1, "deletes {:?}", deletes);
+/// What a calm cluster would show for `mem`: every member up, scraped and converged, counters
+/// still, the member being disrupted drained (its pod gone once the removal deleted it). Rounds
+/// drawn independently almost never let a removal or a rollout start; calm rounds between
+/// arbitrary ones do, and the arbitrary ones then hit them mid-step.
+fn calm(mem: &Memory, outdated: bool) -> BTreeMap<u32, MemberObs> {
+    let disrupted = mem.disruption.as_ref().map(|d| d.ordinal());
+    let gone = mem
+        .removal()
+        .filter(|r| matches!(r.step, RemovalStep::Deleting | RemovalStep::Settling))
+        .map(|r| r.ordinal);
+    let serving = mem.members.iter().filter(|o| Some(**o) != gone).count() as u64;
+    mem.members
+        .iter()
+        .map(|o| {
+            let pod = (Some(*o) != gone).then(|| PodObs {
+                ready: true,
+                terminating: false,
+                drained: Some(*o) == disrupted,
+                outdated,
+            });
+            let scrape = pod.as_ref().map(|_| Scrape {
+                view_members: serving,
+                ..Scrape::default()
+            });
+            let pvc = Some(PvcObs {
+                uid: "u".into(),
+                terminating: false,
+                outdated: false,
+            });
+            (*o, MemberObs { pod, pvc, scrape })
+        })
+        .collect()
+}
 
-            // A new removal starts only above the floor and with every member known and safe.
-            let started = mem.removal().is_none() && d.memory.removal().is_some();
-            if started {
-                prop_assert!(d.memory.members.len() as u32 > s.floor());
-                prop_assert!(d.actions.is_empty(), "the record is written before acting");
-                for o in &d.memory.members {
-                    let m = observed.get(o).expect("a victim-eligible member is observed");
-                    prop_assert!(m.pod.as_ref().is_some_and(|p| p.ready && !p.terminating));
-                    let sc = m.scrape.as_ref().expect("scraped");
-                    prop_assert_eq!(sc.underreplicated, 0);
-                    prop_assert_eq!(sc.join_pending, 0);
-                    prop_assert_eq!(sc.view_members, d.memory.members.len() as u64);
+type Rounds = Vec<(BTreeMap<u32, MemberObs>, i64, bool)>;
+
+/// No sequence of observations makes the stepper take a step while anything is unknown or
+/// unsafe, remove two members at once, or go below replicationFactor + 1.
+fn no_unsafe_step(
+    (rf, extra, spec_changes, paused, reclaim, outdated_from, rounds): (
+        u32,
+        u32,
+        Vec<u32>,
+        Vec<bool>,
+        bool,
+        usize,
+        Rounds,
+    ),
+) -> Result<Reached, TestCaseError> {
+    let mut reached = Reached::default();
+    let mut s = spec(rf + extra, rf);
+    s.reclaim_pvcs = reclaim;
+    let mut mem = Memory::default();
+    let mut now: Millis = 1_000_000;
+    for (i, (arbitrary, dt, is_calm)) in rounds.iter().enumerate() {
+        let calm_obs;
+        let observed = if *is_calm {
+            calm_obs = calm(&mem, i >= outdated_from);
+            &calm_obs
+        } else {
+            arbitrary
+        };
+        s.nodes = (spec_changes[i % spec_changes.len()]).max(rf + 1);
+        s.paused = paused[i % paused.len()];
+        now += dt;
+        let d = decide(&Input {
+            spec: &s,
+            memory: &mem,
+            observed,
+            now,
+        });
+
+        // At most one removal, and at most one pod deleted per decision.
+        let deletes: Vec<u32> = d
+            .actions
+            .iter()
+            .filter_map(|a| {
+                if let Action::DeletePod(o) = a {
+                    Some(*o)
+                } else {
+                    None
                 }
+            })
+            .collect();
+        prop_assert!(deletes.len() <= 1, "deletes {:?}", deletes);
+
+        // A new removal starts only above the floor and with every member known and safe.
+        let started = mem.removal().is_none() && d.memory.removal().is_some();
+        if started {
+            reached.removal_started += 1;
+            prop_assert!(d.memory.members.len() as u32 > s.floor());
+            prop_assert!(d.actions.is_empty(), "the record is written before acting");
+            for o in &d.memory.members {
+                let m = observed
+                    .get(o)
+                    .expect("a victim-eligible member is observed");
+                prop_assert!(m.pod.as_ref().is_some_and(|p| p.ready && !p.terminating));
+                let sc = m.scrape.as_ref().expect("scraped");
+                prop_assert_eq!(sc.underreplicated, 0);
+                prop_assert_eq!(sc.join_pending, 0);
+                prop_assert_eq!(sc.view_members, d.memory.members.len() as u64);
             }
-            // Deleting the victim's pod (leaving the hand-off step) needs every other member known and settled.
-            if let Some(r) = mem.removal() {
-                if r.step == RemovalStep::HandingOff && d.actions.contains(&Action::DeletePod(r.ordinal)) {
-                    for o in d.memory.members.iter().filter(|o| **o != r.ordinal) {
-                        let m = &observed[o];
-                        prop_assert!(m.pod.as_ref().is_some_and(|p| p.ready));
-                        let sc = m.scrape.as_ref().expect("scraped");
-                        prop_assert_eq!(sc.underreplicated, 0);
-                        prop_assert_eq!(sc.view_members, d.memory.members.len() as u64);
-                        let q = d.memory.samples[o].changed_at.max(r.step_started_at);
-                        prop_assert!(now - q >= s.settle_ms);
-                    }
-                }
-                // Completing a removal needs the others known, converged without it and settled.
-                if d.memory.removal().is_none() && !d.memory.members.contains(&r.ordinal) {
-                    prop_assert!(observed.get(&r.ordinal).is_none_or(|m| m.pod.is_none()));
-                    for o in &d.memory.members {
-                        let sc = observed[o].scrape.as_ref().expect("scraped");
-                        prop_assert_eq!(sc.view_members, d.memory.members.len() as u64);
-                        prop_assert_eq!(sc.underreplicated, 0);
-                    }
-                    prop_assert!(d.memory.members.len() as u32 >= s.floor());
-                }
-            }
-            // A volume is deleted only when reclaiming a removed member's (with reclaimPvcs), or
-            // replacing the volume of a member whose data was handed off and whose pod is gone.
-            for a in &d.actions {
-                if let Action::DeletePvc(o) = a {
-                    let reclaim = s.reclaim_pvcs && !d.memory.members.contains(o);
-                    let replace = d.memory.roll().is_some_and(|r| r.ordinal == *o && r.handed_off_pvc.as_deref() == observed.get(o).and_then(|m| m.pvc.as_ref()).map(|v| v.uid.as_str()))
-                        && observed.get(o).is_some_and(|m| m.pod.is_none() && m.pvc.as_ref().is_some_and(|v| v.outdated));
-                    prop_assert!(reclaim || replace, "deleted the volume of {}", o);
-                }
-            }
-            // Paused: nothing disruptive at all.
-            if s.paused {
-                prop_assert!(!d.actions.iter().any(|a| matches!(a, Action::Drain(_) | Action::DeletePod(_) | Action::DeletePvc(_))), "paused but {:?}", d.actions);
-            }
-            // A rolling update starts only with the membership complete and every member safe.
-            if mem.roll().is_none() && d.memory.roll().is_some() {
-                prop_assert!(d.actions.iter().all(|a| !matches!(a, Action::Drain(_) | Action::DeletePod(_))));
-                prop_assert_eq!(d.memory.members.len() as u32, s.target());
-                for o in &d.memory.members {
-                    let m = &observed[o];
-                    prop_assert!(m.pod.as_ref().is_some_and(|p| p.ready && !p.terminating));
-                    let sc = m.scrape.as_ref().expect("scraped");
-                    prop_assert_eq!(sc.underreplicated, 0);
-                    prop_assert_eq!(sc.view_members, d.memory.members.len() as u64);
-                }
-            }
-            // Restarting a drained member of a rolling update needs the others known and settled.
-            if let Some(r) = mem.roll()
-                && r.step == RollStep::HandingOff
+        }
+        // Deleting the victim's pod (leaving the hand-off step) needs every other member known and settled.
+        if let Some(r) = mem.removal() {
+            // (A removal cancelled because the spec grew back recycles its drained victim
+            // instead: the member stays, on its volume.)
+            let continues = d.memory.removal().is_some_and(|n| n.ordinal == r.ordinal);
+            if r.step == RemovalStep::HandingOff
+                && continues
                 && d.actions.contains(&Action::DeletePod(r.ordinal))
             {
+                reached.handoff_deleted += 1;
                 for o in d.memory.members.iter().filter(|o| **o != r.ordinal) {
                     let m = &observed[o];
                     prop_assert!(m.pod.as_ref().is_some_and(|p| p.ready));
                     let sc = m.scrape.as_ref().expect("scraped");
                     prop_assert_eq!(sc.underreplicated, 0);
                     prop_assert_eq!(sc.view_members, d.memory.members.len() as u64);
+                    let q = d.memory.samples[o].changed_at.max(r.step_started_at);
+                    prop_assert!(now - q >= s.settle_ms);
                 }
             }
-            // A member's pod is only deleted if it is the victim, a drained pod being recycled,
-            // or the member of the rolling update (drained, or outdated and not serving).
-            for o in deletes {
-                let victim = d.memory.removal().is_some_and(|r| r.ordinal == o);
-                let pod = observed.get(&o).and_then(|m| m.pod.as_ref());
-                let recycled = pod.is_some_and(|p| p.drained);
-                let rolled = mem.roll().is_some_and(|r| r.ordinal == o)
-                    && pod.is_some_and(|p| p.drained || (p.outdated && !p.ready));
-                prop_assert!(victim || recycled || rolled, "deleted {} {:?}", o, pod);
+            // Completing a removal needs the others known, converged without it and settled.
+            if d.memory.removal().is_none() && !d.memory.members.contains(&r.ordinal) {
+                reached.removal_completed += 1;
+                prop_assert!(observed.get(&r.ordinal).is_none_or(|m| m.pod.is_none()));
+                for o in &d.memory.members {
+                    let sc = observed[o].scrape.as_ref().expect("scraped");
+                    prop_assert_eq!(sc.view_members, d.memory.members.len() as u64);
+                    prop_assert_eq!(sc.underreplicated, 0);
+                }
+                prop_assert!(d.memory.members.len() as u32 >= s.floor());
             }
-            mem = d.memory;
         }
+        // A volume is deleted only when reclaiming a removed member's (with reclaimPvcs), or
+        // replacing the volume of a member whose data was handed off and whose pod is gone.
+        for a in &d.actions {
+            if let Action::DeletePvc(o) = a {
+                reached.volume_deleted += 1;
+                let reclaim = s.reclaim_pvcs && !d.memory.members.contains(o);
+                let replace = d.memory.roll().is_some_and(|r| {
+                    r.ordinal == *o
+                        && r.handed_off_pvc.as_deref()
+                            == observed
+                                .get(o)
+                                .and_then(|m| m.pvc.as_ref())
+                                .map(|v| v.uid.as_str())
+                }) && observed
+                    .get(o)
+                    .is_some_and(|m| m.pod.is_none() && m.pvc.as_ref().is_some_and(|v| v.outdated));
+                prop_assert!(reclaim || replace, "deleted the volume of {}", o);
+            }
+        }
+        // Paused: nothing disruptive at all.
+        if s.paused {
+            reached.paused_rounds += 1;
+            prop_assert!(
+                !d.actions.iter().any(|a| matches!(
+                    a,
+                    Action::Drain(_) | Action::DeletePod(_) | Action::DeletePvc(_)
+                )),
+                "paused but {:?}",
+                d.actions
+            );
+        }
+        // A rolling update starts only with the membership complete and every member safe.
+        if mem.roll().is_none() && d.memory.roll().is_some() {
+            reached.roll_started += 1;
+            prop_assert!(
+                d.actions
+                    .iter()
+                    .all(|a| !matches!(a, Action::Drain(_) | Action::DeletePod(_)))
+            );
+            prop_assert_eq!(d.memory.members.len() as u32, s.target());
+            for o in &d.memory.members {
+                let m = &observed[o];
+                prop_assert!(m.pod.as_ref().is_some_and(|p| p.ready && !p.terminating));
+                let sc = m.scrape.as_ref().expect("scraped");
+                prop_assert_eq!(sc.underreplicated, 0);
+                prop_assert_eq!(sc.view_members, d.memory.members.len() as u64);
+            }
+        }
+        // Restarting a drained member of a rolling update needs the others known and settled.
+        if let Some(r) = mem.roll()
+            && r.step == RollStep::HandingOff
+            && d.actions.contains(&Action::DeletePod(r.ordinal))
+        {
+            reached.roll_handoff_deleted += 1;
+            for o in d.memory.members.iter().filter(|o| **o != r.ordinal) {
+                let m = &observed[o];
+                prop_assert!(m.pod.as_ref().is_some_and(|p| p.ready));
+                let sc = m.scrape.as_ref().expect("scraped");
+                prop_assert_eq!(sc.underreplicated, 0);
+                prop_assert_eq!(sc.view_members, d.memory.members.len() as u64);
+            }
+        }
+        // A member's pod is only deleted if it is the victim, a drained pod being recycled,
+        // or the member of the rolling update (drained, or outdated and not serving).
+        reached.pods_deleted += deletes.len() as u64;
+        for o in deletes {
+            let victim = d.memory.removal().is_some_and(|r| r.ordinal == o);
+            let pod = observed.get(&o).and_then(|m| m.pod.as_ref());
+            let recycled = pod.is_some_and(|p| p.drained);
+            let rolled = mem.roll().is_some_and(|r| r.ordinal == o)
+                && pod.is_some_and(|p| p.drained || (p.outdated && !p.ready));
+            prop_assert!(victim || recycled || rolled, "deleted {} {:?}", o, pod);
+        }
+        mem = d.memory;
     }
+    Ok(reached)
+}
+
+#[test]
+fn no_unsafe_step_under_any_observations() {
+    use proptest::test_runner::{Config, TestRunner};
+    let strategy = (
+        1u32..4,
+        1u32..4,
+        prop::collection::vec(0u32..8, 1..4),
+        prop::collection::vec(prop::bool::weighted(0.2), 1..4),
+        any::<bool>(),
+        0usize..60,
+        prop::collection::vec(
+            (
+                prop::collection::btree_map(0u32..8, arb_obs(), 0..8),
+                0i64..5_000,
+                prop::bool::weighted(0.7),
+            ),
+            1..60,
+        ),
+    );
+    let total = std::cell::RefCell::new(Reached::default());
+    let mut runner = TestRunner::new(Config {
+        cases: 400,
+        ..Config::default()
+    });
+    let result = runner.run(&strategy, |case| {
+        *total.borrow_mut() += no_unsafe_step(case)?;
+        Ok(())
+    });
+    if let Err(e) = result {
+        panic!("{e}");
+    }
+    let reached = total.into_inner();
+    println!("stepper property: 400 cases reached {reached:?}");
+    // Each guarded branch must be reached: a property whose inputs never get there proves nothing.
+    assert!(reached.removal_started >= 20, "{reached:?}");
+    assert!(reached.handoff_deleted >= 5, "{reached:?}");
+    assert!(reached.removal_completed >= 5, "{reached:?}");
+    assert!(reached.volume_deleted >= 5, "{reached:?}");
+    assert!(reached.paused_rounds >= 20, "{reached:?}");
+    assert!(reached.roll_started >= 5, "{reached:?}");
+    assert!(reached.roll_handoff_deleted >= 5, "{reached:?}");
+    assert!(reached.pods_deleted >= 20, "{reached:?}");
+}
+
+/// A drained member that is not the one disrupted (a cancelled removal's victim still waiting
+/// for its restart) counts as disrupted: no removal or rollout starts beside it, and its
+/// restart waits for the rollout in progress (whose next step may delete a pod in the same
+/// pass). Found by the property above once its inputs reached rollouts.
+#[test]
+fn a_drained_bystander_is_never_disrupted_beside_another_member() {
+    let now: Millis = 1_000_000;
+    let samples = |mem: &Memory| -> BTreeMap<u32, Sample> {
+        mem.members
+            .iter()
+            .map(|o| {
+                (
+                    *o,
+                    Sample {
+                        bootstraps_total: 0,
+                        repairs_total: 0,
+                        changed_at: 0,
+                    },
+                )
+            })
+            .collect()
+    };
+    let mut mem = Memory {
+        members: [0, 1, 2, 3].into(),
+        ..Memory::default()
+    };
+    mem.samples = samples(&mem);
+    let mut observed = calm(&mem, false);
+    let calm_decision = |s: &ClusterSpec, mem: &Memory, observed: &BTreeMap<u32, MemberObs>| {
+        decide(&Input {
+            spec: s,
+            memory: mem,
+            observed,
+            now,
+        })
+    };
+    // Healthy and one too many: a removal starts. With member 0 drained, it does not.
+    let s = spec(3, 2);
+    assert!(
+        calm_decision(&s, &mem, &observed)
+            .memory
+            .removal()
+            .is_some()
+    );
+    observed.get_mut(&0).unwrap().pod.as_mut().unwrap().drained = true;
+    let d = calm_decision(&s, &mem, &observed);
+    assert!(d.memory.disruption.is_none(), "{:?}", d.memory.disruption);
+    assert_eq!(d.actions, [Action::DeletePod(0)], "it restarts first");
+
+    // At the target size with every pod outdated: a rollout starts, but not beside it.
+    let s = spec(4, 2);
+    let mut outdated = calm(&mem, true);
+    assert!(calm_decision(&s, &mem, &outdated).memory.roll().is_some());
+    outdated.get_mut(&0).unwrap().pod.as_mut().unwrap().drained = true;
+    let d = calm_decision(&s, &mem, &outdated);
+    assert!(d.memory.disruption.is_none(), "{:?}", d.memory.disruption);
+    assert_eq!(d.actions, [Action::DeletePod(0)]);
+
+    // A rollout already deleting its member's pod: the bystander waits for it.
+    mem.disruption = Some(Disruption::Roll(Roll {
+        ordinal: 3,
+        step: RollStep::Deleting,
+        handed_off_pvc: Some("u".into()),
+        started_at: now - 60_000,
+        step_started_at: now - 1_000,
+    }));
+    let mut rolling = calm(&mem, true);
+    rolling.get_mut(&0).unwrap().pod.as_mut().unwrap().drained = true;
+    let d = calm_decision(&s, &mem, &rolling);
+    let deletes: Vec<&Action> = d
+        .actions
+        .iter()
+        .filter(|a| matches!(a, Action::DeletePod(_)))
+        .collect();
+    assert_eq!(deletes, [&Action::DeletePod(3)], "{:?}", d.actions);
 }

@@ -141,13 +141,14 @@ impl Pass<'_> {
     }
 
     /// A drained member that is no longer leaving (the removal was cancelled) is restarted so
-    /// it rejoins Active on its own volume: one at a time, never beside another pod going away.
+    /// it rejoins Active on its own volume: one at a time, never beside another pod going away
+    /// nor beside a removal or a rollout (whose next step may delete a pod in this very pass).
     pub(super) fn recycle(&mut self, drained: &[u32]) {
         let other_terminating = self
             .members
             .iter()
             .any(|o| self.obs(*o).pod.as_ref().is_some_and(|p| p.terminating));
-        if self.removal().is_some() || other_terminating {
+        if self.disruption.is_some() || other_terminating {
             return;
         }
         let Some(&o) = drained.first() else {

@@ -158,6 +158,7 @@ impl Pass<'_> {
         if self.disruption.is_some()
             || self.completed.is_some()
             || self.members.len() <= self.target
+            || self.drained_bystander()
         {
             return;
         }

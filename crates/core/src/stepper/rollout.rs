@@ -217,6 +217,7 @@ impl Pass<'_> {
             || self.blocked.is_some()
             || self.members.len() != self.target
             || outdated.is_empty()
+            || self.drained_bystander()
         {
             return;
         }
