@@ -31,6 +31,7 @@ use marekvs_core::autoscale::{LoadMemory, Policy, ScaleMemory};
 use marekvs_core::recreate::{creations_before_scrapes, still_to_do};
 use marekvs_core::sizing::{SizingInput, size, unscraped_target};
 use marekvs_core::transitions::{Reported, Reporting, transition_notes};
+use marekvs_core::volumes::{StorageWish, Volume};
 use marekvs_core::*;
 
 const PARTITIONS: usize = 32;
@@ -89,9 +90,41 @@ impl Pod {
 struct Vol {
     uid: u64,
     data: Vec<bool>,
-    /// Of another class than the spec asks (with replaceVolumes).
-    outdated: bool,
+    /// What its spec requests, in GiB, and its storage class.
+    size_gi: u64,
+    class: u8,
     deleting: bool,
+}
+
+impl Vol {
+    fn volume(&self) -> Volume {
+        Volume {
+            requested: Some(format!("{}Gi", self.size_gi)),
+            class_name: Some(format!("class-{}", self.class)),
+            terminating: self.deleting,
+        }
+    }
+}
+
+/// `spec.storage` as the user last set it (with `replaceVolumes`).
+#[derive(Clone, Copy, Debug)]
+struct Storage {
+    size_gi: u64,
+    class: u8,
+}
+
+impl Storage {
+    fn wish(&self) -> StorageWish {
+        StorageWish {
+            size: format!("{}Gi", self.size_gi),
+            class_name: Some(format!("class-{}", self.class)),
+        }
+    }
+
+    /// The volume is what the spec asks: in place, and grown to the size asked.
+    fn satisfied_by(&self, v: &Vol) -> bool {
+        self.wish().fits_in_place(&v.volume()) && v.size_gi >= self.size_gi
+    }
 }
 
 struct World {
@@ -109,6 +142,7 @@ struct World {
     born: bool,
     /// Members whose pod the operator deleted and that have no pod yet.
     op_deleted: BTreeSet<u32>,
+    storage: Storage,
     trace: bool,
 }
 
@@ -132,6 +166,10 @@ impl World {
             drain_hang_until: BTreeMap::new(),
             born: false,
             op_deleted: BTreeSet::new(),
+            storage: Storage {
+                size_gi: 4,
+                class: 0,
+            },
             trace,
         }
     }
@@ -354,7 +392,7 @@ impl World {
                     pvc: self.vols.get(&o).map(|v| PvcObs {
                         uid: v.uid.to_string(),
                         terminating: v.deleting,
-                        outdated: v.outdated,
+                        outdated: !self.storage.wish().fits_in_place(&v.volume()),
                     }),
                     scrape,
                 },
@@ -373,6 +411,26 @@ impl World {
             .collect();
         for o in &running {
             self.pods.get_mut(o).unwrap().commands += ops / running.len() as u64;
+        }
+    }
+
+    /// Expand in place the volumes the core says to grow; a volume only ever grows, and only
+    /// within its class.
+    fn grow_volumes(&mut self, counts: &mut Counts, violations: &mut Vec<String>) {
+        let wish = self.storage.wish();
+        let volumes: BTreeMap<u32, Volume> =
+            self.vols.iter().map(|(o, v)| (*o, v.volume())).collect();
+        for o in wish.to_grow(&volumes) {
+            let v = self.vols.get_mut(&o).unwrap();
+            counts.invariant_checks += 1;
+            if self.storage.size_gi <= v.size_gi || self.storage.class != v.class || v.deleting {
+                violations.push(format!(
+                    "t={}: resized data-{o} of {}Gi class-{} to {}Gi class-{}",
+                    self.t, v.size_gi, v.class, self.storage.size_gi, self.storage.class
+                ));
+            }
+            v.size_gi = self.storage.size_gi;
+            counts.volumes_grown += 1;
         }
     }
 
@@ -398,7 +456,8 @@ impl World {
                         Vol {
                             uid: self.next_uid,
                             data: vec![false; PARTITIONS],
-                            outdated: false,
+                            size_gi: self.storage.size_gi,
+                            class: self.storage.class,
                             deleting: false,
                         },
                     );
@@ -500,6 +559,8 @@ struct Counts {
     autoscaler_moves: u64,
     /// Events derived from status changes (autoscaler target moved).
     transition_notes: u64,
+    /// Volumes expanded in place.
+    volumes_grown: u64,
 }
 
 impl std::ops::AddAssign for Counts {
@@ -511,6 +572,7 @@ impl std::ops::AddAssign for Counts {
         self.early_creations_stale += o.early_creations_stale;
         self.autoscaler_moves += o.autoscaler_moves;
         self.transition_notes += o.transition_notes;
+        self.volumes_grown += o.volumes_grown;
     }
 }
 
@@ -590,9 +652,18 @@ fn inject_faults(w: &mut World, spec: &mut ClusterSpec, ops: &mut u64, rng: &mut
         faults += 1;
     }
     if rng.chance(0.005) {
-        for v in w.vols.values_mut() {
-            v.outdated = true;
-        }
+        // Another storage class: every volume is replaced, one member at a time.
+        w.storage.class += 1;
+        faults += 1;
+    }
+    if rng.chance(0.01) {
+        // A larger size grows volumes in place; a smaller one replaces them.
+        let size = &mut w.storage.size_gi;
+        *size = if *size > 1 && rng.chance(0.3) {
+            *size - 1
+        } else {
+            *size + 1 + rng.below(3)
+        };
         faults += 1;
     }
     if rng.chance(0.02) {
@@ -796,6 +867,9 @@ impl Operator {
                 violations.push(format!("t={t}: {e}"));
             }
         }
+        if n == actions.len() {
+            w.grow_volumes(counts, violations);
+        }
         pass
     }
 }
@@ -914,7 +988,7 @@ fn check_converged(w: &World, memory: &Memory, converged: Option<u32>) -> Vec<St
     let member_vol_outdated = memory
         .members
         .iter()
-        .any(|o| w.vols.get(o).is_none_or(|v| v.outdated));
+        .any(|o| w.vols.get(o).is_none_or(|v| !w.storage.satisfied_by(v)));
     if w.pods.values().any(|p| p.version != w.version) || member_vol_outdated {
         violations.push("converged with outdated members".into());
     }
@@ -944,7 +1018,7 @@ fn no_schedule_loses_data_or_disrupts_two_members_and_every_one_converges() {
     }
     println!(
         "dst: {schedules} schedules, {} steps, {} faults injected, {} invariant checks, {} failing; \
-         {} early creations ({} from a stale status), {} passes with the autoscaler moving the target, {} transition Events",
+         {} early creations ({} from a stale status), {} passes with the autoscaler moving the target, {} transition Events, {} volumes grown in place",
         counts.steps,
         counts.faults,
         counts.invariant_checks,
@@ -953,6 +1027,7 @@ fn no_schedule_loses_data_or_disrupts_two_members_and_every_one_converges() {
         counts.early_creations_stale,
         counts.autoscaler_moves,
         counts.transition_notes,
+        counts.volumes_grown,
     );
     assert!(
         failed.is_empty(),
@@ -965,5 +1040,6 @@ fn no_schedule_loses_data_or_disrupts_two_members_and_every_one_converges() {
         assert!(counts.early_creations_stale > 0, "{counts:?}");
         assert!(counts.autoscaler_moves > 0, "{counts:?}");
         assert!(counts.transition_notes > 0, "{counts:?}");
+        assert!(counts.volumes_grown > 0, "{counts:?}");
     }
 }
