@@ -61,6 +61,9 @@ impl MemberClient {
             // every 250 ms, busy every 1 s); a quiet cluster (every 10 s) reconnects. Each idle
             // connection holds buffers: at 1,600 members they were most of the RSS.
             .pool_idle_timeout(Duration::from_secs(3))
+            // A member is asked about itself only: a 3xx is a failed call (a drain not done, a
+            // scrape unknown), never a reason to call whatever address it names.
+            .redirect(reqwest::redirect::Policy::none())
             .build()
             .expect("plain HTTP client builds");
         MemberClient {
@@ -84,7 +87,8 @@ impl MemberClient {
         }
     }
 
-    /// `/metrics`, parsed; `None` on any failure (unknown is never safe).
+    /// `/metrics`, parsed; `None` on any failure (unknown is never safe), any status but 2xx
+    /// included: a redirect is not followed.
     pub async fn scrape(&self, ip: &str) -> Option<Scrape> {
         let start = std::time::Instant::now();
         let scrape = self.scrape_once(ip).await;
@@ -113,7 +117,8 @@ impl MemberClient {
         parse_scrape(&read_capped(r, MAX_METRICS_BYTES, ip).await?)
     }
 
-    /// `/drain`: true once the node answered 200 (it is Leaving).
+    /// `/drain`: true once the node answered 2xx (it is Leaving). Any other status, a
+    /// redirect included (it is not followed), is a drain not done.
     pub async fn drain(&self, ip: &str) -> bool {
         // Draining may take a moment longer than a scrape.
         match self
@@ -123,7 +128,11 @@ impl MemberClient {
             .send()
             .await
         {
-            Ok(r) => r.status().is_success(),
+            Ok(r) if r.status().is_success() => true,
+            Ok(r) => {
+                debug!(ip, status = %r.status(), "drain refused");
+                false
+            }
             Err(e) => {
                 debug!(ip, "drain failed: {e}");
                 false
@@ -245,5 +254,74 @@ mod tests {
         junk.extend_from_slice(&[0xff, 0xfe, 0, 1, 2, 3]);
         raw_member("127.42.1.5", junk).await;
         assert!(client.scrape("127.42.1.5").await.is_none());
+    }
+
+    /// Like [`raw_member`], counting the connections it accepts.
+    async fn counting_member(
+        ip: &'static str,
+        answer: Vec<u8>,
+    ) -> std::sync::Arc<std::sync::atomic::AtomicUsize> {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let seen = std::sync::Arc::new(AtomicUsize::new(0));
+        let l = tokio::net::TcpListener::bind((ip, PORT_METRICS as u16))
+            .await
+            .expect("bind loopback");
+        let counter = seen.clone();
+        tokio::spawn(async move {
+            while let Ok((mut io, _)) = l.accept().await {
+                counter.fetch_add(1, Ordering::SeqCst);
+                let answer = answer.clone();
+                tokio::spawn(async move {
+                    let mut req = [0u8; 1024];
+                    let _ = io.read(&mut req).await;
+                    let _ = io.write_all(&answer).await;
+                    let _ = io.shutdown().await;
+                });
+            }
+        });
+        seen
+    }
+
+    /// A member answering `/drain` or `/metrics` with a redirect to another member: the
+    /// call failed (drain not done, scrape unknown) and the other member is never called,
+    /// although it would have answered both well.
+    #[tokio::test]
+    async fn a_redirect_is_a_failed_call_and_is_never_followed() {
+        use std::sync::atomic::Ordering;
+        let client = MemberClient::new(Duration::from_secs(2));
+        let b = "127.42.2.9";
+        let good = format!(
+            "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{GOOD}",
+            GOOD.len()
+        )
+        .into_bytes();
+        let b_seen = counting_member(b, good).await;
+        let members = [
+            ("127.42.2.1", 301),
+            ("127.42.2.2", 302),
+            ("127.42.2.3", 303),
+            ("127.42.2.4", 307),
+            ("127.42.2.5", 308),
+        ];
+        for (a, status) in members {
+            let answer = format!(
+                "HTTP/1.1 {status} Redirect\r\nlocation: http://{b}:{PORT_METRICS}/drain\r\n\
+                 content-length: 0\r\nconnection: close\r\n\r\n"
+            );
+            let a_seen = counting_member(a, answer.into_bytes()).await;
+            assert!(!client.drain(a).await, "{status}: a drain not done");
+            assert!(client.scrape(a).await.is_none(), "{status}: unknown");
+            assert_eq!(a_seen.load(Ordering::SeqCst), 2, "{status}: A was asked");
+            assert_eq!(
+                b_seen.load(Ordering::SeqCst),
+                0,
+                "{status}: the operator called the address A named"
+            );
+        }
+        // B answers both well when asked itself: the redirects were refused, not B.
+        assert!(client.drain(b).await);
+        assert!(client.scrape(b).await.is_some());
+        assert_eq!(b_seen.load(Ordering::SeqCst), 2);
     }
 }
