@@ -112,6 +112,9 @@ pub struct Faults {
     pub metrics_delay_ms: Option<u64>,
     /// Every connection to its port 9121 gets bytes that are not HTTP, then is closed.
     pub garbage_http: bool,
+    /// `/drain` answers `307 Temporary Redirect` to this URL (another member's `/drain`,
+    /// say) instead of draining.
+    pub redirect_drain_to: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

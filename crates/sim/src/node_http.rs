@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::extract::State;
-use axum::http::StatusCode;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse as _, Response};
 use axum::routing::get;
 use tokio::sync::oneshot;
 
@@ -99,12 +100,27 @@ async fn alive(State(ctx): State<Ctx>) -> (StatusCode, &'static str) {
     }
 }
 
-async fn drain(State(ctx): State<Ctx>) -> (StatusCode, &'static str) {
+async fn drain(State(ctx): State<Ctx>) -> Response {
+    *ctx.world
+        .lock()
+        .drain_requests
+        .entry(ctx.key.clone())
+        .or_default() += 1;
     wait_while_hung(&ctx).await;
-    if ctx.world.lock().drain(&ctx.key) {
-        (StatusCode::OK, "leaving\n")
+    let mut world = ctx.world.lock();
+    if let Some(to) = world.faults(&ctx.key).redirect_drain_to {
+        // Not drained: whoever follows this drains someone else.
+        return (
+            StatusCode::TEMPORARY_REDIRECT,
+            [(header::LOCATION, to)],
+            "drain elsewhere\n",
+        )
+            .into_response();
+    }
+    if world.drain(&ctx.key) {
+        (StatusCode::OK, "leaving\n").into_response()
     } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "stopped\n")
+        (StatusCode::SERVICE_UNAVAILABLE, "stopped\n").into_response()
     }
 }
 
@@ -344,7 +360,86 @@ pub fn render_metrics(f: &MemberFigures) -> String {
 
 #[cfg(test)]
 mod tests {
+    use std::net::Ipv4Addr;
+
     use super::*;
+    use crate::model::{Faults, MemberSpec, Settings};
+
+    fn phase(world: &SharedWorld, key: &str) -> NodePhase {
+        let report = world.lock().report();
+        report
+            .clusters
+            .iter()
+            .flat_map(|c| &c.members)
+            .find(|m| m.key == key)
+            .map(|m| m.phase)
+            .expect("member reported")
+    }
+
+    /// `redirect_drain_to`: `/drain` answers 307 to the address given and does not drain;
+    /// every request is counted, and the member named is asked nothing by the redirect itself.
+    #[tokio::test]
+    async fn a_redirected_drain_drains_nobody_and_is_counted() {
+        let world = SharedWorld::new(Settings::default(), 7);
+        let ips = [Ipv4Addr::new(127, 78, 0, 2), Ipv4Addr::new(127, 78, 0, 3)];
+        let mut servers = Vec::new();
+        for (i, ip) in ips.iter().enumerate() {
+            let key = format!("ns/demo-{i}");
+            world.lock().start_member(
+                "ns/demo",
+                MemberSpec {
+                    key: key.clone(),
+                    node_id: i.to_string(),
+                    replicas_n: 2,
+                    volume: format!("vol-{i}"),
+                    disk_bytes: 1 << 30,
+                    faults: Faults::default(),
+                    addr: ip.to_string(),
+                },
+            );
+            servers.push(serve(world.clone(), key, IpAddr::V4(*ip)).await.unwrap());
+        }
+        let elsewhere = format!("http://{}:{METRICS_PORT}/drain", ips[1]);
+        world.lock().set_faults(
+            "ns/demo-0",
+            Faults {
+                redirect_drain_to: Some(elsewhere.clone()),
+                ..Faults::default()
+            },
+        );
+        let http = reqwest::Client::builder()
+            .no_proxy()
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .unwrap();
+        let drain0 = format!("http://{}:{METRICS_PORT}/drain", ips[0]);
+        let r = http.get(&drain0).send().await.unwrap();
+        assert_eq!(r.status(), reqwest::StatusCode::TEMPORARY_REDIRECT);
+        assert_eq!(r.headers()["location"], elsewhere.as_str());
+        assert_ne!(phase(&world, "ns/demo-0"), NodePhase::Leaving);
+        assert_ne!(phase(&world, "ns/demo-1"), NodePhase::Leaving);
+        let counts = |w: &SharedWorld| {
+            let w = w.lock();
+            [
+                w.drain_requests.get("ns/demo-0").copied().unwrap_or(0),
+                w.drain_requests.get("ns/demo-1").copied().unwrap_or(0),
+            ]
+        };
+        assert_eq!(counts(&world), [1, 0]);
+
+        // Cleared: it drains.
+        world.lock().set_faults("ns/demo-0", Faults::default());
+        let r = http.get(&drain0).send().await.unwrap();
+        assert_eq!(r.status(), reqwest::StatusCode::OK);
+        assert_eq!(phase(&world, "ns/demo-0"), NodePhase::Leaving);
+        assert_ne!(phase(&world, "ns/demo-1"), NodePhase::Leaving);
+        assert_eq!(counts(&world), [2, 0]);
+        assert_eq!(
+            world.lock().report().clusters[0].members[0].drain_requests,
+            2
+        );
+        drop(servers);
+    }
 
     #[test]
     fn metrics_use_the_contract_names() {

@@ -35,6 +35,10 @@ pub struct World {
     /// Readiness probes the pod runner has made, per member key (for tests that must see a
     /// probe before asserting on readiness).
     pub probes: BTreeMap<String, u64>,
+    /// Requests to `/drain` each member's HTTP server received, per member key, whatever it
+    /// answered (for tests that must see who was asked to drain). Kept across restarts and
+    /// removal, like the faults.
+    pub drain_requests: BTreeMap<String, u64>,
     seed: u64,
 }
 
@@ -54,6 +58,8 @@ pub struct MemberReport {
     pub figures: Option<MemberFigures>,
     pub faults: Faults,
     pub readiness_probes: u64,
+    /// Requests to its `/drain`, whatever it answered.
+    pub drain_requests: u64,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -83,6 +89,7 @@ impl SharedWorld {
             member_cluster: BTreeMap::new(),
             preset_faults: BTreeMap::new(),
             probes: BTreeMap::new(),
+            drain_requests: BTreeMap::new(),
             seed,
         })))
     }
@@ -303,6 +310,7 @@ impl World {
                     figures,
                     faults: m.faults.clone(),
                     readiness_probes: self.probes.get(&key).copied().unwrap_or(0),
+                    drain_requests: self.drain_requests.get(&key).copied().unwrap_or(0),
                 });
             }
             clusters.push(ClusterReport {
