@@ -8,6 +8,7 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
+use anyhow::Context as _;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
@@ -945,6 +946,101 @@ async fn unknown_is_never_safe_refused_metrics_or_a_hung_node_block_the_scale_do
     env.cleanup().await
 }
 
+/// `/drain` requests a member's HTTP server has received (the simulator counts them).
+async fn drain_requests(sim: &Sim, ns: &str, pod: &str) -> anyhow::Result<u64> {
+    let m = sim
+        .member(ns, pod)
+        .await?
+        .with_context(|| format!("{pod} not reported"))?;
+    m["drain_requests"]
+        .as_u64()
+        .with_context(|| format!("{pod}: no drain_requests in {m}"))
+}
+
+/// A scale-down's victim answers `/drain` with a redirect to another member's `/drain`. The
+/// operator follows no redirect: the drain is not done, so the removal stays `Draining`
+/// however often it asks, and the member named is never asked to drain. Once the victim
+/// answers its drain itself, the scale-down completes and every key reads back.
+async fn a_victim_redirecting_its_drain_holds_the_removal_and_drains_no_one_else()
+-> anyhow::Result<()> {
+    let sim = Sim::required()?;
+    let env = TestEnv::new("redirect").await?;
+    let ns = env.namespace.clone();
+    let _op = Operator::start(&ns)?;
+    let api = create(&env, "demo", spec(4)).await?;
+    let all = ["demo-0", "demo-1", "demo-2", "demo-3"];
+    let others = ["demo-0", "demo-1", "demo-2"];
+    wait_healthy(&api, "demo", &all, T).await?;
+    let data = write_keys(&env, &all, "demo-0", "redirect").await?;
+
+    // Every member is ready, so the victim is the highest ordinal: it redirects before the
+    // scale-down is asked for.
+    let pods: Api<Pod> = env.api();
+    let target = pod_ip(&pods.get("demo-1").await?).context("no pod IP for demo-1")?;
+    let elsewhere = format!("http://{target}:9121/drain");
+    sim.set_faults(&ns, "demo-3", json!({"redirect_drain_to": elsewhere}))
+        .await?;
+    for m in others {
+        assert_eq!(drain_requests(&sim, &ns, m).await?, 0, "{m} asked to drain");
+    }
+    patch_spec(&api, "demo", json!({"nodes": 3})).await?;
+    wait_cluster(&api, "demo", "removing demo-3", T, |s| {
+        s.removal.as_ref().is_some_and(|r| r.member == "demo-3")
+    })
+    .await?;
+
+    // Until the operator has asked the victim three times (each answered with the redirect),
+    // the removal never gets past Draining and nobody else is asked to drain.
+    let start = Instant::now();
+    loop {
+        let s = status_of(&api.get("demo").await?);
+        let r = s.removal.as_ref().context("the removal went away")?;
+        assert_eq!(
+            (r.member.as_str(), r.step),
+            ("demo-3", RemovalStep::Draining),
+            "the removal went past draining while the victim redirected"
+        );
+        assert_eq!(s.instance_names.len(), 4);
+        let victim = pods.get("demo-3").await?;
+        assert!(
+            !victim
+                .metadata
+                .annotations
+                .unwrap_or_default()
+                .contains_key("marekvs.io/drained-at"),
+            "a redirect was recorded as a drain"
+        );
+        for m in others {
+            assert_eq!(
+                drain_requests(&sim, &ns, m).await?,
+                0,
+                "{m} was asked to drain: the redirect was followed"
+            );
+            let phase = sim.member(&ns, m).await?.context("member")?["phase"].clone();
+            assert_eq!(phase, "Active", "{m} is leaving");
+        }
+        if drain_requests(&sim, &ns, "demo-3").await? >= 3 {
+            break;
+        }
+        assert!(
+            start.elapsed() < T,
+            "the operator did not retry the drain of demo-3 three times"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+
+    // It answers its drain itself again: the scale-down goes ahead.
+    sim.set_faults(&ns, "demo-3", json!({"redirect_drain_to": null}))
+        .await?;
+    wait_healthy(&api, "demo", &others, T).await?;
+    for m in others {
+        assert_eq!(drain_requests(&sim, &ns, m).await?, 0, "{m} asked to drain");
+    }
+    read_back(&env, &data).await?;
+    assert_no_loss(&Some(sim), &ns).await?;
+    env.cleanup().await
+}
+
 /// Operator memory (VmRSS, KiB), for the log.
 fn rss_kib(pid: Option<u32>) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{}/status", pid?)).ok()?;
@@ -1121,6 +1217,7 @@ fn main() -> std::process::ExitCode {
         growing_back_during_a_hand_off_cancels_the_removal_and_restarts_the_drained_member needs [Simulator],
         reclaim_pvcs_deletes_a_removed_members_volume_and_storage_grows_in_place,
         unknown_is_never_safe_refused_metrics_or_a_hung_node_block_the_scale_down needs [Simulator],
+        a_victim_redirecting_its_drain_holds_the_removal_and_drains_no_one_else needs [Simulator],
         hostile_members_never_crash_the_operator_nor_stall_other_clusters needs [Simulator, OwnOperator],
         kubectl_scale_moves_spec_nodes_and_respects_the_floor,
     ])
