@@ -2,18 +2,102 @@
 
 use crate::types::{Disk, Scrape};
 
-/// Parse `/metrics`. A figure the hand-off gate relies on that is missing makes the whole
-/// scrape unusable (`None`): unknown is never safe.
+/// How the samples of one metric (one per label set) combine into the one figure read, and
+/// which way a fraction rounds. Each figure reads on the side where the operator errs safe:
+/// a gauge is never read low because another sample came last or a fraction was cut off.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Combine {
+    /// The largest sample, rounded up: a gauge the operator holds back on while it is above
+    /// 0 (under-replicated partitions, partitions pending the join gate, writes stopped).
+    /// Any one sample saying "not safe" is enough.
+    Max,
+    /// The smallest sample, rounded down: the disk space available, so that the fill worked
+    /// out from it (with [`Combine::Max`] for the capacity) is never lower than any one
+    /// sample's. A fuller disk means no scale-down, never fewer members.
+    Min,
+    /// Every sample the same whole number, or unknown: the member count of the node's view.
+    /// The gate asks for an exact match with the expected members, so neither a maximum nor
+    /// a minimum is safe (either can equal the expected count while another sample
+    /// disagrees), and a fraction is not a count. A node contradicting itself is unknown,
+    /// which the gate treats as not safe.
+    Agree,
+    /// The sum over the series, rounded up: a counter split over labels (the repair and
+    /// bootstrap totals, the commands served). The gate waits until the counters stand
+    /// still; the sum moves when any series moves, where the last or largest series may not.
+    Sum,
+}
+
+/// One figure's samples so far.
+#[derive(Debug)]
+struct Figure {
+    how: Combine,
+    /// A sample whose value is not a finite number at least 0 makes the figure unknown
+    /// (the gate figures), or is skipped (the rest: load and disk, where unknown is not the
+    /// safe side).
+    strict: bool,
+    acc: Option<f64>,
+    unknown: bool,
+}
+
+impl Figure {
+    const fn new(how: Combine, strict: bool) -> Self {
+        Figure {
+            how,
+            strict,
+            acc: None,
+            unknown: false,
+        }
+    }
+
+    fn add(&mut self, value: Option<f64>) {
+        let Some(v) = value.filter(|v| v.is_finite() && *v >= 0.0) else {
+            self.unknown |= self.strict;
+            return;
+        };
+        self.acc = Some(match (self.how, self.acc) {
+            (_, None) => {
+                self.unknown |= self.how == Combine::Agree && v.fract() != 0.0;
+                v
+            }
+            (Combine::Max, Some(a)) => a.max(v),
+            (Combine::Min, Some(a)) => a.min(v),
+            (Combine::Sum, Some(a)) => a + v,
+            (Combine::Agree, Some(a)) => {
+                self.unknown |= a != v;
+                a
+            }
+        });
+    }
+
+    /// The figure, `None` if it was not reported or is unknown. Out of range saturates.
+    fn read(&self) -> Option<u64> {
+        if self.unknown {
+            return None;
+        }
+        let v = self.acc?;
+        Some(match self.how {
+            Combine::Min => v.floor(),
+            Combine::Max | Combine::Sum | Combine::Agree => v.ceil(),
+        } as u64)
+    }
+}
+
+/// Parse `/metrics`. A figure the hand-off gate relies on that is missing (or unknown: a
+/// sample that is not a number, a view count the node contradicts) makes the whole scrape
+/// unusable (`None`): unknown is never safe. How the samples of each metric combine is
+/// [`Combine`]'s: gauges the gate blocks on read as their maximum, rounded up.
 pub fn parse_scrape(text: &str) -> Option<Scrape> {
-    let mut view = None;
-    let mut underrep = None;
-    let mut join = None;
-    let mut boots = None;
-    let mut repairs = None;
-    let mut commands: u64 = 0;
-    let mut disk_total = None;
-    let mut disk_avail = None;
-    let mut write_stopped = false;
+    let mut view = Figure::new(Combine::Agree, true);
+    let mut underrep = Figure::new(Combine::Max, true);
+    let mut join = Figure::new(Combine::Max, true);
+    let mut boots = Figure::new(Combine::Sum, true);
+    let mut repairs = Figure::new(Combine::Sum, true);
+    let mut commands = Figure::new(Combine::Sum, false);
+    // The fill is used / total = 1 - avail / total: highest with the most capacity and the
+    // least space available any sample reports.
+    let mut disk_total = Figure::new(Combine::Max, false);
+    let mut disk_avail = Figure::new(Combine::Min, false);
+    let mut write_stopped = Figure::new(Combine::Max, false);
     for line in text.lines() {
         let line = line.trim();
         if line.is_empty() || line.starts_with('#') {
@@ -22,43 +106,40 @@ pub fn parse_scrape(text: &str) -> Option<Scrape> {
         let Some((series, rest)) = split_sample(line) else {
             continue;
         };
-        let value = match rest
-            .split_whitespace()
-            .next()
-            .and_then(|v| v.parse::<f64>().ok())
-        {
-            Some(v) if v.is_finite() && v >= 0.0 => v as u64,
+        let name = series.split('{').next().unwrap_or(series);
+        let figure = match name {
+            "marekvs_cluster_members" => &mut view,
+            "marekvs_cluster_underreplicated_partitions" => &mut underrep,
+            "marekvs_join_gate_pending_pids" => &mut join,
+            "marekvs_bootstraps_completed_total" => &mut boots,
+            "marekvs_ae_repair_ops_total" => &mut repairs,
+            "marekvs_commands_total" => &mut commands,
+            "marekvs_disk_total_bytes" => &mut disk_total,
+            "marekvs_disk_avail_bytes" => &mut disk_avail,
+            "marekvs_disk_write_stopped" => &mut write_stopped,
             _ => continue,
         };
-        let name = series.split('{').next().unwrap_or(series);
-        match name {
-            "marekvs_cluster_members" => view = Some(value),
-            "marekvs_cluster_underreplicated_partitions" => underrep = Some(value),
-            "marekvs_join_gate_pending_pids" => join = Some(value),
-            "marekvs_bootstraps_completed_total" => boots = Some(value),
-            "marekvs_ae_repair_ops_total" => repairs = Some(value),
-            "marekvs_commands_total" => commands = commands.saturating_add(value),
-            "marekvs_disk_total_bytes" => disk_total = Some(value),
-            "marekvs_disk_avail_bytes" => disk_avail = Some(value),
-            "marekvs_disk_write_stopped" => write_stopped = value >= 1,
-            _ => {}
-        }
+        figure.add(
+            rest.split_whitespace()
+                .next()
+                .and_then(|v| v.parse::<f64>().ok()),
+        );
     }
     Some(Scrape {
-        view_members: view?,
-        underreplicated: underrep?,
-        join_pending: join?,
-        bootstraps_total: boots?,
-        repairs_total: repairs?,
-        commands_total: commands,
-        disk: match (disk_total, disk_avail) {
+        view_members: view.read()?,
+        underreplicated: underrep.read()?,
+        join_pending: join.read()?,
+        bootstraps_total: boots.read()?,
+        repairs_total: repairs.read()?,
+        commands_total: commands.read().unwrap_or(0),
+        disk: match (disk_total.read(), disk_avail.read()) {
             (Some(total), Some(avail)) if total > 0 => Some(Disk {
                 used_bytes: total.saturating_sub(avail),
                 total_bytes: total,
             }),
             _ => None,
         },
-        write_stopped,
+        write_stopped: write_stopped.read().is_some_and(|v| v >= 1),
     })
 }
 
@@ -132,5 +213,104 @@ mod tests {
     fn garbage_values_are_ignored_not_trusted() {
         let bad = TEXT.replace("marekvs_cluster_members 4", "marekvs_cluster_members NaN");
         assert_eq!(parse_scrape(&bad), None);
+    }
+
+    /// `TEXT` with `lines` in place of the unlabelled sample of `name`.
+    fn with(name: &str, lines: &str) -> String {
+        let mut out: String = TEXT
+            .lines()
+            .filter(|l| !l.starts_with(&format!("{name} ")))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        out.push_str(lines);
+        out
+    }
+
+    #[test]
+    fn a_blocking_gauge_reads_as_its_largest_sample_rounded_up() {
+        let s = parse_scrape(&with(
+            "marekvs_cluster_underreplicated_partitions",
+            "marekvs_cluster_underreplicated_partitions{shard=\"a\"} 7\n\
+             marekvs_cluster_underreplicated_partitions{shard=\"b\"} 0\n",
+        ))
+        .unwrap();
+        assert_eq!(s.underreplicated, 7, "not the last sample");
+        let s = parse_scrape(&with(
+            "marekvs_cluster_underreplicated_partitions",
+            "marekvs_cluster_underreplicated_partitions 0.5\n",
+        ))
+        .unwrap();
+        assert_eq!(s.underreplicated, 1, "a fraction rounds up");
+        let s = parse_scrape(&with(
+            "marekvs_join_gate_pending_pids",
+            "marekvs_join_gate_pending_pids{a=\"1\"} 2.01\nmarekvs_join_gate_pending_pids{a=\"2\"} 1\n",
+        ))
+        .unwrap();
+        assert_eq!(s.join_pending, 3);
+        let s = parse_scrape(&format!(
+            "{TEXT}marekvs_disk_write_stopped{{v=\"a\"}} 0.2\nmarekvs_disk_write_stopped{{v=\"b\"}} 0\n"
+        ))
+        .unwrap();
+        assert!(s.write_stopped, "any sample above 0 is writes stopped");
+    }
+
+    #[test]
+    fn a_view_count_the_node_contradicts_is_unknown() {
+        let two = with(
+            "marekvs_cluster_members",
+            "marekvs_cluster_members{a=\"1\"} 4\nmarekvs_cluster_members{a=\"2\"} 3\n",
+        );
+        assert_eq!(parse_scrape(&two), None);
+        let same = with(
+            "marekvs_cluster_members",
+            "marekvs_cluster_members{a=\"1\"} 4\nmarekvs_cluster_members{a=\"2\"} 4.0\n",
+        );
+        assert_eq!(parse_scrape(&same).unwrap().view_members, 4);
+        let half = with("marekvs_cluster_members", "marekvs_cluster_members 3.5\n");
+        assert_eq!(parse_scrape(&half), None, "a fraction is not a count");
+    }
+
+    #[test]
+    fn counters_split_over_labels_are_summed() {
+        let s = parse_scrape(&with(
+            "marekvs_ae_repair_ops_total",
+            "marekvs_ae_repair_ops_total{peer=\"a\"} 7\nmarekvs_ae_repair_ops_total{peer=\"b\"} 5\n",
+        ))
+        .unwrap();
+        assert_eq!(s.repairs_total, 12);
+        let s = parse_scrape(&with(
+            "marekvs_bootstraps_completed_total",
+            "marekvs_bootstraps_completed_total{a=\"1\"} 4096\nmarekvs_bootstraps_completed_total{a=\"2\"} 0.5\n",
+        ))
+        .unwrap();
+        assert_eq!(s.bootstraps_total, 4097);
+    }
+
+    #[test]
+    fn one_garbage_sample_of_a_gate_figure_makes_it_unknown() {
+        for bad in ["NaN", "-1", "+Inf", "x"] {
+            let text = with(
+                "marekvs_cluster_underreplicated_partitions",
+                &format!(
+                    "marekvs_cluster_underreplicated_partitions{{a=\"1\"}} 0\n\
+                     marekvs_cluster_underreplicated_partitions{{a=\"2\"}} {bad}\n"
+                ),
+            );
+            assert_eq!(parse_scrape(&text), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_disk_reads_as_full_as_any_sample_says() {
+        let text = format!(
+            "{TEXT}marekvs_disk_total_bytes{{d=\"a\"}} 100\nmarekvs_disk_avail_bytes{{d=\"a\"}} 90\n\
+             marekvs_disk_total_bytes{{d=\"b\"}} 1000\nmarekvs_disk_avail_bytes{{d=\"b\"}} 100.5\n"
+        );
+        let d = parse_scrape(&text).unwrap().disk.unwrap();
+        assert_eq!((d.used_bytes, d.total_bytes), (910, 1000));
+        // Every sample's fill is at most the one read.
+        for (total, avail) in [(100.0, 90.0), (1000.0, 100.5)] {
+            assert!(1.0 - avail / total <= d.used_bytes as f64 / d.total_bytes as f64);
+        }
     }
 }

@@ -9,15 +9,16 @@ pub type Millis = i64;
 /// Figures read from one member's `/metrics`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Scrape {
-    /// `marekvs_cluster_members`: members in this node's own view.
+    /// `marekvs_cluster_members`: members in this node's own view (every sample the same
+    /// whole number, or the scrape is unknown).
     pub view_members: u64,
-    /// `marekvs_cluster_underreplicated_partitions`.
+    /// `marekvs_cluster_underreplicated_partitions`: the largest sample, rounded up.
     pub underreplicated: u64,
-    /// `marekvs_join_gate_pending_pids`.
+    /// `marekvs_join_gate_pending_pids`: the largest sample, rounded up.
     pub join_pending: u64,
-    /// `marekvs_bootstraps_completed_total`.
+    /// `marekvs_bootstraps_completed_total`, summed over its series.
     pub bootstraps_total: u64,
-    /// `marekvs_ae_repair_ops_total`.
+    /// `marekvs_ae_repair_ops_total`, summed over its series.
     pub repairs_total: u64,
     /// Sum of `marekvs_commands_total` over its series.
     pub commands_total: u64,
@@ -30,9 +31,10 @@ pub struct Scrape {
 /// A member's volume usage.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Disk {
-    /// `marekvs_disk_total_bytes - marekvs_disk_avail_bytes`.
+    /// `marekvs_disk_total_bytes - marekvs_disk_avail_bytes` (the largest capacity less the
+    /// least space available, over their samples).
     pub used_bytes: u64,
-    /// `marekvs_disk_total_bytes`.
+    /// `marekvs_disk_total_bytes` (its largest sample).
     pub total_bytes: u64,
 }
 
