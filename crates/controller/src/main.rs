@@ -125,7 +125,7 @@ async fn main() -> anyhow::Result<()> {
                 &identity,
                 Duration::from_secs(lease_duration_seconds.max(2)),
             );
-            elector.acquire().await;
+            let term_start = elector.acquire().await;
             metrics.leading.store(true, Ordering::Relaxed);
             metrics.ready.store(false, Ordering::Relaxed);
             tokio::select! {
@@ -133,7 +133,7 @@ async fn main() -> anyhow::Result<()> {
                     elector.release().await;
                     r
                 }
-                lost = elector.hold() => {
+                lost = elector.hold(term_start) => {
                     // Exit at once: a deposed leader must not write anything more.
                     error!(lease = %lease_name, "leadership lost: {lost}; exiting");
                     std::process::exit(3);
