@@ -226,6 +226,12 @@ impl<S: LeaseStore> Elector<S> {
         loop {
             let started = Instant::now();
             match self.try_once(&mut observed, true).await {
+                // An answer that came back after the term it began was over (a stalled call)
+                // is no term: renew first.
+                Ok(true) if Instant::now() >= started + self.renew_deadline => {
+                    warn!(lease = %self.name, "acquired the lease too late to lead; renewing");
+                    continue;
+                }
                 Ok(true) => {
                     info!(lease = %self.name, identity = %self.identity, "leading");
                     return started;
@@ -332,5 +338,164 @@ impl<S: LeaseStore> Elector<S> {
             .replace(&lease)
             .await
             .context("writing the lease")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const L: Duration = Duration::from_secs(15);
+
+    fn at(wall: Timestamp, offset: Duration, skew_leases: i32) -> Timestamp {
+        let skew = SignedDuration::try_from(L).unwrap() * skew_leases;
+        wall.checked_add(SignedDuration::try_from(offset).unwrap())
+            .unwrap()
+            .checked_add(skew)
+            .unwrap()
+    }
+
+    fn held_by(holder: &str, renew: Timestamp) -> LeaseSpec {
+        LeaseSpec {
+            holder_identity: Some(holder.into()),
+            lease_duration_seconds: Some(L.as_secs() as i32),
+            acquire_time: Some(MicroTime(renew)),
+            renew_time: Some(MicroTime(renew)),
+            lease_transitions: Some(3),
+            ..LeaseSpec::default()
+        }
+    }
+
+    /// A holder whose clock is off by ± several lease durations keeps the lease as long as its
+    /// record keeps changing, and loses it once it has not changed for a lease duration as
+    /// timed here.
+    #[test]
+    fn renew_time_far_in_the_past_or_future_is_not_judged_only_changes_are() {
+        let wall = Timestamp::from_second(1_800_000_000).unwrap();
+        for skew in [-10, -3, -2, 0, 2, 3, 10] {
+            let t0 = Instant::now();
+            let mut observed = None;
+            let mut record = held_by("other", at(wall, Duration::ZERO, skew));
+            // Renewals every third of a lease for 20 leases: never taken over.
+            let mut last_change = t0;
+            for step in 0..60u32 {
+                let now = t0 + L / 3 * step;
+                if step > 0 {
+                    record = next_record(&record, "other", at(wall, L / 3 * step, skew), L);
+                    last_change = now;
+                }
+                // Read a little later than the change, as a poll would.
+                let read = now + Duration::from_millis(400);
+                assert_eq!(
+                    judge(&mut observed, &record, "me", read, L),
+                    Verdict::Wait {
+                        until: last_change + Duration::from_millis(400) + L
+                    },
+                    "skew {skew} leases, step {step}"
+                );
+            }
+            // Then it stops: nothing until a lease duration after the change was seen, here.
+            let seen = last_change + Duration::from_millis(400);
+            for ms in [500, 5_000, 14_999, 15_000] {
+                let now = seen + Duration::from_millis(ms);
+                assert!(
+                    matches!(
+                        judge(&mut observed, &record, "me", now, L),
+                        Verdict::Wait { .. }
+                    ),
+                    "skew {skew}, {ms} ms after the last change"
+                );
+            }
+            let now = seen + L + Duration::from_millis(1);
+            assert_eq!(
+                judge(&mut observed, &record, "me", now, L),
+                Verdict::Acquire,
+                "skew {skew}"
+            );
+        }
+    }
+
+    /// A candidate that has just started has seen no change yet: it waits a whole lease duration
+    /// from its first read, even if renewTime says the holder died long ago.
+    #[test]
+    fn a_record_seen_for_the_first_time_is_timed_from_then() {
+        let ancient = Timestamp::from_second(1_000_000_000).unwrap();
+        let record = held_by("other", ancient);
+        let t0 = Instant::now();
+        let mut observed = None;
+        assert_eq!(
+            judge(&mut observed, &record, "me", t0, L),
+            Verdict::Wait { until: t0 + L }
+        );
+        assert_eq!(observed.as_ref().map(|o| o.at), Some(t0));
+        // Reading the same record again does not restart the clock.
+        assert_eq!(
+            judge(&mut observed, &record, "me", t0 + L, L),
+            Verdict::Wait { until: t0 + L }
+        );
+        assert_eq!(
+            judge(
+                &mut observed,
+                &record,
+                "me",
+                t0 + L + Duration::from_micros(1),
+                L
+            ),
+            Verdict::Acquire
+        );
+    }
+
+    #[test]
+    fn free_and_own_leases_and_the_longer_duration() {
+        let wall = Timestamp::from_second(1_800_000_000).unwrap();
+        let t0 = Instant::now();
+        let mut released = held_by("other", wall);
+        released.holder_identity = None;
+        assert_eq!(judge(&mut None, &released, "me", t0, L), Verdict::Acquire);
+        released.holder_identity = Some(String::new());
+        assert_eq!(judge(&mut None, &released, "me", t0, L), Verdict::Acquire);
+        assert_eq!(
+            judge(&mut None, &held_by("me", wall), "me", t0, L),
+            Verdict::Renew
+        );
+        // The holder declared 60 s: a candidate configured for 15 s still waits 60 s.
+        let mut long = held_by("other", wall);
+        long.lease_duration_seconds = Some(60);
+        assert_eq!(
+            judge(&mut None, &long, "me", t0, L),
+            Verdict::Wait {
+                until: t0 + Duration::from_secs(60)
+            }
+        );
+        // And one that declared less is given our own duration.
+        long.lease_duration_seconds = Some(1);
+        assert_eq!(
+            judge(&mut None, &long, "me", t0, L),
+            Verdict::Wait { until: t0 + L }
+        );
+    }
+
+    /// Each renewal is a change others can see, even when the holder's wall clock stands still
+    /// or steps back.
+    #[test]
+    fn renewals_always_move_renew_time_forward() {
+        let wall = Timestamp::from_second(1_800_000_000).unwrap();
+        let mut record = next_record(&LeaseSpec::default(), "me", wall, L);
+        assert_eq!(record.holder_identity.as_deref(), Some("me"));
+        assert_eq!(record.lease_transitions, Some(0));
+        assert_eq!(record.lease_duration_seconds, Some(15));
+        for back in [0, 0, 1, 3600, 0] {
+            let stuck = wall.checked_sub(SignedDuration::from_secs(back)).unwrap();
+            let next = next_record(&record, "me", stuck, L);
+            assert!(next.renew_time.as_ref().unwrap().0 > record.renew_time.as_ref().unwrap().0);
+            assert_ne!(next, record);
+            assert_eq!(next.acquire_time, record.acquire_time);
+            record = next;
+        }
+        let taken = next_record(&record, "other", wall, Duration::from_millis(2500));
+        assert_eq!(taken.holder_identity.as_deref(), Some("other"));
+        assert_eq!(taken.lease_transitions, Some(1));
+        assert_eq!(taken.renew_time, Some(MicroTime(wall)));
+        assert_eq!(taken.lease_duration_seconds, Some(3));
     }
 }
