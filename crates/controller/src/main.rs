@@ -47,7 +47,8 @@ enum Command {
         /// Name of the leader Lease.
         #[arg(long, default_value = "marekvs-operator")]
         lease_name: String,
-        /// A leader that has not renewed for this long may be replaced; it stops itself after
+        /// A standby takes over once it has seen the leader's Lease record unchanged for this
+        /// long, timed on its own clock; the leader stops itself when it has not renewed within
         /// two thirds of it.
         #[arg(long, default_value_t = 15, env = "MAREKVS_OPERATOR_LEASE_SECONDS")]
         lease_duration_seconds: u64,
