@@ -8,6 +8,8 @@ mod build_golden;
 pub mod controller;
 pub mod error;
 pub mod lease;
+#[cfg(test)]
+mod lease_sim;
 pub mod observe;
 pub mod reconcile;
 pub mod record;

@@ -47,7 +47,8 @@ enum Command {
         /// Name of the leader Lease.
         #[arg(long, default_value = "marekvs-operator")]
         lease_name: String,
-        /// A leader that has not renewed for this long may be replaced; it stops itself after
+        /// A standby takes over once it has seen the leader's Lease record unchanged for this
+        /// long, timed on its own clock; the leader stops itself when it has not renewed within
         /// two thirds of it.
         #[arg(long, default_value_t = 15, env = "MAREKVS_OPERATOR_LEASE_SECONDS")]
         lease_duration_seconds: u64,
@@ -125,7 +126,7 @@ async fn main() -> anyhow::Result<()> {
                 &identity,
                 Duration::from_secs(lease_duration_seconds.max(2)),
             );
-            elector.acquire().await;
+            let term_start = elector.acquire().await;
             metrics.leading.store(true, Ordering::Relaxed);
             metrics.ready.store(false, Ordering::Relaxed);
             tokio::select! {
@@ -133,7 +134,7 @@ async fn main() -> anyhow::Result<()> {
                     elector.release().await;
                     r
                 }
-                lost = elector.hold() => {
+                lost = elector.hold(term_start) => {
                     // Exit at once: a deposed leader must not write anything more.
                     error!(lease = %lease_name, "leadership lost: {lost}; exiting");
                     std::process::exit(3);
