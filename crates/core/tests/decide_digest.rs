@@ -51,9 +51,11 @@ impl Rng {
     }
 }
 
-/// The removal and the rollout remembered, rendered the same whatever type holds them.
+/// The removal and the rollout remembered, rendered the same whatever type holds them. A
+/// rollout for a spec change is rendered as it was before rollouts had a reason.
 fn disruption(m: &Memory) -> String {
-    format!("removal {:?} roll {:?}", m.removal(), m.roll())
+    let roll = format!("{:?}", m.roll()).replace("reason: SpecChanged, ", "");
+    format!("removal {:?} roll {roll}", m.removal())
 }
 
 /// What a decision says, without depending on the layout of `Memory`.
@@ -174,6 +176,7 @@ fn gen_memory(r: &mut Rng, spec: &ClusterSpec, now: Millis) -> Memory {
                 None,
                 Some(Roll {
                     ordinal: o,
+                    reason: RollReason::SpecChanged,
                     step: r.pick(&[
                         RollStep::Draining,
                         RollStep::HandingOff,

@@ -70,6 +70,8 @@ enum Phase {
 struct Pod {
     version: u32,
     drained: bool,
+    /// A user annotated it to ask for a fresh volume.
+    replace_volume: bool,
     phase: Phase,
     /// Deleted at this tick; flushes (still a copy source) until it exits.
     deleted_at: Option<u64>,
@@ -388,6 +390,7 @@ impl World {
                         terminating: p.deleted_at.is_some(),
                         drained: p.drained,
                         outdated: p.version != self.version,
+                        replace_volume: p.replace_volume,
                     }),
                     pvc: self.vols.get(&o).map(|v| PvcObs {
                         uid: v.uid.to_string(),
@@ -470,6 +473,7 @@ impl World {
                         Pod {
                             version: self.version,
                             drained: false,
+                            replace_volume: false,
                             phase: Phase::Joining,
                             deleted_at: None,
                             crashed_until: None,
