@@ -874,7 +874,7 @@ impl Operator {
             counts.invariant_checks += 1;
             counts.fresh_volumes += 1;
             let left = match status.memory.roll().map(|r| (r.ordinal, &r.reason)) {
-                Some((o, RollReason::VolumeRequested { pvc })) if n.member == Some(o) => {
+                Some((o, RollReason::VolumeRequested { pvc })) => {
                     w.vols.get(&o).is_some_and(|v| v.uid.to_string() != *pvc)
                 }
                 _ => false,

@@ -33,14 +33,12 @@ impl Pass<'_> {
                 if self.rejoined(&mut r, &name) {
                     self.rolled = Some(r.clone());
                     self.notes.push(if r.requested() {
-                        Note {
-                            kind: EventKind::Normal,
-                            reason: "VolumeReplaced",
-                            member: Some(r.ordinal),
-                            message: format!(
+                        normal(
+                            "VolumeReplaced",
+                            format!(
                                 "{name} runs on a fresh volume; the cluster is fully replicated again"
                             ),
-                        }
+                        )
                     } else {
                         normal(
                             "MemberUpdated",
@@ -274,15 +272,13 @@ impl Pass<'_> {
                 .uid
                 .clone();
             self.start_roll_of(o, RollReason::VolumeRequested { pvc: uid });
-            self.notes.push(Note {
-                kind: EventKind::Normal,
-                reason: "VolumeReplacementStarted",
-                member: Some(o),
-                message: format!(
+            self.notes.push(normal(
+                "VolumeReplacementStarted",
+                format!(
                     "moving {} to a fresh volume, as its pod asks: draining it, then replacing its volume once the others hold its data",
                     self.spec.member_name(o)
                 ),
-            });
+            ));
             return;
         }
         let o = *outdated.last().expect("not empty");
