@@ -505,7 +505,8 @@ impl Operator {
 
 pub use data::DataSet;
 pub use marekvs_api::{
-    ClusterPhase, MarekvsCluster, MarekvsClusterStatus, MemberPhase, RemovalStep, RolloutStep,
+    ClusterPhase, MarekvsCluster, MarekvsClusterStatus, MemberPhase, RemovalStep, RolloutReason,
+    RolloutStep,
 };
 
 /// The data check's first half: [`data::default_keys`] keys written over RESP before a

@@ -639,6 +639,78 @@ async fn a_deleted_pod_returns_on_its_volume_and_a_deleted_pod_and_pvc_rejoin_fr
     env.cleanup().await
 }
 
+/// The safe way to a fresh volume: annotate the member's pod. Keys are written through that
+/// member just before (what a raw `kubectl delete pod,pvc` this soon would lose): it is
+/// drained and handed off first, so every key reads back once it runs on its fresh volume.
+async fn an_annotated_pod_moves_its_member_to_a_fresh_volume_without_losing_a_key()
+-> anyhow::Result<()> {
+    let env = TestEnv::new("fresh-volume").await?;
+    let _op = Operator::start(&env.namespace)?;
+    let sim = Sim::from_env();
+    let api = create(&env, "demo", spec(3)).await?;
+    let all = ["demo-0", "demo-1", "demo-2"];
+    wait_healthy(&api, "demo", &all, T).await?;
+    let pods: Api<Pod> = env.api();
+    let old_uid = pvc_uid(&env, "data-demo-2").await?;
+
+    // Written through demo-2, then at once its pod asks for a fresh volume.
+    let data = write_keys(&env, &["demo-2"], "demo-0", "fresh-volume").await?;
+    pods.patch(
+        "demo-2",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"annotations": {"marekvs.io/replace-volume": "true"}}})),
+    )
+    .await?;
+    // Recorded in status (the request outlives the annotated pod), then carried out.
+    let c = wait_cluster(&api, "demo", "the fresh volume recorded", T, |s| {
+        s.rollout.as_ref().is_some_and(|r| {
+            r.member == "demo-2"
+                && r.reason == RolloutReason::VolumeRequested
+                && r.replaced_pvc.as_deref() == Some(old_uid.as_str())
+        })
+    })
+    .await?;
+    assert_eq!(status_of(&c).phase, Some(ClusterPhase::Replacing));
+    wait_until("demo-2 on a fresh volume", T, || async {
+        Ok((pvc_uid(&env, "data-demo-2").await? != old_uid).then_some(()))
+    })
+    .await?;
+    let c = wait_healthy(&api, "demo", &all, T).await?;
+    let new_uid = pvc_uid(&env, "data-demo-2").await?;
+    assert_ne!(new_uid, old_uid, "a fresh volume");
+    let m2 = status_of(&c)
+        .members
+        .into_iter()
+        .find(|m| m.name == "demo-2")
+        .unwrap();
+    assert_eq!(m2.pvc_uid.as_deref(), Some(new_uid.as_str()));
+    assert!(status_of(&c).rollout.is_none());
+    // The new pod carries no request: it is not replaced again.
+    let pod = pods.get("demo-2").await?;
+    assert!(
+        !pod.metadata
+            .annotations
+            .unwrap_or_default()
+            .contains_key("marekvs.io/replace-volume")
+    );
+    wait_events(
+        &env.client,
+        &env.namespace,
+        "demo",
+        &["VolumeReplacementStarted", "VolumeReplaced"],
+    )
+    .await?;
+    read_back(&env, &data).await?;
+    assert_no_loss(&sim, &env.namespace).await?;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(
+        pvc_uid(&env, "data-demo-2").await?,
+        new_uid,
+        "replaced once"
+    );
+    env.cleanup().await
+}
+
 async fn deleting_the_cluster_keeps_volumes_and_a_new_one_adopts_them() -> anyhow::Result<()> {
     let env = TestEnv::new("adopt").await?;
     let _op = Operator::start(&env.namespace)?;
@@ -1212,6 +1284,7 @@ fn main() -> std::process::ExitCode {
         the_shipped_examples_are_accepted_as_written,
         bad_specs_are_refused_at_apply_time,
         a_deleted_pod_returns_on_its_volume_and_a_deleted_pod_and_pvc_rejoin_fresh,
+        an_annotated_pod_moves_its_member_to_a_fresh_volume_without_losing_a_key,
         deleting_the_cluster_keeps_volumes_and_a_new_one_adopts_them,
         an_operator_killed_mid_drain_continues_without_a_second_member_leaving needs [OwnOperator],
         growing_back_during_a_hand_off_cancels_the_removal_and_restarts_the_drained_member needs [Simulator],

@@ -450,6 +450,14 @@ pub struct RolloutStatus {
     pub ordinal: i32,
     /// The step the restart is at.
     pub step: RolloutStep,
+    /// Why it is restarted: `SpecChanged` (a rolling update), or `VolumeRequested` (its pod
+    /// asked for a fresh volume with the annotation `marekvs.io/replace-volume: "true"`).
+    #[serde(default)]
+    pub reason: RolloutReason,
+    /// With `VolumeRequested`: UID of the PVC it was asked to leave. The request is carried
+    /// here once recorded: the annotation goes with the pod that is deleted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replaced_pvc: Option<String>,
     /// UID of the PVC whose data the others took over while the member was drained (the
     /// hand-off gate passed); only that volume may be replaced by a fresh one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -466,7 +474,8 @@ pub struct RolloutStatus {
 /// - `Healthy`: every member Active, the count matches the spec, all on the current pod spec.
 /// - `ScalingUp`: new members are being created or are joining.
 /// - `ScalingDown`: a member is being removed.
-/// - `Replacing`: a member's pod (and maybe its volume) is being re-created.
+/// - `Replacing`: a member's pod (and maybe its volume) is being re-created, or a member is
+///   moved to a fresh volume its pod asked for.
 /// - `Updating`: outdated members are being restarted one at a time.
 /// - `Paused`: `spec.paused` holds a wanted disruptive step.
 /// - `Blocked`: a wanted disruptive step may not happen now (see `blockReason`).
@@ -490,7 +499,8 @@ pub enum ClusterPhase {
 /// - `Replacing`: its pod (and maybe its volume) is being re-created, or it rejoins after that.
 /// - `Draining`: chosen for removal or restart; drained, handing its data off while serving.
 /// - `Leaving`: its pod is being deleted or is gone; waiting for the hand-off to settle.
-/// - `Updating`: being restarted with the current pod spec on its own volume.
+/// - `Updating`: being restarted with the current pod spec on its own volume, or moved to a
+///   fresh volume (a `status.rollout` says which).
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
 pub enum MemberPhase {
     #[default]
@@ -529,6 +539,18 @@ pub enum RolloutStep {
     HandingOff,
     Deleting,
     Rejoining,
+}
+
+/// Why a member is restarted.
+///
+/// - `SpecChanged`: its pod or its volume differs from what the spec asks (a rolling update).
+/// - `VolumeRequested`: its pod asked for a fresh volume (`marekvs.io/replace-volume: "true"`);
+///   it is drained, its data handed off, and it restarts on a fresh, empty volume.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum RolloutReason {
+    #[default]
+    SpecChanged,
+    VolumeRequested,
 }
 
 /// Why a member was chosen for removal.

@@ -32,6 +32,11 @@ pub const ANNOTATION_DRAINED_RESTARTS: &str = "marekvs.io/drained-restarts";
 /// A hash of the pod spec the member was created from; a different desired hash means the
 /// member is outdated and a rolling update restarts it.
 pub const ANNOTATION_TEMPLATE_HASH: &str = "marekvs.io/template-hash";
+/// Set by a user on a member's pod (`"true"`): move this member to a fresh, empty volume,
+/// safely (drained, its data handed off first, one member at a time). Read into
+/// `PodObs::replace_volume`; once the replacement is recorded in `status.rollout`, the record
+/// carries the request (the annotation goes with the pod that is deleted).
+pub const ANNOTATION_REPLACE_VOLUME: &str = "marekvs.io/replace-volume";
 /// On the Services and the PDB: the hash of the content last applied, so an unchanged object is
 /// not applied again on every pass.
 pub const ANNOTATION_APPLIED_HASH: &str = "marekvs.io/applied-hash";

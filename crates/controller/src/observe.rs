@@ -13,7 +13,8 @@ use marekvs_core::volumes::{StorageWish, Volume};
 use marekvs_core::{MemberObs, Memory, PodObs, PvcObs, Scrape};
 
 use crate::build::{
-    self, ANNOTATION_DRAINED_AT, ANNOTATION_DRAINED_RESTARTS, ANNOTATION_TEMPLATE_HASH,
+    self, ANNOTATION_DRAINED_AT, ANNOTATION_DRAINED_RESTARTS, ANNOTATION_REPLACE_VOLUME,
+    ANNOTATION_TEMPLATE_HASH,
 };
 use crate::error::Error;
 use crate::scrape::MemberClient;
@@ -149,6 +150,10 @@ pub fn pod_obs(p: &Pod, desired_hash: &str) -> PodObs {
             .annotations()
             .get(ANNOTATION_TEMPLATE_HASH)
             .is_none_or(|h| h != desired_hash),
+        replace_volume: p
+            .annotations()
+            .get(ANNOTATION_REPLACE_VOLUME)
+            .is_some_and(|v| v.trim().eq_ignore_ascii_case("true")),
     }
 }
 
@@ -268,6 +273,39 @@ mod tests {
         let mut bare = Pod::default();
         slim_pod(&mut bare);
         assert_eq!(bare, Pod::default());
+    }
+
+    /// `marekvs.io/replace-volume: "true"` on a pod asks for a fresh volume; any other value,
+    /// or none, does not.
+    #[test]
+    fn the_replace_volume_annotation_asks_for_a_fresh_volume() {
+        let pod = |value: Option<&str>| -> Pod {
+            let mut ann = serde_json::Map::new();
+            ann.insert(ANNOTATION_TEMPLATE_HASH.into(), json!("h"));
+            if let Some(v) = value {
+                ann.insert(ANNOTATION_REPLACE_VOLUME.into(), json!(v));
+            }
+            serde_json::from_value(json!({"metadata": {"name": "demo-2", "annotations": ann}}))
+                .unwrap()
+        };
+        assert!(pod_obs(&pod(Some("true")), "h").replace_volume);
+        assert!(pod_obs(&pod(Some("True")), "h").replace_volume);
+        for other in [None, Some("false"), Some(""), Some("yes")] {
+            assert!(!pod_obs(&pod(other), "h").replace_volume, "{other:?}");
+        }
+        // It says nothing else about the pod.
+        let asked = pod_obs(&pod(Some("true")), "h");
+        assert_eq!(
+            PodObs {
+                replace_volume: false,
+                ..asked
+            },
+            pod_obs(&pod(None), "h")
+        );
+        // It survives the slimming of the cache.
+        let mut slim = pod(Some("true"));
+        slim_pod(&mut slim);
+        assert!(pod_obs(&slim, "h").replace_volume);
     }
 
     #[test]

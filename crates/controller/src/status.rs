@@ -10,14 +10,15 @@ use kube::ResourceExt;
 use marekvs_api::conditions::*;
 use marekvs_api::{
     AutoscaleStatus, LoadSampleStatus, MarekvsCluster, MarekvsClusterStatus, MemberMetrics,
-    MemberStatus, RemovalStatus, RolloutStatus,
+    MemberStatus, RemovalStatus, RolloutReason, RolloutStatus,
 };
 use marekvs_core::autoscale::{LoadMemory, LoadSample, ScaleMemory};
 use marekvs_core::sizing::Sizing;
 use marekvs_core::transitions::Reported;
 use marekvs_core::units::quantity_bytes;
 use marekvs_core::{
-    ClusterPhase, Decision, Disruption, MemberObs, Memory, Millis, Removal, Roll, Sample,
+    ClusterPhase, Decision, Disruption, MemberObs, Memory, Millis, Removal, Roll, RollReason,
+    Sample,
 };
 
 use crate::build;
@@ -74,7 +75,9 @@ fn is_true(conditions: &[Condition], type_: &str) -> bool {
 ///
 /// The operator never writes both `status.removal` and `status.rollout`; a status that holds
 /// both (edited by hand) is read as the removal, and the rollout is dropped: it starts again
-/// once the removal is done, if a member is still outdated.
+/// once the removal is done, if a member is still outdated. A rollout for a fresh volume that
+/// does not say which volume to leave (edited by hand) is dropped too: no volume is deleted on
+/// a guess (a drained member is then restarted on its own volume).
 pub fn memory_from_status(name: &str, status: &MarekvsClusterStatus) -> Memory {
     let members: BTreeSet<u32> = status
         .instance_names
@@ -91,8 +94,15 @@ pub fn memory_from_status(name: &str, status: &MarekvsClusterStatus) -> Memory {
         })
     });
     let roll = status.rollout.as_ref().and_then(|r| {
+        let reason = match r.reason {
+            RolloutReason::SpecChanged => RollReason::SpecChanged,
+            RolloutReason::VolumeRequested => RollReason::VolumeRequested {
+                pvc: r.replaced_pvc.clone()?,
+            },
+        };
         Some(Roll {
             ordinal: u32::try_from(r.ordinal).ok()?,
+            reason,
             step: r.step.into(),
             handed_off_pvc: r.handed_off_pvc.clone(),
             started_at: from_time(&r.started_at),
@@ -255,6 +265,14 @@ pub fn status_from(input: &StatusInput) -> MarekvsClusterStatus {
             member: format!("{name}-{}", r.ordinal),
             ordinal: r.ordinal as i32,
             step: r.step.into(),
+            reason: match r.reason {
+                RollReason::SpecChanged => RolloutReason::SpecChanged,
+                RollReason::VolumeRequested { .. } => RolloutReason::VolumeRequested,
+            },
+            replaced_pvc: match &r.reason {
+                RollReason::SpecChanged => None,
+                RollReason::VolumeRequested { pvc } => Some(pvc.clone()),
+            },
             handed_off_pvc: r.handed_off_pvc.clone(),
             started_at: to_time(r.started_at),
             step_started_at: to_time(r.step_started_at),
@@ -359,7 +377,11 @@ fn member_conditions(
             MEMBER_DRAINING,
             true,
             marekvs_api::RolloutStep::from(r.step).as_str(),
-            "being restarted with the current pod spec",
+            if r.requested() {
+                "being moved to a fresh volume, as its pod asked"
+            } else {
+                "being restarted with the current pod spec"
+            },
         ),
         (None, None) => c.set(MEMBER_DRAINING, false, REASON_NOT_REMOVING, ""),
     }
@@ -692,9 +714,23 @@ mod tests {
             })),
             ..base.clone()
         };
+        let replacing = Memory {
+            disruption: Some(Disruption::Roll(Roll {
+                ordinal: 2,
+                reason: RollReason::VolumeRequested {
+                    pvc: "pvc-uid-2".into(),
+                },
+                step: RollStep::HandingOff,
+                handed_off_pvc: None,
+                started_at: now - 20_000,
+                step_started_at: now - 3_000,
+            })),
+            ..base.clone()
+        };
         let rolling = Memory {
             disruption: Some(Disruption::Roll(Roll {
                 ordinal: 1,
+                reason: RollReason::SpecChanged,
                 step: RollStep::Rejoining,
                 handed_off_pvc: Some("pvc-uid-1".into()),
                 started_at: now - 30_000,
@@ -714,7 +750,7 @@ mod tests {
             load: LoadMemory::default(),
             scaling: None,
         };
-        for memory in [base.clone(), removing, rolling] {
+        for memory in [base.clone(), removing, rolling, replacing] {
             let blocked = Blocked {
                 reason: BlockReason::Paused,
                 message: "held".into(),
@@ -741,6 +777,7 @@ mod tests {
         };
         let roll = Roll {
             ordinal: 1,
+            reason: RollReason::SpecChanged,
             step: RollStep::Draining,
             handed_off_pvc: None,
             started_at: now - 30_000,
@@ -772,6 +809,50 @@ mod tests {
         let memory = memory_from_status("demo", &st);
         assert_eq!(memory.removal(), Some(&removal));
         assert_eq!(memory.roll(), None);
+    }
+
+    /// A fresh volume asked for is recorded with its reason and the volume to leave, and read
+    /// back from a status stored as JSON; a rollout recorded before rollouts had a reason is a
+    /// rolling update; one asking for a fresh volume without naming the volume is dropped.
+    #[test]
+    fn a_fresh_volume_asked_for_is_read_back_from_the_stored_rollout() {
+        let stored = |rollout: serde_json::Value| -> MarekvsClusterStatus {
+            serde_json::from_value(json!({
+                "instanceNames": ["demo-0", "demo-1", "demo-2"],
+                "rollout": rollout,
+            }))
+            .unwrap()
+        };
+        let mut rollout = json!({"member": "demo-2", "ordinal": 2, "step": "Deleting",
+            "handedOffPvc": "uid-2", "startedAt": "2026-11-23T10:00:00Z",
+            "stepStartedAt": "2026-11-23T10:00:05Z"});
+        let reason = |st: &MarekvsClusterStatus| {
+            memory_from_status("demo", st)
+                .roll()
+                .map(|r| r.reason.clone())
+        };
+        assert_eq!(
+            reason(&stored(rollout.clone())),
+            Some(RollReason::SpecChanged)
+        );
+        rollout["reason"] = json!("VolumeRequested");
+        assert_eq!(reason(&stored(rollout.clone())), None);
+        rollout["replacedPvc"] = json!("uid-2");
+        let st = stored(rollout);
+        assert_eq!(
+            reason(&st),
+            Some(RollReason::VolumeRequested {
+                pvc: "uid-2".into()
+            })
+        );
+        assert_eq!(
+            serde_json::to_value(&st).unwrap()["rollout"]["reason"],
+            json!("VolumeRequested")
+        );
+        let unknown = json!({"instanceNames": [], "rollout": {"member": "demo-2", "ordinal": 2,
+            "step": "Deleting", "reason": "Whim", "startedAt": "2026-11-23T10:00:00Z",
+            "stepStartedAt": "2026-11-23T10:00:05Z"}});
+        assert!(serde_json::from_value::<MarekvsClusterStatus>(unknown).is_err());
     }
 
     #[test]

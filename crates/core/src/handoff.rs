@@ -180,6 +180,7 @@ mod tests {
                 terminating: false,
                 drained: false,
                 outdated: false,
+                replace_volume: false,
             }),
             pvc: None,
             scrape: Some(Scrape {

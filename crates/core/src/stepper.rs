@@ -10,6 +10,9 @@
 //!   (views without it, re-replication quiet) → drop it from the members.
 //! - Replacement: a member without a pod gets a new pod on its PVC; without a PVC, a fresh
 //!   PVC (it rejoins empty). A PVC that is still terminating delays the re-creation.
+//! - A fresh volume on request (`PodObs::replace_volume`): the rolling update's path, one
+//!   member at a time: drain → hand-off gate → delete its pod → delete its PVC (only the one
+//!   whose data was handed off) → a fresh PVC and pod → gate.
 //!
 //! `decide` runs the phases of one pass in order over a shared [`Pass`]; each phase lives in
 //! the submodule named after it.
@@ -92,8 +95,8 @@ struct Pass<'a> {
     joining: bool,
     /// The member whose removal this pass completed.
     completed: Option<u32>,
-    /// The member whose restart this pass completed.
-    rolled: Option<u32>,
+    /// The restart this pass completed.
+    rolled: Option<Roll>,
 
     /// What the decision says.
     actions: BTreeSet<Action>,
@@ -216,6 +219,21 @@ impl<'a> Pass<'a> {
                 let m = self.obs(*o);
                 m.pod.as_ref().is_some_and(|p| p.outdated)
                     || m.pvc.as_ref().is_some_and(|v| v.outdated && !v.terminating)
+            })
+            .collect()
+    }
+
+    /// Members whose pod asks for a fresh volume, on a volume that is not already going.
+    fn asked_fresh_volume(&self) -> Vec<u32> {
+        self.members
+            .iter()
+            .copied()
+            .filter(|o| {
+                let m = self.obs(*o);
+                m.pod
+                    .as_ref()
+                    .is_some_and(|p| p.replace_volume && !p.terminating)
+                    && m.pvc.as_ref().is_some_and(|v| !v.terminating)
             })
             .collect()
     }

@@ -81,6 +81,10 @@ pub struct PodObs {
     pub drained: bool,
     /// Its spec differs from the member's desired pod (compared by template hash).
     pub outdated: bool,
+    /// The user asked for this member to move to a fresh, empty volume (the annotation
+    /// `marekvs.io/replace-volume: "true"` on its pod). Gone with the pod it is on: once the
+    /// replacement starts, the rollout record carries the request.
+    pub replace_volume: bool,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -145,16 +149,41 @@ pub enum RollStep {
     Rejoining,
 }
 
-/// The member being restarted with the current pod spec (a rolling update, one at a time).
+/// Why a member is being restarted.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RollReason {
+    /// Its pod or its volume differs from what the spec asks (a rolling update).
+    SpecChanged,
+    /// Its pod asked for a fresh volume (`PodObs::replace_volume`) in place of the PVC with
+    /// this uid: it moves to a fresh volume whatever the storage spec.
+    VolumeRequested { pvc: String },
+}
+
+/// The member being restarted with the current pod spec (a rolling update, one at a time),
+/// or moved to a fresh volume on request.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Roll {
     pub ordinal: u32,
+    pub reason: RollReason,
     pub step: RollStep,
     /// The PVC (uid) whose data the others took over while the member was drained (the
     /// hand-off gate passed): only that volume may be replaced by a fresh one.
     pub handed_off_pvc: Option<String>,
     pub started_at: Millis,
     pub step_started_at: Millis,
+}
+
+impl Roll {
+    /// Whether this restart moves its member off volume `v` to a fresh one: a volume the spec
+    /// cannot have in place (with `replaceVolumes`), or the one the user asked to replace.
+    pub fn leaves_volume(&self, v: &PvcObs) -> bool {
+        v.outdated || matches!(&self.reason, RollReason::VolumeRequested { pvc } if *pvc == v.uid)
+    }
+
+    /// Asked by the user (a fresh volume), not by a spec change.
+    pub fn requested(&self) -> bool {
+        matches!(self.reason, RollReason::VolumeRequested { .. })
+    }
 }
 
 /// Re-replication counters of one member as last seen, and when they last moved.

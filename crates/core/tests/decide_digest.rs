@@ -4,7 +4,7 @@
 //! and the digest must not), in short chains where each decision's memory is the next input's
 //! memory. Observations start from a healthy cluster consistent with the memory (so the
 //! hand-off gate passes often enough to reach every step) and are then disturbed: pods missing,
-//! unready, terminating, drained or outdated; volumes missing, terminating or outdated; scrapes
+//! unready, terminating, drained, outdated or asking for a fresh volume; volumes missing, terminating or outdated; scrapes
 //! missing or showing under-replication, pending joins, diverged views or moving counters.
 //!
 //! The digest covers everything a decision says, rendered without depending on how `Memory`
@@ -23,7 +23,11 @@ const INPUTS: usize = 200_000;
 ///   disrupted (a cancelled removal's victim) is recycled only when no removal or rollout is in
 ///   progress, and no removal or rollout starts beside it (the stepper property found a rollout
 ///   deleting a pod in the same pass as a recycle: two pods at once).
-const DIGEST: u64 = 0x40f7_2b0f_f2b1_92c6;
+/// - `0x40f7_2b0f_f2b1_92c6` → `0x67ce_e5aa_1caf_6744`: the generator reaches a new input kind,
+///   pods asking for a fresh volume (`PodObs::replace_volume`) and rollouts recording one
+///   (`RollReason::VolumeRequested`), drawn from a second generator. With both at 0 % the
+///   digest is still `0x40f7_2b0f_f2b1_92c6`: no decision over the earlier inputs changed.
+const DIGEST: u64 = 0x67ce_e5aa_1caf_6744;
 
 struct Rng(u64);
 
@@ -51,9 +55,11 @@ impl Rng {
     }
 }
 
-/// The removal and the rollout remembered, rendered the same whatever type holds them.
+/// The removal and the rollout remembered, rendered the same whatever type holds them. A
+/// rollout for a spec change is rendered as it was before rollouts had a reason.
 fn disruption(m: &Memory) -> String {
-    format!("removal {:?} roll {:?}", m.removal(), m.roll())
+    let roll = format!("{:?}", m.roll()).replace("reason: SpecChanged, ", "");
+    format!("removal {:?} roll {roll}", m.removal())
 }
 
 /// What a decision says, without depending on the layout of `Memory`.
@@ -86,6 +92,10 @@ fn fnv(mut h: u64, bytes: &[u8]) -> u64 {
 
 /// One generated situation: the settings that shape every round of a chain.
 struct Shape {
+    /// Chance (percent) that a member's pod asks for a fresh volume. Drawn, like everything
+    /// about these requests, from a second generator, so that the inputs without any are the
+    /// ones generated before requests existed.
+    asks: u64,
     /// Chance (percent) that a member's observation is disturbed.
     chaos: u64,
     /// The pod template changed: this share (percent) of pods is outdated.
@@ -125,7 +135,7 @@ fn gen_time(r: &mut Rng, now: Millis, spec: &ClusterSpec) -> Millis {
     }
 }
 
-fn gen_memory(r: &mut Rng, spec: &ClusterSpec, now: Millis) -> Memory {
+fn gen_memory(r: &mut Rng, asks: &mut Rng, spec: &ClusterSpec, now: Millis) -> Memory {
     let target = spec.target() as i64;
     let n = (target + r.pick(&[-2, -1, 0, 0, 0, 1, 1, 1, 2])).max(0) as u32;
     let members: BTreeSet<u32> = if r.pct(80) {
@@ -174,6 +184,15 @@ fn gen_memory(r: &mut Rng, spec: &ClusterSpec, now: Millis) -> Memory {
                 None,
                 Some(Roll {
                     ordinal: o,
+                    reason: if asks.pct(20) {
+                        RollReason::VolumeRequested {
+                            pvc: asks
+                                .pick(&["pvc-gone", "pvc-x"])
+                                .replace('x', &o.to_string()),
+                        }
+                    } else {
+                        RollReason::SpecChanged
+                    },
                     step: r.pick(&[
                         RollStep::Draining,
                         RollStep::HandingOff,
@@ -392,6 +411,7 @@ fn disturb(r: &mut Rng, m: &mut MemberObs) {
 
 fn gen_observed(
     r: &mut Rng,
+    asks: &mut Rng,
     shape: &Shape,
     memory: &Memory,
     spec: &ClusterSpec,
@@ -420,6 +440,7 @@ fn gen_observed(
         let mut m = healthy(o, view, memory.samples.get(&o));
         if let Some(p) = m.pod.as_mut() {
             p.outdated = r.pct(shape.outdated_pods);
+            p.replace_volume = shape.asks > 0 && asks.pct(shape.asks);
         }
         if let Some(v) = m.pvc.as_mut() {
             v.outdated = r.pct(shape.outdated_pvcs);
@@ -507,6 +528,12 @@ fn branches(input: &Memory, observed: &BTreeMap<u32, MemberObs>, d: &Decision) -
         }
         if r.handed_off_pvc.is_some() && input.roll().is_none_or(|i| i.step != r.step) {
             add(format!("{ctx} :: hand-off recorded"));
+        }
+        if r.requested() {
+            add(format!("{ctx} -> fresh volume {:?}", r.step));
+            if d.actions.contains(&Action::DeletePvc(r.ordinal)) {
+                add(format!("{ctx} :: fresh volume: old one deleted"));
+            }
         }
     }
     if let Some(b) = &d.blocked {
@@ -701,6 +728,19 @@ const REACHED: &[&str] = &[
     "idle :: blocked NotAllReady",
     "idle :: note ScaleDownStarted removing demo-# (listed in spec.removeMembers): # → # members",
     "idle :: note ScaleDownStarted removing demo-# (highest ordinal): # → # members",
+    // A fresh volume asked for.
+    "idle -> fresh volume Draining",
+    "roll Draining -> fresh volume HandingOff",
+    "roll HandingOff -> fresh volume Deleting",
+    "roll Deleting -> fresh volume Rejoining",
+    "roll Rejoining :: fresh volume: old one deleted",
+    "roll Rejoining -> fresh volume Draining",
+    "idle :: note VolumeReplacementStarted moving demo-# to a fresh volume, as its pod asks: draining it, then replacing its volume once the others hold its data",
+    "roll Rejoining :: note VolumeReplaced demo-# runs on a fresh volume; the cluster is fully replicated again",
+    "roll Rejoining :: note RestartedOnOldVolume demo-# came back on the volume it was asked to leave (its pod went before its data was handed off): draining it again",
+    "roll Deleting :: note MemberRestarting re-creating demo-# on a fresh volume once its data was handed off",
+    "idle :: held the fresh volume asked for demo-#",
+    "idle :: held the fresh volume asked for demo-# and the rolling update of # outdated members",
     // Start a rollout.
     "idle :: paused the rolling update of # outdated members",
     "idle :: blocked a member is being (re-)created; waiting until it is Active and the cluster fully replicated",
@@ -722,12 +762,18 @@ const REACHED: &[&str] = &[
 #[test]
 fn decide_over_generated_inputs_has_the_recorded_digest() {
     let mut r = Rng(0x6d61_7265_6b76_7321);
+    let mut asks = Rng(0x6672_6573_6876_6f6c);
     let mut digest: u64 = 0xcbf2_9ce4_8422_2325;
     let mut counts: BTreeMap<String, usize> = BTreeMap::new();
     let mut inputs = 0usize;
     while inputs < INPUTS {
         let mut spec = gen_spec(&mut r);
         let shape = Shape {
+            asks: if asks.pct(15) {
+                asks.pick(&[10, 40])
+            } else {
+                0
+            },
             chaos: r.pick(&[0, 0, 0, 5, 15, 40, 80]),
             outdated_pods: if r.pct(30) { r.pick(&[20, 60, 100]) } else { 0 },
             outdated_pvcs: if r.pct(10) { r.pick(&[30, 100]) } else { 0 },
@@ -738,12 +784,12 @@ fn decide_over_generated_inputs_has_the_recorded_digest() {
         } else {
             1_700_000_000_000 + r.upto(1_000_000_000)
         };
-        let mut memory = gen_memory(&mut r, &spec, now.max(0));
+        let mut memory = gen_memory(&mut r, &mut asks, &spec, now.max(0));
         for _ in 0..1 + r.below(4) {
             if inputs == INPUTS {
                 break;
             }
-            let observed = gen_observed(&mut r, &shape, &memory, &spec);
+            let observed = gen_observed(&mut r, &mut asks, &shape, &memory, &spec);
             let d = decide(&Input {
                 spec: &spec,
                 memory: &memory,

@@ -16,8 +16,9 @@
 //! Faults: the operator crashes (after a random prefix of its actions) and reads a stale status
 //! (its write then conflicts, as the shell's status write is conditional on the resourceVersion
 //! read); status writes fail; members crash and restart (a restarted node is no longer
-//! drained); scrapes time out; drains hang; users delete pods, delete a pod with its PVC, and
-//! edit the spec (size, pod template, volume class, pause).
+//! drained); scrapes time out; drains hang; users delete pods, delete a pod with its PVC, ask
+//! for a fresh volume of a member (annotate its pod), and edit the spec (size, pod template,
+//! volume class, pause).
 //!
 //! Invariants, after every step: no partition loses its last copy among the members' volumes;
 //! at most one member is disrupted by the operator (drained, or its pod deleted by it); a
@@ -70,6 +71,8 @@ enum Phase {
 struct Pod {
     version: u32,
     drained: bool,
+    /// A user annotated it to ask for a fresh volume.
+    replace_volume: bool,
     phase: Phase,
     /// Deleted at this tick; flushes (still a copy source) until it exits.
     deleted_at: Option<u64>,
@@ -388,6 +391,7 @@ impl World {
                         terminating: p.deleted_at.is_some(),
                         drained: p.drained,
                         outdated: p.version != self.version,
+                        replace_volume: p.replace_volume,
                     }),
                     pvc: self.vols.get(&o).map(|v| PvcObs {
                         uid: v.uid.to_string(),
@@ -470,6 +474,7 @@ impl World {
                         Pod {
                             version: self.version,
                             drained: false,
+                            replace_volume: false,
                             phase: Phase::Joining,
                             deleted_at: None,
                             crashed_until: None,
@@ -561,6 +566,8 @@ struct Counts {
     transition_notes: u64,
     /// Volumes expanded in place.
     volumes_grown: u64,
+    /// Fresh volumes asked for on a pod, and carried out (`VolumeReplaced` recorded).
+    fresh_volumes: u64,
 }
 
 impl std::ops::AddAssign for Counts {
@@ -573,6 +580,7 @@ impl std::ops::AddAssign for Counts {
         self.autoscaler_moves += o.autoscaler_moves;
         self.transition_notes += o.transition_notes;
         self.volumes_grown += o.volumes_grown;
+        self.fresh_volumes += o.fresh_volumes;
     }
 }
 
@@ -635,6 +643,16 @@ fn inject_faults(w: &mut World, spec: &mut ClusterSpec, ops: &mut u64, rng: &mut
         {
             p.deleted_at = Some(t);
             w.vols.get_mut(&o).unwrap().deleting = true;
+            faults += 1;
+        }
+    }
+    if rng.chance(0.01)
+        && let Some(o) = pick(rng)
+    {
+        // A user asks for a fresh volume of a member (annotates its pod), at any moment.
+        let p = w.pods.get_mut(&o).unwrap();
+        if !p.replace_volume {
+            p.replace_volume = true;
             faults += 1;
         }
     }
@@ -850,6 +868,21 @@ impl Operator {
             violations.push(format!("t={t}: a reported change would be reported again"));
         }
         counts.transition_notes += notes.len() as u64;
+        // A fresh volume reported done: the member runs on another volume than the one it was
+        // asked to leave.
+        for n in d.notes.iter().filter(|n| n.reason == "VolumeReplaced") {
+            counts.invariant_checks += 1;
+            counts.fresh_volumes += 1;
+            let left = match status.memory.roll().map(|r| (r.ordinal, &r.reason)) {
+                Some((o, RollReason::VolumeRequested { pvc })) => {
+                    w.vols.get(&o).is_some_and(|v| v.uid.to_string() != *pvc)
+                }
+                _ => false,
+            };
+            if !left {
+                violations.push(format!("t={t}: {}: on the same volume", n.message));
+            }
+        }
         self.previous = std::mem::replace(&mut self.persisted, written);
         let actions = still_to_do(&d.actions, &made);
         let n = if faulty && rng.chance(0.02) {
@@ -1018,7 +1051,7 @@ fn no_schedule_loses_data_or_disrupts_two_members_and_every_one_converges() {
     }
     println!(
         "dst: {schedules} schedules, {} steps, {} faults injected, {} invariant checks, {} failing; \
-         {} early creations ({} from a stale status), {} passes with the autoscaler moving the target, {} transition Events, {} volumes grown in place",
+         {} early creations ({} from a stale status), {} passes with the autoscaler moving the target, {} transition Events, {} volumes grown in place, {} fresh volumes asked for on a pod and carried out",
         counts.steps,
         counts.faults,
         counts.invariant_checks,
@@ -1028,6 +1061,7 @@ fn no_schedule_loses_data_or_disrupts_two_members_and_every_one_converges() {
         counts.autoscaler_moves,
         counts.transition_notes,
         counts.volumes_grown,
+        counts.fresh_volumes,
     );
     assert!(
         failed.is_empty(),
@@ -1041,5 +1075,6 @@ fn no_schedule_loses_data_or_disrupts_two_members_and_every_one_converges() {
         assert!(counts.autoscaler_moves > 0, "{counts:?}");
         assert!(counts.transition_notes > 0, "{counts:?}");
         assert!(counts.volumes_grown > 0, "{counts:?}");
+        assert!(counts.fresh_volumes > 0, "{counts:?}");
     }
 }

@@ -59,6 +59,7 @@ impl World {
                         terminating: false,
                         drained: false,
                         outdated: false,
+                        replace_volume: false,
                     });
                     self.copying_until = now + self.copying_ms;
                 }
@@ -737,6 +738,234 @@ fn a_pod_lost_before_its_hand_off_keeps_its_old_volume() {
     assert!(w.obs[&2].pod.is_some(), "restarted on its old volume");
 }
 
+// ---- a fresh volume asked for on a member's pod ----
+
+/// The user annotates the pod of member `o`: it asks for a fresh volume.
+fn ask_fresh_volume(w: &mut World, o: u32) {
+    w.obs
+        .get_mut(&o)
+        .unwrap()
+        .pod
+        .as_mut()
+        .unwrap()
+        .replace_volume = true;
+}
+
+fn uid_of(w: &World, o: u32) -> String {
+    w.obs[&o].pvc.as_ref().unwrap().uid.clone()
+}
+
+/// Only disruptive actions and creations, in order.
+fn actions_of(ds: &[Decision]) -> Vec<Action> {
+    ds.iter().flat_map(|d| d.actions.iter().copied()).collect()
+}
+
+fn notes_named(ds: &[Decision], reason: &str) -> Vec<String> {
+    ds.iter()
+        .flat_map(|d| d.notes.iter())
+        .filter(|n| n.reason == reason)
+        .map(|n| n.message.clone())
+        .collect()
+}
+
+#[test]
+fn a_fresh_volume_asked_on_a_pod_drains_waits_for_the_gate_then_replaces_pod_and_volume() {
+    let s = spec(3, 2);
+    let mut w = World::new(5_000);
+    let mut mem = Memory::default();
+    drive(&s, &mut w, &mut mem, 0, 60);
+    let old = uid_of(&w, 1);
+    let others = (uid_of(&w, 0), uid_of(&w, 2));
+    // Whatever the storage spec: no volume is outdated.
+    assert!(w.obs.values().all(|m| !m.pvc.as_ref().unwrap().outdated));
+    ask_fresh_volume(&mut w, 1);
+
+    let ds = drive(&s, &mut w, &mut mem, 100_000, 600);
+    assert_eq!(ds.last().unwrap().phase, ClusterPhase::Healthy);
+    // Recorded before anything is done to it, with the volume it is to leave.
+    assert!(ds[0].actions.is_empty(), "{:?}", ds[0].actions);
+    let roll = ds[0].memory.roll().expect("recorded");
+    assert_eq!(
+        (roll.ordinal, &roll.reason),
+        (1, &RollReason::VolumeRequested { pvc: old.clone() })
+    );
+    assert_eq!(ds[0].phase, ClusterPhase::Replacing);
+    // Drain, delete the pod, then the volume, then a fresh volume and a pod on it.
+    let mut seq = actions_of(&ds);
+    seq.dedup();
+    assert_eq!(
+        seq,
+        [
+            Action::Drain(1),
+            Action::DeletePod(1),
+            Action::DeletePvc(1),
+            Action::CreatePvc(1),
+            Action::CreatePod(1)
+        ]
+    );
+    // The pod went only once the hand-off gate passed: counters moving for 5 s after the drain
+    // (last seen moving 4 s after it), then still for the settle window (3 s).
+    let at = |a: Action| ds.iter().position(|d| d.actions.contains(&a)).unwrap();
+    assert!(at(Action::DeletePod(1)) - at(Action::Drain(1)) >= 7);
+    assert!(at(Action::DeletePvc(1)) > at(Action::DeletePod(1)));
+    // A fresh volume; the others kept theirs.
+    assert_ne!(uid_of(&w, 1), old);
+    assert_eq!((uid_of(&w, 0), uid_of(&w, 2)), others);
+    // An Event when it starts and when it completes, each naming the member.
+    let started = notes_named(&ds, "VolumeReplacementStarted");
+    let done = notes_named(&ds, "VolumeReplaced");
+    assert_eq!(started.len(), 1);
+    assert_eq!(done.len(), 1);
+    assert!(started[0].contains("demo-1") && done[0].contains("demo-1"));
+    assert!(notes_named(&ds, "MemberUpdated").is_empty());
+    // The new pod carries no request: nothing more happens.
+    let after = drive(&s, &mut w, &mut mem, 1_000_000, 30);
+    assert!(actions_of(&after).is_empty(), "{:?}", actions_of(&after));
+    assert!(mem.disruption.is_none());
+}
+
+#[test]
+fn a_fresh_volume_asked_for_is_held_while_paused_before_and_during_its_steps() {
+    let mut s = spec(3, 2);
+    let mut w = World::new(2_000);
+    let mut mem = Memory::default();
+    drive(&s, &mut w, &mut mem, 0, 60);
+    let old = uid_of(&w, 2);
+    ask_fresh_volume(&mut w, 2);
+    s.paused = true;
+    let ds = drive(&s, &mut w, &mut mem, 100_000, 20);
+    assert!(actions_of(&ds).is_empty(), "{:?}", actions_of(&ds));
+    let last = ds.last().unwrap();
+    assert_eq!(last.phase, ClusterPhase::Paused);
+    assert!(mem.disruption.is_none(), "not even recorded while paused");
+    let why = &last.blocked.as_ref().unwrap().message;
+    assert!(why.contains("the fresh volume asked for demo-2"), "{why}");
+
+    // Resumed, it starts; paused again at each step until its pod is gone, nothing moves.
+    s.paused = false;
+    let mut now = 200_000;
+    now = run_until(&s, &mut w, &mut mem, now, |m| {
+        m.roll().is_some_and(|r| r.step == RollStep::HandingOff)
+    });
+    s.paused = true;
+    let ds = drive(&s, &mut w, &mut mem, now, 30);
+    assert!(actions_of(&ds).is_empty(), "{:?}", actions_of(&ds));
+    assert_eq!(ds.last().unwrap().phase, ClusterPhase::Paused);
+    s.paused = false;
+    now = run_until(&s, &mut w, &mut mem, now + 30_000, |m| {
+        m.roll().is_some_and(|r| r.step == RollStep::Deleting)
+    });
+    // Its pod is gone, its volume not yet: paused again, the volume stays.
+    s.paused = true;
+    let ds = drive(&s, &mut w, &mut mem, now, 10);
+    assert!(
+        !actions_of(&ds).contains(&Action::DeletePvc(2)),
+        "{:?}",
+        actions_of(&ds)
+    );
+    assert_eq!(uid_of(&w, 2), old);
+    s.paused = false;
+    let ds = drive(&s, &mut w, &mut mem, now + 10_000, 300);
+    assert_eq!(ds.last().unwrap().phase, ClusterPhase::Healthy);
+    assert_ne!(uid_of(&w, 2), old);
+}
+
+#[test]
+fn a_fresh_volume_asked_for_never_starts_beside_a_removal() {
+    let mut s = spec(4, 2);
+    let mut w = World::new(3_000);
+    let mut mem = Memory::default();
+    drive(&s, &mut w, &mut mem, 0, 60);
+    let old = uid_of(&w, 1);
+    s.nodes = 3;
+    let now = run_until(&s, &mut w, &mut mem, 100_000, |m| m.removal().is_some());
+    ask_fresh_volume(&mut w, 1);
+    let ds = drive(&s, &mut w, &mut mem, now, 600);
+    assert_eq!(ds.last().unwrap().phase, ClusterPhase::Healthy);
+    assert_eq!(names(&mem), vec![0, 1, 2]);
+    // Member 1 is touched only after member 3 is removed.
+    let removed = ds
+        .iter()
+        .position(|d| d.notes.iter().any(|n| n.reason == "MemberRemoved"))
+        .unwrap();
+    let started = ds
+        .iter()
+        .position(|d| {
+            d.notes
+                .iter()
+                .any(|n| n.reason == "VolumeReplacementStarted")
+        })
+        .unwrap();
+    assert!(started > removed);
+    for d in &ds[..started] {
+        assert!(
+            !d.actions.iter().any(|a| matches!(
+                a,
+                Action::Drain(1) | Action::DeletePod(1) | Action::DeletePvc(1)
+            )),
+            "{:?}",
+            d.actions
+        );
+    }
+    assert_ne!(uid_of(&w, 1), old);
+}
+
+/// The annotated pod deleted by hand before the hand-off: the old volume is kept (it may hold
+/// the only copy of recent writes), the member restarts on it, and the request, carried by
+/// the rollout record, is carried out anyway once it is drained and handed off again.
+#[test]
+fn a_fresh_volume_asked_for_never_deletes_the_old_one_before_its_hand_off() {
+    let s = spec(3, 2);
+    let mut w = World::new(20_000);
+    let mut mem = Memory::default();
+    drive(&s, &mut w, &mut mem, 0, 60);
+    let old = uid_of(&w, 2);
+    ask_fresh_volume(&mut w, 2);
+    let mut now = run_until(&s, &mut w, &mut mem, 100_000, |m| {
+        m.roll().is_some_and(|r| r.step == RollStep::HandingOff)
+    });
+    // Deleted by hand, annotation and all, while its data is still being handed off.
+    w.apply(&[Action::DeletePod(2)], now);
+    let mut ds = Vec::new();
+    let mut handed_off = false;
+    for _ in 0..400 {
+        w.scrape(now);
+        let d = decide(&Input {
+            spec: &s,
+            memory: &mem,
+            observed: &w.obs,
+            now,
+        });
+        if d.actions.contains(&Action::DeletePvc(2)) {
+            assert!(handed_off, "the old volume went before its hand-off");
+            assert_eq!(
+                d.memory.roll().and_then(|r| r.handed_off_pvc.clone()),
+                Some(old.clone())
+            );
+        }
+        handed_off |= d.memory.roll().is_some_and(|r| r.handed_off_pvc.is_some())
+            && d.actions.contains(&Action::DeletePod(2));
+        mem = d.memory.clone();
+        w.apply(&d.actions, now);
+        let done = d.phase == ClusterPhase::Healthy && d.actions.is_empty();
+        ds.push(d);
+        if done {
+            break;
+        }
+        now += 1_000;
+    }
+    assert_eq!(ds.last().unwrap().phase, ClusterPhase::Healthy);
+    assert_eq!(notes_named(&ds, "RestartedOnOldVolume").len(), 1);
+    assert_eq!(notes_named(&ds, "VolumeReplaced").len(), 1);
+    assert_ne!(uid_of(&w, 2), old, "the request survived its pod");
+    // First back on its old volume, then drained again.
+    let seq = actions_of(&ds);
+    let first_create = seq.iter().position(|a| *a == Action::CreatePod(2)).unwrap();
+    let delete_pvc = seq.iter().position(|a| *a == Action::DeletePvc(2)).unwrap();
+    assert!(first_create < delete_pvc);
+    assert!(seq[first_create..delete_pvc].contains(&Action::Drain(2)));
+}
+
 // ---- properties over arbitrary observations ----
 
 fn arb_obs() -> impl Strategy<Value = MemberObs> {
@@ -748,6 +977,7 @@ fn arb_obs() -> impl Strategy<Value = MemberObs> {
                 prop::bool::weighted(0.1),
                 prop::bool::weighted(0.1),
                 prop::bool::weighted(0.3),
+                prop::bool::weighted(0.05),
             ),
         ),
         prop::option::weighted(0.9, (prop::bool::weighted(0.05), prop::bool::weighted(0.2))),
@@ -762,12 +992,15 @@ fn arb_obs() -> impl Strategy<Value = MemberObs> {
         ),
     )
         .prop_map(|(pod, pvc, scrape)| MemberObs {
-            pod: pod.map(|(ready, terminating, drained, outdated)| PodObs {
-                ready,
-                terminating,
-                drained,
-                outdated,
-            }),
+            pod: pod.map(
+                |(ready, terminating, drained, outdated, replace_volume)| PodObs {
+                    ready,
+                    terminating,
+                    drained,
+                    outdated,
+                    replace_volume,
+                },
+            ),
             pvc: pvc.map(|(terminating, outdated)| PvcObs {
                 uid: "u".into(),
                 terminating,
@@ -796,6 +1029,8 @@ struct Reached {
     roll_started: u64,
     roll_handoff_deleted: u64,
     pods_deleted: u64,
+    fresh_volume_started: u64,
+    fresh_volume_deleted: u64,
 }
 
 impl std::ops::AddAssign for Reached {
@@ -808,6 +1043,8 @@ impl std::ops::AddAssign for Reached {
         self.roll_started += o.roll_started;
         self.roll_handoff_deleted += o.roll_handoff_deleted;
         self.pods_deleted += o.pods_deleted;
+        self.fresh_volume_started += o.fresh_volume_started;
+        self.fresh_volume_deleted += o.fresh_volume_deleted;
     }
 }
 
@@ -816,11 +1053,25 @@ impl std::ops::AddAssign for Reached {
 /// drawn independently almost never let a removal or a rollout start; calm rounds between
 /// arbitrary ones do, and the arbitrary ones then hit them mid-step.
 fn calm(mem: &Memory, outdated: bool) -> BTreeMap<u32, MemberObs> {
+    calm_asking(mem, outdated, None)
+}
+
+/// `calm`, the pod of member `asking` asking for a fresh volume. A member moving to a fresh
+/// volume has no pod once it is being deleted, and is back, on a fresh volume, rejoining.
+fn calm_asking(mem: &Memory, outdated: bool, asking: Option<u32>) -> BTreeMap<u32, MemberObs> {
     let disrupted = mem.disruption.as_ref().map(|d| d.ordinal());
+    let fresh = mem.roll().filter(|r| r.requested());
+    let moving = fresh
+        .filter(|r| r.step == RollStep::Deleting)
+        .map(|r| r.ordinal);
+    let moved = fresh
+        .filter(|r| r.step == RollStep::Rejoining)
+        .map(|r| r.ordinal);
     let gone = mem
         .removal()
         .filter(|r| matches!(r.step, RemovalStep::Deleting | RemovalStep::Settling))
-        .map(|r| r.ordinal);
+        .map(|r| r.ordinal)
+        .or(moving);
     let serving = mem.members.iter().filter(|o| Some(**o) != gone).count() as u64;
     mem.members
         .iter()
@@ -828,15 +1079,16 @@ fn calm(mem: &Memory, outdated: bool) -> BTreeMap<u32, MemberObs> {
             let pod = (Some(*o) != gone).then(|| PodObs {
                 ready: true,
                 terminating: false,
-                drained: Some(*o) == disrupted,
+                drained: Some(*o) == disrupted && Some(*o) != moved,
                 outdated,
+                replace_volume: Some(*o) == asking,
             });
             let scrape = pod.as_ref().map(|_| Scrape {
                 view_members: serving,
                 ..Scrape::default()
             });
             let pvc = Some(PvcObs {
-                uid: "u".into(),
+                uid: if Some(*o) == moved { "fresh" } else { "u" }.into(),
                 terminating: false,
                 outdated: false,
             });
@@ -868,7 +1120,9 @@ fn no_unsafe_step(
     for (i, (arbitrary, dt, is_calm)) in rounds.iter().enumerate() {
         let calm_obs;
         let observed = if *is_calm {
-            calm_obs = calm(&mem, i >= outdated_from);
+            // Now and then a member asks for a fresh volume (the lowest ordinal, for a while).
+            let asking = (i % 20 < 4).then(|| mem.members.first().copied()).flatten();
+            calm_obs = calm_asking(&mem, i >= outdated_from, asking);
             &calm_obs
         } else {
             arbitrary
@@ -959,9 +1213,15 @@ fn no_unsafe_step(
                                 .get(o)
                                 .and_then(|m| m.pvc.as_ref())
                                 .map(|v| v.uid.as_str())
-                }) && observed
-                    .get(o)
-                    .is_some_and(|m| m.pod.is_none() && m.pvc.as_ref().is_some_and(|v| v.outdated));
+                }) && observed.get(o).is_some_and(|m| {
+                    m.pod.is_none()
+                        && m.pvc
+                            .as_ref()
+                            .is_some_and(|v| d.memory.roll().is_some_and(|r| r.leaves_volume(v)))
+                });
+                if replace && d.memory.roll().is_some_and(Roll::requested) {
+                    reached.fresh_volume_deleted += 1;
+                }
                 prop_assert!(reclaim || replace, "deleted the volume of {}", o);
             }
         }
@@ -980,6 +1240,17 @@ fn no_unsafe_step(
         // A rolling update starts only with the membership complete and every member safe.
         if mem.roll().is_none() && d.memory.roll().is_some() {
             reached.roll_started += 1;
+            if let Some(r) = d.memory.roll().filter(|r| r.requested()) {
+                reached.fresh_volume_started += 1;
+                let m = &observed[&r.ordinal];
+                prop_assert!(m.pod.as_ref().is_some_and(|p| p.replace_volume));
+                prop_assert_eq!(
+                    &r.reason,
+                    &RollReason::VolumeRequested {
+                        pvc: m.pvc.as_ref().expect("on a volume").uid.clone()
+                    }
+                );
+            }
             prop_assert!(
                 d.actions
                     .iter()
@@ -1066,6 +1337,8 @@ fn no_unsafe_step_under_any_observations() {
     assert!(reached.roll_started >= 5, "{reached:?}");
     assert!(reached.roll_handoff_deleted >= 5, "{reached:?}");
     assert!(reached.pods_deleted >= 20, "{reached:?}");
+    assert!(reached.fresh_volume_started >= 5, "{reached:?}");
+    assert!(reached.fresh_volume_deleted >= 5, "{reached:?}");
 }
 
 /// A drained member that is not the one disrupted (a cancelled removal's victim still waiting
@@ -1129,6 +1402,7 @@ fn a_drained_bystander_is_never_disrupted_beside_another_member() {
     // A rollout already deleting its member's pod: the bystander waits for it.
     mem.disruption = Some(Disruption::Roll(Roll {
         ordinal: 3,
+        reason: RollReason::SpecChanged,
         step: RollStep::Deleting,
         handed_off_pvc: Some("u".into()),
         started_at: now - 60_000,

@@ -86,19 +86,21 @@ impl Pass<'_> {
             .removal()
             .filter(|r| r.step >= RemovalStep::Deleting)
             .map(|r| r.ordinal);
-        let rolling = self.roll().map(|r| r.ordinal);
+        let roll = self.roll().cloned();
         let members: Vec<u32> = self.members.iter().copied().collect();
         let mut drained = Vec::new();
         for o in members {
-            if Some(o) != handed_off && self.children_of(o, Some(o) == rolling) {
+            let rolling = roll.as_ref().filter(|r| r.ordinal == o);
+            if Some(o) != handed_off && self.children_of(o, rolling) {
                 drained.push(o);
             }
         }
         drained
     }
 
-    /// One member's PVC and pod; true if its pod is drained and stays.
-    fn children_of(&mut self, o: u32, rolling: bool) -> bool {
+    /// One member's PVC and pod (`rolling`: the restart in progress is this member's); true
+    /// if its pod is drained and stays.
+    fn children_of(&mut self, o: u32, rolling: Option<&Roll>) -> bool {
         let m = self.obs(o);
         let pvc_ok = match &m.pvc {
             None => {
@@ -106,9 +108,10 @@ impl Pass<'_> {
                 true
             }
             // A member moving to a fresh volume gets its new pod only on the new volume.
-            Some(p) if rolling && p.outdated => false,
+            Some(p) if rolling.is_some_and(|r| r.leaves_volume(p)) => false,
             Some(p) => !p.terminating,
         };
+        let rolling = rolling.is_some();
         let name = self.spec.member_name(o);
         match &m.pod {
             None if pvc_ok => {

@@ -95,12 +95,20 @@ impl Pass<'_> {
             None if self.removal().is_some() || self.completed.is_some() => {
                 ClusterPhase::ScalingDown
             }
+            None if self
+                .roll()
+                .or(self.rolled.as_ref())
+                .is_some_and(Roll::requested) =>
+            {
+                ClusterPhase::Replacing
+            }
             None if self.roll().is_some() || self.rolled.is_some() => ClusterPhase::Updating,
             None if self.replacing => ClusterPhase::Replacing,
             None if self.joining || !self.created.is_empty() => ClusterPhase::ScalingUp,
             None if all_active
                 && self.members.len() == self.target
-                && self.outdated().is_empty() =>
+                && self.outdated().is_empty()
+                && self.asked_fresh_volume().is_empty() =>
             {
                 ClusterPhase::Healthy
             }

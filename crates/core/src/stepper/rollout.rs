@@ -1,4 +1,6 @@
-//! Rolling update: advance the restart in progress one step, or start the next one.
+//! Rolling update: advance the restart in progress one step, or start the next one. A fresh
+//! volume asked for on a member's pod takes the same path, its volume replaced like one the
+//! spec cannot have in place.
 
 use crate::types::*;
 
@@ -28,14 +30,23 @@ impl Pass<'_> {
             RollStep::HandingOff => self.hand_off_for_update(&mut r, &name),
             RollStep::Deleting => self.delete_for_update(&mut r, &name),
             RollStep::Rejoining => {
-                if self.rejoined(&r, &name) {
-                    self.rolled = Some(r.ordinal);
-                    self.notes.push(normal(
-                        "MemberUpdated",
-                        format!(
-                            "{name} runs the current spec; the cluster is fully replicated again"
-                        ),
-                    ));
+                if self.rejoined(&mut r, &name) {
+                    self.rolled = Some(r.clone());
+                    self.notes.push(if r.requested() {
+                        normal(
+                            "VolumeReplaced",
+                            format!(
+                                "{name} runs on a fresh volume; the cluster is fully replicated again"
+                            ),
+                        )
+                    } else {
+                        normal(
+                            "MemberUpdated",
+                            format!(
+                                "{name} runs the current spec; the cluster is fully replicated again"
+                            ),
+                        )
+                    });
                     return;
                 }
             }
@@ -51,10 +62,12 @@ impl Pass<'_> {
             // Its pod is gone (deleted by this step or by hand): the children phase, earlier
             // in this pass, created a new one.
             enter(r, RollStep::Rejoining, self.now);
-            self.notes.push(normal(
-                "MemberRestarting",
-                format!("re-creating {name} with the current spec on its own volume"),
-            ));
+            let message = if r.requested() {
+                format!("re-creating {name} on a fresh volume once its data was handed off")
+            } else {
+                format!("re-creating {name} with the current spec on its own volume")
+            };
+            self.notes.push(normal("MemberRestarting", message));
         }
         if r.step == RollStep::Rejoining && m.pod.is_some() {
             // It runs again on its volume and may own data again: the hand-off no longer holds.
@@ -62,12 +75,13 @@ impl Pass<'_> {
         }
     }
 
-    /// The spec went back to what this member runs before it was drained.
+    /// The spec went back to what this member runs before it was drained. A fresh volume
+    /// asked for is never cancelled: its request went with the pod it was on.
     fn update_cancelled(&mut self, r: &Roll, name: &str) -> bool {
         let m = self.obs(r.ordinal);
         let cancelled = r.step == RollStep::Draining
             && m.pod.as_ref().is_some_and(|p| !p.outdated && !p.drained)
-            && !m.pvc.as_ref().is_some_and(|v| v.outdated);
+            && !m.pvc.as_ref().is_some_and(|v| r.leaves_volume(v));
         if cancelled {
             self.notes.push(normal(
                 "UpdateCancelled",
@@ -134,7 +148,7 @@ impl Pass<'_> {
                     self.actions.insert(Action::DeletePod(r.ordinal));
                 }
             }
-            Some(p) if p.outdated || m.pvc.as_ref().is_some_and(|v| v.outdated) => {
+            Some(p) if p.outdated || m.pvc.as_ref().is_some_and(|v| r.leaves_volume(v)) => {
                 self.notes.push(restarted_while_draining(name));
                 enter(r, RollStep::Draining, self.now);
             }
@@ -144,7 +158,7 @@ impl Pass<'_> {
 
     /// Its new pod runs on the same volume, or is on its way: true once it is Active and the
     /// cluster settled.
-    fn rejoined(&mut self, r: &Roll, name: &str) -> bool {
+    fn rejoined(&mut self, r: &mut Roll, name: &str) -> bool {
         let m = self.obs(r.ordinal);
         match &m.pod {
             None => self.rejoin_without_pod(r, name),
@@ -161,11 +175,33 @@ impl Pass<'_> {
                 }
             }
             Some(_) => match self.gate_all(Some(r.step_started_at)) {
+                Ok(()) if self.back_on_the_volume_asked_to_go(r) => {
+                    self.notes.push(Note {
+                        kind: EventKind::Warning,
+                        reason: "RestartedOnOldVolume",
+                        member: None,
+                        message: format!(
+                            "{name} came back on the volume it was asked to leave (its pod went before its data was handed off): draining it again"
+                        ),
+                    });
+                    enter(r, RollStep::Draining, self.now);
+                }
                 Ok(()) => return true,
                 Err(b) => self.wait_gate_for_update(b, r, name, "rejoin after its restart"),
             },
         }
         false
+    }
+
+    /// A member asked to move to a fresh volume whose pod runs on the old one again: its pod
+    /// went before its data was handed off, so it was restarted on it.
+    fn back_on_the_volume_asked_to_go(&self, r: &Roll) -> bool {
+        r.requested()
+            && self
+                .obs(r.ordinal)
+                .pvc
+                .as_ref()
+                .is_some_and(|v| r.leaves_volume(v))
     }
 
     /// Its pod is gone: replace its volume if its data was handed off, else wait for the pod
@@ -174,7 +210,7 @@ impl Pass<'_> {
         match &self.obs(r.ordinal).pvc {
             // Its data was handed off: the old volume can go, a fresh one replaces it.
             Some(v)
-                if v.outdated
+                if r.leaves_volume(v)
                     && !v.terminating
                     && r.handed_off_pvc.as_deref() == Some(v.uid.as_str()) =>
             {
@@ -186,7 +222,7 @@ impl Pass<'_> {
                         .push(format!("replacing the volume of {name}"));
                 }
             }
-            Some(v) if v.outdated && !v.terminating => {
+            Some(v) if r.leaves_volume(v) && !v.terminating => {
                 // Its pod went before the hand-off: keep its data, restart it on it.
                 self.actions.insert(Action::CreatePod(r.ordinal));
                 self.progress.push(format!(
@@ -208,32 +244,45 @@ impl Pass<'_> {
     }
 
     /// Start the next rolling update: after any scale-down (only members that stay are
-    /// restarted), with the membership complete, highest outdated ordinal first.
+    /// restarted), with the membership complete; a fresh volume asked for first, then the
+    /// highest outdated ordinal.
     pub(super) fn start_roll(&mut self) {
         let outdated = self.outdated();
+        let asked = self.asked_fresh_volume();
         if self.disruption.is_some()
             || self.rolled.is_some()
             || self.completed.is_some()
             || self.blocked.is_some()
             || self.members.len() != self.target
-            || outdated.is_empty()
+            || (outdated.is_empty() && asked.is_empty())
             || self.drained_bystander()
         {
             return;
         }
-        if let Err(b) = self.may_start_roll(outdated.len()) {
+        if let Err(b) = self.may_start_roll(outdated.len(), &asked) {
             self.blocked = Some(b);
             return;
         }
+        if let Some(&o) = asked.last() {
+            let uid = self
+                .obs(o)
+                .pvc
+                .as_ref()
+                .expect("asked on a volume")
+                .uid
+                .clone();
+            self.start_roll_of(o, RollReason::VolumeRequested { pvc: uid });
+            self.notes.push(normal(
+                "VolumeReplacementStarted",
+                format!(
+                    "moving {} to a fresh volume, as its pod asks: draining it, then replacing its volume once the others hold its data",
+                    self.spec.member_name(o)
+                ),
+            ));
+            return;
+        }
         let o = *outdated.last().expect("not empty");
-        self.disruption = Some(Disruption::Roll(Roll {
-            ordinal: o,
-            step: RollStep::Draining,
-            handed_off_pvc: None,
-            started_at: self.now,
-            step_started_at: self.now,
-        }));
-        self.phases.insert(o, MemberPhase::Draining);
+        self.start_roll_of(o, RollReason::SpecChanged);
         self.notes.push(normal(
             "UpdateStarted",
             format!(
@@ -245,13 +294,35 @@ impl Pass<'_> {
         ));
     }
 
-    fn may_start_roll(&self, outdated: usize) -> Result<(), Blocked> {
+    fn start_roll_of(&mut self, o: u32, reason: RollReason) {
+        self.disruption = Some(Disruption::Roll(Roll {
+            ordinal: o,
+            reason,
+            step: RollStep::Draining,
+            handed_off_pvc: None,
+            started_at: self.now,
+            step_started_at: self.now,
+        }));
+        self.phases.insert(o, MemberPhase::Draining);
+    }
+
+    fn may_start_roll(&self, outdated: usize, asked: &[u32]) -> Result<(), Blocked> {
         if self.spec.paused {
+            let asked = asked
+                .iter()
+                .map(|o| self.spec.member_name(*o))
+                .collect::<Vec<_>>()
+                .join(", ");
+            let held = match (outdated, asked.is_empty()) {
+                (_, true) => format!("the rolling update of {outdated} outdated members"),
+                (0, false) => format!("the fresh volume asked for {asked}"),
+                (_, false) => format!(
+                    "the fresh volume asked for {asked} and the rolling update of {outdated} outdated members"
+                ),
+            };
             Err(Blocked {
                 reason: BlockReason::Paused,
-                message: format!(
-                    "spec.paused is set: holding the rolling update of {outdated} outdated members"
-                ),
+                message: format!("spec.paused is set: holding {held}"),
             })
         } else if self.creating() || self.replacing {
             Err(Blocked {
