@@ -27,7 +27,10 @@ const INPUTS: usize = 200_000;
 ///   pods asking for a fresh volume (`PodObs::replace_volume`) and rollouts recording one
 ///   (`RollReason::VolumeRequested`), drawn from a second generator. With both at 0 % the
 ///   digest is still `0x40f7_2b0f_f2b1_92c6`: no decision over the earlier inputs changed.
-const DIGEST: u64 = 0x67ce_e5aa_1caf_6744;
+/// - `0x67ce_e5aa_1caf_6744` → `0x634f_71fa_435d_8083`: a rollout that drains its member again
+///   (its node restarted and served since the hand-off) forgets the earlier hand-off, so a pod
+///   lost before the new one no longer lets the volume be deleted on the strength of the old.
+const DIGEST: u64 = 0x634f_71fa_435d_8083;
 
 struct Rng(u64);
 

@@ -1418,3 +1418,65 @@ fn a_drained_bystander_is_never_disrupted_beside_another_member() {
         .collect();
     assert_eq!(deletes, [&Action::DeletePod(3)], "{:?}", d.actions);
 }
+
+/// A member whose node restarted in place after its hand-off (it served, and took writes,
+/// since) is drained again, and the earlier hand-off no longer lets its volume go: if its pod
+/// then disappears before the new hand-off, it restarts on that volume.
+#[test]
+fn a_hand_off_does_not_outlive_a_restart_of_the_node() {
+    let now: Millis = 1_000_000;
+    let mut mem = Memory {
+        members: [0, 1, 2, 3].into(),
+        ..Memory::default()
+    };
+    mem.samples = mem
+        .members
+        .iter()
+        .map(|o| {
+            (
+                *o,
+                Sample {
+                    bootstraps_total: 0,
+                    repairs_total: 0,
+                    changed_at: 0,
+                },
+            )
+        })
+        .collect();
+    mem.disruption = Some(Disruption::Roll(Roll {
+        ordinal: 3,
+        step: RollStep::Deleting,
+        handed_off_pvc: Some("u".into()),
+        started_at: now - 60_000,
+        step_started_at: now - 1_000,
+        reason: RollReason::SpecChanged,
+    }));
+    let s = spec(4, 2);
+    let mut observed = calm(&mem, false);
+    // Its volume is to be replaced (another class), and its node restarted: not drained.
+    observed.get_mut(&3).unwrap().pvc.as_mut().unwrap().outdated = true;
+    observed.get_mut(&3).unwrap().pod.as_mut().unwrap().drained = false;
+    let d = decide(&Input {
+        spec: &s,
+        memory: &mem,
+        observed: &observed,
+        now,
+    });
+    let roll = d.memory.roll().expect("still rolling");
+    assert_eq!(roll.step, RollStep::Draining);
+    assert_eq!(roll.handed_off_pvc, None);
+    // Its pod goes before the new hand-off: the volume stays, the member restarts on it.
+    observed.get_mut(&3).unwrap().pod = None;
+    let d = decide(&Input {
+        spec: &s,
+        memory: &d.memory,
+        observed: &observed,
+        now: now + 1_000,
+    });
+    assert!(
+        !d.actions.contains(&Action::DeletePvc(3)),
+        "{:?}",
+        d.actions
+    );
+    assert!(d.actions.contains(&Action::CreatePod(3)), "{:?}", d.actions);
+}

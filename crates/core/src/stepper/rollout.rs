@@ -9,6 +9,11 @@ use super::{Pass, normal, restarted_while_draining};
 fn enter(r: &mut Roll, step: RollStep, now: Millis) {
     r.step = step;
     r.step_started_at = now;
+    if step == RollStep::Draining {
+        // Drained again (its node restarted and served since): what was handed off before
+        // no longer covers what it holds now.
+        r.handed_off_pvc = None;
+    }
 }
 
 impl Pass<'_> {
