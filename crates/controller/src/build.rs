@@ -302,6 +302,8 @@ pub fn pod_spec(cr: &MarekvsCluster, ordinal: u32, cluster_domain: &str) -> PodS
         subdomain: Some(headless_service_name(cr)),
         termination_grace_period_seconds: Some(60),
         enable_service_links: Some(false),
+        // Members never call the Kubernetes API: no ServiceAccount token in their pods.
+        automount_service_account_token: Some(false),
         security_context: Some(PodSecurityContext {
             run_as_user: Some(NOBODY),
             run_as_group: Some(NOBODY),
@@ -637,6 +639,14 @@ mod tests {
                 json!({"image": "marekvs:1", "topologySpreadConstraints": []})
             )),
             json!([])
+        );
+    }
+
+    #[test]
+    fn members_get_no_service_account_token() {
+        assert_eq!(
+            spec_of(json!({"image": "marekvs:1"})).automount_service_account_token,
+            Some(false)
         );
     }
 
