@@ -193,8 +193,9 @@ impl Default for StorageSpec {
     }
 }
 
-/// What the scheduler does with a member that would break a spread constraint (the values of
-/// a `TopologySpreadConstraint`'s `whenUnsatisfiable`).
+// What the scheduler does with a member that would break a spread constraint (the values of a
+// `TopologySpreadConstraint`'s `whenUnsatisfiable`). Not a doc comment on purpose: the schema of
+// `hostnameSpreadWhenUnsatisfiable` would take this text instead of the field's own.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
 pub enum WhenUnsatisfiable {
     /// Schedule it anyway, preferring the placements that reduce the skew.
@@ -661,6 +662,12 @@ mod tests {
             field["enum"],
             serde_json::json!(["ScheduleAnyway", "DoNotSchedule"]),
             "{field}"
+        );
+        assert!(
+            field["description"]
+                .as_str()
+                .is_some_and(|d| d.starts_with("Whether the default spread")),
+            "kubectl explain shows the field's own text: {field}"
         );
         // The upstream example manifest deserializes unchanged.
         let upstream = serde_json::json!({
