@@ -29,9 +29,10 @@ test: unit fuzz e2e ## Unit, property, simulation, fuzz and e2e (incl. chaos) te
 bench: ## Benchmarks on a fresh local control plane (reported numbers; see docs/benchmarks.md)
 	hack/bench.sh $(BENCH)
 
-lint: crd-check ## rustfmt, clippy (warnings are errors) and the CRD drift check
+lint: crd-check ## rustfmt, clippy (warnings are errors), the CRD drift check, deploy/ and its overlays render (RBAC checked)
 	cargo fmt --all --check
 	cargo clippy --workspace --all-targets -- -D warnings
+	hack/check-deploy.sh
 
 CRD := deploy/crd/marekvs.io_marekvsclusters.yaml
 

@@ -406,12 +406,61 @@ pub fn name_of(pod: &Pod) -> String {
     pod.name_any()
 }
 
+/// Where the one Lease is that the shipped RBAC lets the operator hold (`deploy/rbac`: a Role
+/// in this namespace, `resourceNames: [marekvs-operator]`).
+pub const LEASE_NAMESPACE: &str = "marekvs-system";
+/// The name of that Lease (the operator's default `--lease-name`).
+pub const LEASE_NAME: &str = "marekvs-operator";
+
+/// The turns at the one Lease: the tests of one test binary run in parallel, and two of them
+/// electing leaders through the same Lease would depose each other's. Test binaries run one
+/// after another (cargo), so a lock in the process is enough.
+static LEASE_TURNS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// A test's turn at the Lease `marekvs-operator` in `marekvs-system`, the only one the
+/// operator's RBAC allows: held for the whole test, it is what [`Operator::start_electing`]
+/// asks for. Declare it before the operators, so it is dropped after they are killed.
+pub struct LeaseTurn {
+    _turn: tokio::sync::MutexGuard<'static, ()>,
+}
+
+impl LeaseTurn {
+    /// Wait for the turn, then delete whatever Lease an earlier turn left (a killed leader does
+    /// not release it), so that every turn starts from a free Lease. The delete is the test's
+    /// own client's (the cluster admin's), not the operator's.
+    pub async fn take(env: &TestEnv) -> anyhow::Result<LeaseTurn> {
+        anyhow::ensure!(
+            !Operator::external(),
+            "the Lease belongs to the deployed operator here"
+        );
+        let turn = LEASE_TURNS.lock().await;
+        let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+            Api::namespaced(env.client.clone(), LEASE_NAMESPACE);
+        match leases.delete(LEASE_NAME, &DeleteParams::default()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            Err(e) => return Err(e).context("deleting the Lease an earlier test left"),
+        }
+        Ok(LeaseTurn { _turn: turn })
+    }
+
+    /// The Lease, read with the test's own client.
+    pub fn api(env: &TestEnv) -> Api<k8s_openapi::api::coordination::v1::Lease> {
+        Api::namespaced(env.client.clone(), LEASE_NAMESPACE)
+    }
+}
+
 /// The operator under test, scoped to one namespace, as its own process (so a test can kill
 /// and restart it). Where `MAREKVS_E2E_EXTERNAL_OPERATOR` is set (a cluster with the operator
 /// deployed), nothing is started and [`Operator::kill`] is unavailable.
+///
+/// [`Operator::start`] runs a single replica, `--leader-elect=false`: the shipped RBAC allows
+/// one Lease only, in `marekvs-system`, and tests run in parallel. The tests of leader election
+/// use [`Operator::start_electing`], which takes that Lease during a [`LeaseTurn`].
 pub struct Operator {
     namespace: String,
     env: Vec<(String, String)>,
+    leader_elect: bool,
     child: Option<tokio::process::Child>,
 }
 
@@ -424,14 +473,34 @@ impl Operator {
         Self::start_with(namespace, &[])
     }
 
-    /// Start with extra environment (e.g. `MAREKVS_OPERATOR_LEASE_SECONDS`).
+    /// Start with extra environment (e.g. `RUST_LOG`), without leader election.
     pub fn start_with(namespace: &str, env: &[(&str, &str)]) -> anyhow::Result<Operator> {
+        Self::start_as(namespace, env, false)
+    }
+
+    /// Start with leader election on, as deployed: through the Lease `marekvs-operator` in
+    /// `marekvs-system`, during the test's turn at it. Extra environment as [`Operator::start_with`]
+    /// (e.g. `MAREKVS_OPERATOR_LEASE_SECONDS`).
+    pub fn start_electing(
+        namespace: &str,
+        _turn: &LeaseTurn,
+        env: &[(&str, &str)],
+    ) -> anyhow::Result<Operator> {
+        Self::start_as(namespace, env, true)
+    }
+
+    fn start_as(
+        namespace: &str,
+        env: &[(&str, &str)],
+        leader_elect: bool,
+    ) -> anyhow::Result<Operator> {
         let mut op = Operator {
             namespace: namespace.to_string(),
             env: env
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
+            leader_elect,
             child: None,
         };
         if !Self::external() {
@@ -455,9 +524,12 @@ impl Operator {
         }
         // Many operator processes run at once: each serves its metrics on a free port.
         cmd.env("MAREKVS_OPERATOR_METRICS_ADDR", "127.0.0.1:0");
+        // The one Lease the RBAC allows, whatever a shell exported; or none at all.
+        cmd.env("MAREKVS_OPERATOR_LEASE_NAMESPACE", LEASE_NAMESPACE);
         cmd.envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+        let leader_elect = format!("--leader-elect={}", self.leader_elect);
         let child = cmd
-            .args(["run", "--namespace", &self.namespace])
+            .args(["run", "--namespace", &self.namespace, &leader_elect])
             .stdout(log.try_clone()?)
             .stderr(log)
             .kill_on_drop(true)

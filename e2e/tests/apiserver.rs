@@ -41,9 +41,11 @@ async fn api_server_restarts_and_a_member_crash_mid_operation_lose_nothing() -> 
         .context("MAREKVS_E2E_CLUSTER names the local cluster whose API server is restarted")?;
     let env = TestEnv::new("apichaos").await?;
     let ns = env.namespace.clone();
-    // As deployed: leader election on. A leader that cannot renew while the API is away exits,
-    // and is restarted as a Deployment would restart it.
-    let mut op = Operator::start_with(&ns, &[("MAREKVS_OPERATOR_LEASE_SECONDS", "6")])?;
+    // As deployed: leader election on, through the one Lease the RBAC allows. A leader that
+    // cannot renew while the API is away exits, and is restarted as a Deployment would restart
+    // it.
+    let turn = LeaseTurn::take(&env).await?;
+    let mut op = Operator::start_electing(&ns, &turn, &[("MAREKVS_OPERATOR_LEASE_SECONDS", "6")])?;
     let api = create(&env, "demo", spec(5)).await?;
     let all = ["demo-0", "demo-1", "demo-2", "demo-3", "demo-4"];
     wait_healthy(&api, "demo", &all, T).await?;

@@ -1,4 +1,7 @@
 //! High availability: two operator replicas, one leader through a Lease.
+//!
+//! Both tests elect through the one Lease the shipped RBAC allows (`marekvs-operator` in
+//! `marekvs-system`), each during its turn at it ([`LeaseTurn`]): they run one after the other.
 
 use std::time::{Duration, Instant};
 
@@ -14,7 +17,7 @@ const LEASE_SECONDS: u64 = 6;
 
 async fn holder(leases: &Api<Lease>) -> Option<String> {
     leases
-        .get_opt("marekvs-operator")
+        .get_opt(LEASE_NAME)
         .await
         .ok()
         .flatten()
@@ -38,11 +41,12 @@ async fn a_standby_takes_over_within_the_lease_and_a_deposed_leader_stops_at_onc
 -> anyhow::Result<()> {
     let env = TestEnv::new("ha").await?;
     let ns = env.namespace.clone();
-    let leases: Api<Lease> = env.api();
+    let turn = LeaseTurn::take(&env).await?;
+    let leases: Api<Lease> = LeaseTurn::api(&env);
     let lease_env = [("MAREKVS_OPERATOR_LEASE_SECONDS", "6")];
-    let mut a = Operator::start_with(&ns, &lease_env)?;
+    let mut a = Operator::start_electing(&ns, &turn, &lease_env)?;
     wait_holder(&leases, &a).await?;
-    let mut b = Operator::start_with(&ns, &lease_env)?;
+    let mut b = Operator::start_electing(&ns, &turn, &lease_env)?;
     let api = create(&env, "demo", spec(3)).await?;
     wait_healthy(&api, "demo", &["demo-0", "demo-1", "demo-2"], T).await?;
     assert!(
@@ -71,12 +75,12 @@ async fn a_standby_takes_over_within_the_lease_and_a_deposed_leader_stops_at_onc
     wait_healthy(&api, "demo", &["demo-0", "demo-1", "demo-2", "demo-3"], T).await?;
 
     // Depose it (someone else holds a fresh lease): it stops at once, before writing more.
-    let mut lease = leases.get("marekvs-operator").await?;
+    let mut lease = leases.get(LEASE_NAME).await?;
     let spec = lease.spec.as_mut().unwrap();
     spec.holder_identity = Some("someone-else".into());
     spec.renew_time = Some(MicroTime(k8s_openapi::jiff::Timestamp::now()));
     leases
-        .replace("marekvs-operator", &PostParams::default(), &lease)
+        .replace(LEASE_NAME, &PostParams::default(), &lease)
         .await?;
     let deposed = Instant::now();
     let code = wait_until("the deposed leader exits", T, || {
@@ -102,8 +106,9 @@ async fn kill_9_the_operator_again_and_again_through_a_scale_down_and_a_rollout(
     let sim = Sim::from_env();
     let env = TestEnv::new("chaos").await?;
     let ns = env.namespace.clone();
+    let turn = LeaseTurn::take(&env).await?;
     let lease_env = [("MAREKVS_OPERATOR_LEASE_SECONDS", "2")];
-    let mut op = Operator::start_with(&ns, &lease_env)?;
+    let mut op = Operator::start_electing(&ns, &turn, &lease_env)?;
     let api = create(&env, "demo", spec(5)).await?;
     wait_healthy(
         &api,

@@ -414,6 +414,11 @@ async fn bad_specs_are_refused_at_apply_time() -> anyhow::Result<()> {
             "resources.memory",
         ),
         (
+            "spreadword".into(),
+            json!({"image": "x", "hostnameSpreadWhenUnsatisfiable": "Sometimes"}),
+            "hostnameSpreadWhenUnsatisfiable",
+        ),
+        (
             "othermember".into(),
             json!({"image": "x", "removeMembers": ["other-1"]}),
             "removeMembers",

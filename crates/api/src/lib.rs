@@ -70,7 +70,7 @@ pub struct MarekvsClusterSpec {
     #[serde(default)]
     pub storage: StorageSpec,
 
-    /// CPU and memory of each member.
+    /// CPU and memory of each member (default 500m CPU request, 1Gi memory request and limit).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<ResourcesSpec>,
 
@@ -107,9 +107,19 @@ pub struct MarekvsClusterSpec {
     pub affinity: Option<Affinity>,
 
     /// Topology spread of the members' pods. Their label selector may use
-    /// `app.kubernetes.io/instance: <name>`.
+    /// `app.kubernetes.io/instance: <name>`. Unset: the members spread softly
+    /// (`ScheduleAnyway`, maxSkew 1) over `kubernetes.io/hostname` and
+    /// `topology.kubernetes.io/zone`. Set (even to `[]`): exactly these constraints replace
+    /// that default.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub topology_spread_constraints: Option<Vec<TopologySpreadConstraint>>,
+
+    /// Whether the default spread over `kubernetes.io/hostname` is soft (`ScheduleAnyway`, the
+    /// default) or hard (`DoNotSchedule`: a member stays Pending rather than share a node
+    /// beyond a skew of 1). The zone spread stays soft. No effect when
+    /// `topologySpreadConstraints` is set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hostname_spread_when_unsatisfiable: Option<WhenUnsatisfiable>,
 
     /// Members to remove first when `nodes` is lowered, e.g. `[demo-1]`. Each entry must be
     /// `<metadata.name>-<ordinal>`. Listing a member does not remove it by itself: only lowering
@@ -183,18 +193,46 @@ impl Default for StorageSpec {
     }
 }
 
+// What the scheduler does with a member that would break a spread constraint (the values of a
+// `TopologySpreadConstraint`'s `whenUnsatisfiable`). Not a doc comment on purpose: the schema of
+// `hostnameSpreadWhenUnsatisfiable` would take this text instead of the field's own.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum WhenUnsatisfiable {
+    /// Schedule it anyway, preferring the placements that reduce the skew.
+    #[default]
+    ScheduleAnyway,
+    /// Leave it Pending.
+    DoNotSchedule,
+}
+
+impl WhenUnsatisfiable {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WhenUnsatisfiable::ScheduleAnyway => "ScheduleAnyway",
+            WhenUnsatisfiable::DoNotSchedule => "DoNotSchedule",
+        }
+    }
+}
+
+/// The CPU request of a member whose `resources.cpu` is unset (marekvs's own operator's).
+pub const DEFAULT_CPU: &str = "500m";
+/// The memory request and limit of a member whose `resources.memory` is unset (marekvs's own
+/// operator's).
+pub const DEFAULT_MEMORY: &str = "1Gi";
+
 /// CPU and memory of each member. CPU is a request only (no limit: throttling hurts tail
-/// latency); memory is both request and limit (no burst-OOM).
+/// latency); memory is both request and limit (no burst-OOM). Each one unset takes marekvs's
+/// own operator's default (500m CPU, 1Gi memory), so a member is never BestEffort by accident.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[serde(rename_all = "camelCase")]
 pub struct ResourcesSpec {
-    /// CPU request, a quantity (e.g. `"1"`, `500m`).
+    /// CPU request, a quantity (e.g. `"1"`, `500m`). Default 500m.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 64))]
     #[x_kube(validation = Rule::new("isQuantity(self) && quantity(self).isGreaterThan(quantity('0'))").message("resources.cpu must be a positive quantity, e.g. 500m"))]
     pub cpu: Option<String>,
 
-    /// Memory request and limit, a quantity (e.g. `1Gi`).
+    /// Memory request and limit, a quantity (e.g. `1Gi`). Default 1Gi.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 64))]
     #[x_kube(validation = Rule::new("isQuantity(self) && quantity(self).isGreaterThan(quantity('0'))").message("resources.memory must be a positive quantity, e.g. 1Gi"))]
@@ -610,6 +648,49 @@ mod tests {
         assert_eq!(spec.replication_factor, 2);
         assert_eq!(spec.storage.size, "10Gi");
         assert!(!spec.reclaim_pvcs);
+        // Unset resources and spread: marekvs's own operator's defaults are applied when the
+        // pod is built (500m CPU, 1Gi memory; a soft hostname spread).
+        assert_eq!(spec.resources, None);
+        assert_eq!((DEFAULT_CPU, DEFAULT_MEMORY), ("500m", "1Gi"));
+        assert_eq!(spec.hostname_spread_when_unsatisfiable, None);
+        assert_eq!(
+            spec.hostname_spread_when_unsatisfiable.unwrap_or_default(),
+            WhenUnsatisfiable::ScheduleAnyway
+        );
+        assert_eq!(spec.topology_spread_constraints, None);
+        // Its field name and values, as marekvs's own operator spells them.
+        for (value, want) in [
+            ("ScheduleAnyway", WhenUnsatisfiable::ScheduleAnyway),
+            ("DoNotSchedule", WhenUnsatisfiable::DoNotSchedule),
+        ] {
+            let spec: MarekvsClusterSpec = serde_json::from_value(serde_json::json!(
+                {"image": "marekvs:1", "hostnameSpreadWhenUnsatisfiable": value}
+            ))
+            .unwrap();
+            assert_eq!(spec.hostname_spread_when_unsatisfiable, Some(want));
+            assert_eq!(want.as_str(), value);
+        }
+        assert!(
+            serde_json::from_value::<MarekvsClusterSpec>(serde_json::json!(
+                {"image": "marekvs:1", "hostnameSpreadWhenUnsatisfiable": "Sometimes"}
+            ))
+            .is_err()
+        );
+        // The schema holds the two values as an enum (refused at apply time).
+        let crd = serde_json::to_value(MarekvsCluster::crd()).unwrap();
+        let field = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+            ["properties"]["hostnameSpreadWhenUnsatisfiable"];
+        assert_eq!(
+            field["enum"],
+            serde_json::json!(["ScheduleAnyway", "DoNotSchedule"]),
+            "{field}"
+        );
+        assert!(
+            field["description"]
+                .as_str()
+                .is_some_and(|d| d.starts_with("Whether the default spread")),
+            "kubectl explain shows the field's own text: {field}"
+        );
         // The upstream example manifest deserializes unchanged.
         let upstream = serde_json::json!({
             "image": "ghcr.io/yannick/marekvs:latest", "replicationFactor": 2,

@@ -7,14 +7,15 @@ use k8s_openapi::api::core::v1::{
     Capabilities, Container, ContainerPort, EnvVar, HTTPGetAction, Lifecycle, LifecycleHandler,
     PersistentVolumeClaim, PersistentVolumeClaimSpec, PersistentVolumeClaimVolumeSource, Pod,
     PodSecurityContext, PodSpec, Probe, ResourceRequirements, SeccompProfile, SecurityContext,
-    Service, ServicePort, ServiceSpec, Volume, VolumeMount, VolumeResourceRequirements,
+    Service, ServicePort, ServiceSpec, TopologySpreadConstraint, Volume, VolumeMount,
+    VolumeResourceRequirements,
 };
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::{Resource, ResourceExt};
-use marekvs_api::{MarekvsCluster, ResourcesSpec};
+use marekvs_api::{DEFAULT_CPU, DEFAULT_MEMORY, MarekvsCluster, ResourcesSpec};
 use serde_json::{Value, json};
 
 use crate::error::Error;
@@ -237,22 +238,52 @@ fn probe(path: &str, period: i32, failures: i32) -> Probe {
 }
 
 /// CPU is a request only (no limit: throttling hurts tail latency); memory is both request
-/// and limit. Unset (or empty) resources are an empty object, as before.
+/// and limit. Each one unset takes marekvs's own operator's default (500m CPU, 1Gi memory),
+/// so a member is never BestEffort by accident; an explicit value always wins.
 fn resources(r: Option<&ResourcesSpec>) -> ResourceRequirements {
-    let mut requests = BTreeMap::new();
-    let mut limits = BTreeMap::new();
-    if let Some(cpu) = r.and_then(|r| r.cpu.as_ref()) {
-        requests.insert("cpu".to_string(), Quantity(cpu.clone()));
-    }
-    if let Some(mem) = r.and_then(|r| r.memory.as_ref()) {
-        requests.insert("memory".to_string(), Quantity(mem.clone()));
-        limits.insert("memory".to_string(), Quantity(mem.clone()));
-    }
+    let cpu = r.and_then(|r| r.cpu.clone()).unwrap_or(DEFAULT_CPU.into());
+    let mem = r
+        .and_then(|r| r.memory.clone())
+        .unwrap_or(DEFAULT_MEMORY.into());
     ResourceRequirements {
-        requests: (!requests.is_empty()).then_some(requests),
-        limits: (!limits.is_empty()).then_some(limits),
+        requests: Some(BTreeMap::from([
+            ("cpu".to_string(), Quantity(cpu)),
+            ("memory".to_string(), Quantity(mem.clone())),
+        ])),
+        limits: Some(BTreeMap::from([("memory".to_string(), Quantity(mem))])),
         ..Default::default()
     }
+}
+
+pub const TOPOLOGY_HOSTNAME: &str = "kubernetes.io/hostname";
+pub const TOPOLOGY_ZONE: &str = "topology.kubernetes.io/zone";
+
+/// The user's `topologySpreadConstraints` when set (even to `[]`), else marekvs's own
+/// operator's: maxSkew 1 over `kubernetes.io/hostname` (soft unless
+/// `hostnameSpreadWhenUnsatisfiable: DoNotSchedule`) and over `topology.kubernetes.io/zone`
+/// (soft), counting the cluster's member pods (the Services' and the PDB's selector).
+fn topology_spread(cr: &MarekvsCluster) -> Vec<TopologySpreadConstraint> {
+    if let Some(theirs) = &cr.spec.topology_spread_constraints {
+        return theirs.clone();
+    }
+    let hostname = cr
+        .spec
+        .hostname_spread_when_unsatisfiable
+        .unwrap_or_default();
+    let constraint = |key: &str, when: &str| TopologySpreadConstraint {
+        max_skew: 1,
+        topology_key: key.into(),
+        when_unsatisfiable: when.into(),
+        label_selector: Some(LabelSelector {
+            match_labels: Some(selector_labels(cr)),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    vec![
+        constraint(TOPOLOGY_HOSTNAME, hostname.as_str()),
+        constraint(TOPOLOGY_ZONE, "ScheduleAnyway"),
+    ]
 }
 
 /// A member's pod spec: the same hostname and subdomain a StatefulSet would give it, so DNS
@@ -276,6 +307,8 @@ pub fn pod_spec(cr: &MarekvsCluster, ordinal: u32, cluster_domain: &str) -> PodS
         subdomain: Some(headless_service_name(cr)),
         termination_grace_period_seconds: Some(60),
         enable_service_links: Some(false),
+        // Members never call the Kubernetes API: no ServiceAccount token in their pods.
+        automount_service_account_token: Some(false),
         security_context: Some(PodSecurityContext {
             run_as_user: Some(NOBODY),
             run_as_group: Some(NOBODY),
@@ -337,7 +370,7 @@ pub fn pod_spec(cr: &MarekvsCluster, ordinal: u32, cluster_domain: &str) -> PodS
         node_selector: spec.node_selector.clone(),
         tolerations: spec.tolerations.clone(),
         affinity: spec.affinity.clone(),
-        topology_spread_constraints: spec.topology_spread_constraints.clone(),
+        topology_spread_constraints: Some(topology_spread(cr)),
         ..Default::default()
     }
 }
@@ -502,6 +535,126 @@ mod tests {
         assert_eq!(p["spec"]["nodeSelector"]["disk"], "ssd");
     }
 
+    fn spec_of(spec: Value) -> PodSpec {
+        let mut cr = MarekvsCluster::new("demo", serde_json::from_value(spec).unwrap());
+        cr.metadata.namespace = Some("ns".into());
+        pod_spec(&cr, 0, "cluster.local")
+    }
+
+    fn resources_of(spec: &PodSpec) -> Value {
+        serde_json::to_value(&spec.containers[0].resources).unwrap()
+    }
+
+    #[test]
+    fn unset_resources_take_marekvs_own_operators_defaults_and_explicit_values_win() {
+        let want =
+            json!({"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"memory": "1Gi"}});
+        for unset in [
+            json!({"image": "marekvs:1"}),
+            json!({"image": "marekvs:1", "resources": {}}),
+        ] {
+            assert_eq!(resources_of(&spec_of(unset)), want);
+        }
+        // One field set: it wins, the other keeps its default.
+        assert_eq!(
+            resources_of(&spec_of(
+                json!({"image": "marekvs:1", "resources": {"cpu": "2"}})
+            )),
+            json!({"requests": {"cpu": "2", "memory": "1Gi"}, "limits": {"memory": "1Gi"}})
+        );
+        assert_eq!(
+            resources_of(&spec_of(
+                json!({"image": "marekvs:1", "resources": {"memory": "4Gi"}})
+            )),
+            json!({"requests": {"cpu": "500m", "memory": "4Gi"}, "limits": {"memory": "4Gi"}})
+        );
+        // Both set: exactly them, still no CPU limit.
+        assert_eq!(
+            resources_of(&spec_of(
+                json!({"image": "marekvs:1", "resources": {"cpu": "250m", "memory": "512Mi"}})
+            )),
+            json!({"requests": {"cpu": "250m", "memory": "512Mi"}, "limits": {"memory": "512Mi"}})
+        );
+    }
+
+    fn spread_of(spec: &PodSpec) -> Value {
+        serde_json::to_value(&spec.topology_spread_constraints).unwrap()
+    }
+
+    fn default_spread(hostname: &str) -> Value {
+        let selector = json!({"matchLabels": {
+            "app.kubernetes.io/instance": "demo", "app.kubernetes.io/name": "marekvs"}});
+        json!([
+            {"maxSkew": 1, "topologyKey": "kubernetes.io/hostname",
+             "whenUnsatisfiable": hostname, "labelSelector": selector},
+            {"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone",
+             "whenUnsatisfiable": "ScheduleAnyway", "labelSelector": selector},
+        ])
+    }
+
+    #[test]
+    fn members_spread_softly_over_hosts_and_zones_by_default() {
+        let s = spec_of(json!({"image": "marekvs:1"}));
+        assert_eq!(spread_of(&s), default_spread("ScheduleAnyway"));
+        // The selector is the one of the Services and the PDB: it counts this cluster's members.
+        let c = MarekvsCluster::new(
+            "demo",
+            serde_json::from_value(json!({"image": "m"})).unwrap(),
+        );
+        assert_eq!(
+            s.topology_spread_constraints.unwrap()[0]
+                .label_selector
+                .as_ref()
+                .unwrap()
+                .match_labels,
+            Some(selector_labels(&c))
+        );
+        assert_eq!(
+            spread_of(&spec_of(json!(
+                {"image": "marekvs:1", "hostnameSpreadWhenUnsatisfiable": "ScheduleAnyway"}
+            ))),
+            default_spread("ScheduleAnyway")
+        );
+    }
+
+    #[test]
+    fn do_not_schedule_makes_the_hostname_spread_hard_and_only_it() {
+        assert_eq!(
+            spread_of(&spec_of(json!(
+                {"image": "marekvs:1", "hostnameSpreadWhenUnsatisfiable": "DoNotSchedule"}
+            ))),
+            default_spread("DoNotSchedule")
+        );
+    }
+
+    #[test]
+    fn explicit_topology_spread_constraints_replace_the_defaults() {
+        let theirs = json!([{"maxSkew": 2, "topologyKey": "rack", "whenUnsatisfiable": "DoNotSchedule",
+                             "labelSelector": {"matchLabels": {"app.kubernetes.io/instance": "demo"}}}]);
+        for hostname in ["ScheduleAnyway", "DoNotSchedule"] {
+            let s = spec_of(
+                json!({"image": "marekvs:1", "topologySpreadConstraints": theirs,
+                                   "hostnameSpreadWhenUnsatisfiable": hostname}),
+            );
+            assert_eq!(spread_of(&s), theirs, "theirs, whatever {hostname}");
+        }
+        // An explicit empty list is no spread at all.
+        assert_eq!(
+            spread_of(&spec_of(
+                json!({"image": "marekvs:1", "topologySpreadConstraints": []})
+            )),
+            json!([])
+        );
+    }
+
+    #[test]
+    fn members_get_no_service_account_token() {
+        assert_eq!(
+            spec_of(json!({"image": "marekvs:1"})).automount_service_account_token,
+            Some(false)
+        );
+    }
+
     #[test]
     fn the_template_hash_follows_the_pod_spec_only() {
         let base = cr();
@@ -533,6 +686,14 @@ mod tests {
         same.spec.paused = true;
         same.spec.storage.size = "50Gi".into();
         assert_eq!(h, desired_template_hash(&same, 1, "cluster.local").unwrap());
+        // The hard hostname spread reaches the pod: members are rolled onto it.
+        let mut changed = base.clone();
+        changed.spec.hostname_spread_when_unsatisfiable =
+            Some(marekvs_api::WhenUnsatisfiable::DoNotSchedule);
+        assert_ne!(
+            h,
+            desired_template_hash(&changed, 1, "cluster.local").unwrap()
+        );
     }
 
     #[test]

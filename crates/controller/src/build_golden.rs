@@ -49,7 +49,8 @@ fn cases() -> Vec<Case> {
             ordinals: &[0, 1, 7],
             cluster_domain: "cluster.local",
         },
-        // Nothing optional: default storage class, no resources, no extra env, no scheduling.
+        // Nothing optional: default storage class, default resources (500m CPU, 1Gi memory), no
+        // extra env, the default soft spread over hosts and zones.
         Case {
             name: "minimal",
             cluster: "kv",
@@ -57,7 +58,8 @@ fn cases() -> Vec<Case> {
             ordinals: &[0, 2],
             cluster_domain: "cluster.local",
         },
-        // CPU only (no memory request or limit), another cluster domain, a two-digit ordinal.
+        // CPU only (memory takes its default), the default spread with a hard hostname spread,
+        // another cluster domain, a two-digit ordinal.
         Case {
             name: "cpu-only",
             cluster: "orders-eu",
@@ -65,12 +67,14 @@ fn cases() -> Vec<Case> {
                 "image": "marekvs:2", "nodes": 4, "replicationFactor": 1,
                 "storage": {"size": "100Gi"},
                 "resources": {"cpu": "2"},
+                "hostnameSpreadWhenUnsatisfiable": "DoNotSchedule",
                 "extraEnv": {"RUST_LOG": "info"},
             }),
             ordinals: &[3, 12],
             cluster_domain: "k8s.example.org",
         },
-        // Memory only; a storage class; empty collections that are set (`{}`, `[]`).
+        // Memory only (CPU takes its default); a storage class; empty collections that are set
+        // (`{}`, `[]`: an empty topologySpreadConstraints is no spread at all).
         Case {
             name: "memory-only",
             cluster: "cache",
@@ -83,7 +87,8 @@ fn cases() -> Vec<Case> {
             ordinals: &[1],
             cluster_domain: "cluster.local",
         },
-        // Resources present but empty, and fields that do not reach any child.
+        // Resources present but empty (both take their defaults), and fields that do not reach
+        // any child.
         Case {
             name: "empty-resources",
             cluster: "sessions",
