@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use marekvs_core::rng::SplitMix64;
 use tokio::time::Instant;
 
 use crate::lease::{Elector, LeaseStore};
@@ -18,22 +19,13 @@ use crate::lease::{Elector, LeaseStore};
 const L: Duration = Duration::from_secs(3);
 const SKEWS: [i32; 3] = [2, 0, -2];
 
-struct Rng(u64);
+/// The draws of the simulation, over the core's seeded generator.
+trait Draws {
+    fn millis(&mut self, from: u64, to: u64) -> Duration;
+    fn leg(&mut self) -> Duration;
+}
 
-impl Rng {
-    fn next(&mut self) -> u64 {
-        // splitmix64
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-
+impl Draws for SplitMix64 {
     fn millis(&mut self, from: u64, to: u64) -> Duration {
         Duration::from_millis(from + self.below(to - from))
     }
@@ -72,7 +64,7 @@ struct Counts {
 struct World {
     lease: Option<Lease>,
     resource_version: u64,
-    rng: Rng,
+    rng: SplitMix64,
     counts: Counts,
 }
 
@@ -207,7 +199,7 @@ fn stop_acting(store: &Store, who: usize, end: End) {
 async fn candidate(store: Store, who: usize, base: Instant, seed: u64) {
     let base_wall = Timestamp::from_second(1_800_000_000).unwrap();
     let skew = SignedDuration::try_from(L).unwrap() * SKEWS[who];
-    let mut rng = Rng(seed);
+    let mut rng = SplitMix64(seed);
     loop {
         let wall = Box::new(move || {
             let elapsed = SignedDuration::try_from(Instant::now() - base).unwrap();
@@ -248,7 +240,7 @@ fn run(seed: u64, minutes: u64) -> Counts {
         let store = Store(Arc::new(Mutex::new(World {
             lease: None,
             resource_version: 0,
-            rng: Rng(seed),
+            rng: SplitMix64(seed),
             counts: Counts {
                 now_acting: vec![None; SKEWS.len()],
                 ..Counts::default()

@@ -8,6 +8,7 @@ pub mod metrics;
 pub mod pace;
 pub mod plan;
 pub mod recreate;
+pub mod rng;
 pub mod sizing;
 pub mod stepper;
 pub mod transitions;

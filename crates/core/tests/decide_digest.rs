@@ -14,6 +14,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use marekvs_core::rng::SplitMix64;
 use marekvs_core::*;
 
 /// How many `decide` calls the digest covers.
@@ -32,20 +33,14 @@ const INPUTS: usize = 200_000;
 ///   lost before the new one no longer lets the volume be deleted on the strength of the old.
 const DIGEST: u64 = 0x634f_71fa_435d_8083;
 
-struct Rng(u64);
+/// What the generator draws beyond `SplitMix64`'s own.
+trait Draws {
+    fn upto(&mut self, n: i64) -> i64;
+    fn pct(&mut self, p: u64) -> bool;
+    fn pick<T: Copy>(&mut self, xs: &[T]) -> T;
+}
 
-impl Rng {
-    fn next(&mut self) -> u64 {
-        // SplitMix64.
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
+impl Draws for SplitMix64 {
     fn upto(&mut self, n: i64) -> i64 {
         self.below(n.max(0) as u64 + 1) as i64
     }
@@ -109,7 +104,7 @@ struct Shape {
     strays: u64,
 }
 
-fn gen_spec(r: &mut Rng) -> ClusterSpec {
+fn gen_spec(r: &mut SplitMix64) -> ClusterSpec {
     let remove_first: BTreeSet<u32> = if r.pct(25) {
         (0..1 + r.below(2)).map(|_| r.below(8) as u32).collect()
     } else {
@@ -127,7 +122,7 @@ fn gen_spec(r: &mut Rng) -> ClusterSpec {
     }
 }
 
-fn gen_time(r: &mut Rng, now: Millis, spec: &ClusterSpec) -> Millis {
+fn gen_time(r: &mut SplitMix64, now: Millis, spec: &ClusterSpec) -> Millis {
     match r.below(12) {
         0 | 1 => now,
         2 | 3 => now - r.upto(spec.settle_ms),
@@ -138,7 +133,12 @@ fn gen_time(r: &mut Rng, now: Millis, spec: &ClusterSpec) -> Millis {
     }
 }
 
-fn gen_memory(r: &mut Rng, asks: &mut Rng, spec: &ClusterSpec, now: Millis) -> Memory {
+fn gen_memory(
+    r: &mut SplitMix64,
+    asks: &mut SplitMix64,
+    spec: &ClusterSpec,
+    now: Millis,
+) -> Memory {
     let target = spec.target() as i64;
     let n = (target + r.pick(&[-2, -1, 0, 0, 0, 1, 1, 1, 2])).max(0) as u32;
     let members: BTreeSet<u32> = if r.pct(80) {
@@ -151,7 +151,7 @@ fn gen_memory(r: &mut Rng, asks: &mut Rng, spec: &ClusterSpec, now: Millis) -> M
         s
     };
     let list: Vec<u32> = members.iter().copied().collect();
-    let ordinal = |r: &mut Rng| {
+    let ordinal = |r: &mut SplitMix64| {
         if !list.is_empty() && r.pct(92) {
             r.pick(&list)
         } else {
@@ -292,7 +292,7 @@ fn healthy(o: u32, view: u64, sample: Option<&Sample>) -> MemberObs {
 }
 
 /// Shape the member being removed or restarted as its step expects, most of the time.
-fn disrupted(r: &mut Rng, m: &mut MemberObs, memory: &Memory) {
+fn disrupted(r: &mut SplitMix64, m: &mut MemberObs, memory: &Memory) {
     let pod = m.pod.get_or_insert_with(PodObs::default);
     if let Some(rm) = memory.removal() {
         match rm.step {
@@ -351,7 +351,7 @@ fn disrupted(r: &mut Rng, m: &mut MemberObs, memory: &Memory) {
     }
 }
 
-fn disturb(r: &mut Rng, m: &mut MemberObs) {
+fn disturb(r: &mut SplitMix64, m: &mut MemberObs) {
     match r.below(14) {
         0 | 1 => {
             m.pod = None;
@@ -413,8 +413,8 @@ fn disturb(r: &mut Rng, m: &mut MemberObs) {
 }
 
 fn gen_observed(
-    r: &mut Rng,
-    asks: &mut Rng,
+    r: &mut SplitMix64,
+    asks: &mut SplitMix64,
     shape: &Shape,
     memory: &Memory,
     spec: &ClusterSpec,
@@ -764,8 +764,8 @@ const REACHED: &[&str] = &[
 
 #[test]
 fn decide_over_generated_inputs_has_the_recorded_digest() {
-    let mut r = Rng(0x6d61_7265_6b76_7321);
-    let mut asks = Rng(0x6672_6573_6876_6f6c);
+    let mut r = SplitMix64(0x6d61_7265_6b76_7321);
+    let mut asks = SplitMix64(0x6672_6573_6876_6f6c);
     let mut digest: u64 = 0xcbf2_9ce4_8422_2325;
     let mut counts: BTreeMap<String, usize> = BTreeMap::new();
     let mut inputs = 0usize;

@@ -30,6 +30,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use marekvs_core::autoscale::{LoadMemory, Policy, ScaleMemory};
 use marekvs_core::recreate::{creations_before_scrapes, still_to_do};
+use marekvs_core::rng::SplitMix64;
 use marekvs_core::sizing::{SizingInput, size, unscraped_target};
 use marekvs_core::transitions::{Reported, Reporting, transition_notes};
 use marekvs_core::volumes::{StorageWish, Volume};
@@ -40,25 +41,6 @@ const PARTITIONS: usize = 32;
 const COPY_RATE: usize = 6;
 const FAULT_TICKS: u64 = 150;
 const CONVERGE_TICKS: u64 = 700;
-
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        // SplitMix64.
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-    fn chance(&mut self, p: f64) -> bool {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64 > 1.0 - p
-    }
-}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Phase {
@@ -150,8 +132,8 @@ struct World {
 }
 
 fn weight(p: usize, o: u32) -> u64 {
-    let mut r = Rng((p as u64) << 32 | u64::from(o));
-    r.next()
+    let mut r = SplitMix64((p as u64) << 32 | u64::from(o));
+    r.next_u64()
 }
 
 impl World {
@@ -335,7 +317,7 @@ impl World {
 
     fn observe(
         &self,
-        rng: &mut Rng,
+        rng: &mut SplitMix64,
         members: &BTreeSet<u32>,
         timeouts: f64,
     ) -> BTreeMap<u32, MemberObs> {
@@ -590,12 +572,17 @@ struct Outcome {
 }
 
 /// The users and the faults of one tick; returns how many were injected.
-fn inject_faults(w: &mut World, spec: &mut ClusterSpec, ops: &mut u64, rng: &mut Rng) -> u64 {
+fn inject_faults(
+    w: &mut World,
+    spec: &mut ClusterSpec,
+    ops: &mut u64,
+    rng: &mut SplitMix64,
+) -> u64 {
     let t = w.t;
     let rf = spec.replication_factor;
     let mut faults = 0;
     let ords: Vec<u32> = w.pods.keys().copied().collect();
-    let pick = |rng: &mut Rng| ords.get(rng.below(ords.len() as u64) as usize).copied();
+    let pick = |rng: &mut SplitMix64| ords.get(rng.below(ords.len() as u64) as usize).copied();
     if rng.chance(0.02)
         && let Some(o) = pick(rng)
     {
@@ -746,7 +733,7 @@ impl Operator {
     fn create_early(
         &self,
         w: &mut World,
-        rng: &mut Rng,
+        rng: &mut SplitMix64,
         faulty: bool,
         counts: &mut Counts,
         violations: &mut Vec<String>,
@@ -785,7 +772,7 @@ impl Operator {
     fn pass(
         &mut self,
         w: &mut World,
-        rng: &mut Rng,
+        rng: &mut SplitMix64,
         faulty: bool,
         counts: &mut Counts,
         violations: &mut Vec<String>,
@@ -935,7 +922,7 @@ fn check_step(w: &mut World, members: &BTreeSet<u32>, counts: &mut Counts) -> Ve
 }
 
 fn run(seed: u64, trace: bool) -> Outcome {
-    let mut rng = Rng(seed);
+    let mut rng = SplitMix64(seed);
     let rf = 1 + rng.below(3) as u32;
     let spec = ClusterSpec {
         name: "demo".into(),
