@@ -614,6 +614,7 @@ mod tests {
             progress: None,
             notes: vec![],
             requeue_ms: 1_000,
+            plan: vec![],
         }
     }
 

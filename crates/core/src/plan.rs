@@ -31,6 +31,25 @@ pub fn choose_victim(
     )
 }
 
+/// The next `n` members to remove, in the order the removals would happen: `choose_victim`
+/// over the members left after each earlier choice (listed members lowest ordinal first, then
+/// those not ready, highest first, then the highest ordinals).
+pub fn removal_order(
+    members: &BTreeSet<u32>,
+    user_chosen: &BTreeSet<u32>,
+    ready: impl Fn(u32) -> bool,
+    n: usize,
+) -> Vec<(u32, VictimReason)> {
+    let mut left = members.clone();
+    let mut order = Vec::new();
+    while order.len() < n && !left.is_empty() {
+        let (o, reason) = choose_victim(&left, user_chosen, &ready);
+        left.remove(&o);
+        order.push((o, reason));
+    }
+    order
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -61,5 +80,22 @@ mod tests {
             choose_victim(&m, &set(&[]), |_| true),
             (4, VictimReason::HighestOrdinal)
         );
+    }
+
+    #[test]
+    fn removal_order_repeats_the_choice_over_the_members_left() {
+        let m = set(&[0, 1, 2, 3, 4, 5]);
+        assert_eq!(
+            removal_order(&m, &set(&[3, 1, 9]), |o| o != 2, 5),
+            vec![
+                (1, VictimReason::UserChosen),
+                (3, VictimReason::UserChosen),
+                (2, VictimReason::NotReady),
+                (5, VictimReason::HighestOrdinal),
+                (4, VictimReason::HighestOrdinal),
+            ]
+        );
+        assert_eq!(removal_order(&m, &set(&[]), |_| true, 0), vec![]);
+        assert_eq!(removal_order(&set(&[0]), &set(&[]), |_| true, 3).len(), 1);
     }
 }

@@ -58,6 +58,7 @@ pub fn decide(input: &Input) -> Decision {
     pass.start_roll();
     pass.hold_for_pause();
     pass.reclaim_volumes();
+    pass.plan_removals();
     pass.report()
 }
 
@@ -105,6 +106,8 @@ struct Pass<'a> {
     /// Disruptive actions that `spec.paused` holds back, in words.
     held: Vec<String>,
     blocked: Option<Blocked>,
+    /// The removals that would come next (reported only).
+    plan: Vec<PlannedRemoval>,
 }
 
 impl<'a> Pass<'a> {
@@ -130,6 +133,7 @@ impl<'a> Pass<'a> {
             progress: Vec::new(),
             held: Vec::new(),
             blocked: None,
+            plan: Vec::new(),
         }
     }
 

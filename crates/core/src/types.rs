@@ -361,6 +361,46 @@ pub struct Blocked {
     pub message: String,
 }
 
+/// What would hold a planned removal right now.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Hold {
+    /// The hand-off gate, or members being (re-)created or replaced: what `start_removal`
+    /// would block on if it ran now.
+    Gate(Blocked),
+    /// It would take the cluster below replicationFactor + 1 (`spec.nodes` is lower than
+    /// that): it never happens.
+    Floor { floor: u32 },
+    /// `spec.paused` holds it.
+    Paused,
+    /// A disruption comes first: the removal or the restart in progress, an earlier step of
+    /// this plan, or a drained member being recycled (one member at a time).
+    InProgress { message: String },
+}
+
+impl Hold {
+    /// The hold in words.
+    pub fn message(&self) -> String {
+        match self {
+            Hold::Gate(b) => b.message.clone(),
+            Hold::Floor { floor } => format!(
+                "never below replicationFactor + 1 = {floor} members, whatever spec.nodes says"
+            ),
+            Hold::Paused => "spec.paused is set".into(),
+            Hold::InProgress { message } => message.clone(),
+        }
+    }
+}
+
+/// One member that would leave, in the order removals would happen.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PlannedRemoval {
+    pub ordinal: u32,
+    pub reason: VictimReason,
+    /// What would hold this step right now; `None`: it is under way (the removal in progress,
+    /// not held), or the next pass may start it.
+    pub held_by: Option<Hold>,
+}
+
 #[derive(Clone, Debug, PartialEq)]
 pub struct Decision {
     /// The memory to write to status *before* any action is taken.
@@ -374,4 +414,7 @@ pub struct Decision {
     pub notes: Vec<Note>,
     /// When to look again.
     pub requeue_ms: Millis,
+    /// The removals that would come next, in order, and what holds each (empty at or below
+    /// the target). Reported only: nothing in it is acted on.
+    pub plan: Vec<PlannedRemoval>,
 }

@@ -31,7 +31,11 @@ const INPUTS: usize = 200_000;
 /// - `0x67ce_e5aa_1caf_6744` → `0x634f_71fa_435d_8083`: a rollout that drains its member again
 ///   (its node restarted and served since the hand-off) forgets the earlier hand-off, so a pod
 ///   lost before the new one no longer lets the volume be deleted on the strength of the old.
-const DIGEST: u64 = 0x634f_71fa_435d_8083;
+/// - `0x634f_71fa_435d_8083` → `0xf45d_ff86_f385_bc1a`: a new output, not a changed decision:
+///   the projection now includes `Decision::plan` (`status.plan`, the removals that would come
+///   next and what holds each). With the plan left out of the projection the digest is still
+///   `0x634f_71fa_435d_8083`: no action, memory, phase, block, note or pace changed.
+const DIGEST: u64 = 0xf45d_ff86_f385_bc1a;
 
 /// What the generator draws beyond `SplitMix64`'s own.
 trait Draws {
@@ -76,6 +80,7 @@ fn projection(d: &Decision) -> String {
             &d.memory.samples,
             &d.memory.blocked,
             disruption(&d.memory),
+            &d.plan,
         )
     )
 }
@@ -516,6 +521,23 @@ fn branches(input: &Memory, observed: &BTreeMap<u32, MemberObs>, d: &Decision) -
         add(format!("action {kind}"));
         add(format!("{ctx} :: action {kind}"));
     }
+    for (k, p) in d.plan.iter().enumerate() {
+        let step = if k == 0 { "first" } else { "later" };
+        let held = match &p.held_by {
+            None => "not held".to_string(),
+            Some(Hold::Gate(b)) => format!("Gate {:?}", b.reason),
+            Some(Hold::Floor { .. }) => "Floor".to_string(),
+            Some(Hold::Paused) => "Paused".to_string(),
+            Some(Hold::InProgress { message }) => {
+                format!(
+                    "InProgress {}",
+                    message.split(' ').nth(1).unwrap_or_default()
+                )
+            }
+        };
+        add(format!("plan {step} {:?} {held}", p.reason));
+        add(format!("plan {step} {held}"));
+    }
     if let Some(r) = d.memory.removal() {
         add(format!("removal step {:?}", r.step));
         add(format!("{ctx} -> removal {:?}", r.step));
@@ -643,6 +665,28 @@ const REACHED: &[&str] = &[
     "member phase Draining",
     "member phase Leaving",
     "member phase Updating",
+    // The plan (status.plan).
+    "plan first UserChosen not held",
+    "plan first NotReady not held",
+    "plan first HighestOrdinal not held",
+    "plan later UserChosen InProgress removal",
+    "plan later NotReady InProgress removal",
+    "plan later HighestOrdinal InProgress removal",
+    "plan first not held",
+    "plan first Gate NotAllReady",
+    "plan first Gate MetricsUnavailable",
+    "plan first Gate Underreplicated",
+    "plan first Gate JoinPending",
+    "plan first Gate ViewsNotConverged",
+    "plan first Gate RepairInProgress",
+    "plan first Gate Replacing",
+    "plan first Gate HandoffTimeout",
+    "plan first Paused",
+    "plan later Paused",
+    "plan first InProgress restart",
+    "plan first InProgress drained",
+    "plan later InProgress removal",
+    "plan later Floor",
     "requeue 250",
     "requeue 1000",
     "requeue 10000",

@@ -1,6 +1,6 @@
 //! Scale-down: advance the removal in progress one step, or start the next one.
 
-use crate::plan::choose_victim;
+use crate::plan::{choose_victim, removal_order};
 use crate::types::*;
 
 use super::{Pass, normal, restarted_while_draining};
@@ -194,6 +194,81 @@ impl Pass<'_> {
                 n - 1
             ),
         ));
+    }
+
+    /// The removals that would come next, in order, and what would hold each right now:
+    /// reported only (`status.plan`). The removal in progress comes first; then the members
+    /// `choose_victim` would pick, one after the other, down to `spec.nodes`. Steps that would
+    /// go below replicationFactor + 1 are listed, held by the floor, and never happen.
+    pub(super) fn plan_removals(&mut self) {
+        let floor = self.spec.floor() as usize;
+        let wanted = (self.spec.nodes as usize).min(self.target);
+        let n = self.members.len().saturating_sub(wanted);
+        if n == 0 {
+            return;
+        }
+        let current = self.removal().map(|r| (r.ordinal, r.reason));
+        let mut left = self.members.clone();
+        let mut steps: Vec<(u32, VictimReason)> = Vec::new();
+        if let Some((o, reason)) = current {
+            left.remove(&o);
+            steps.push((o, reason));
+        }
+        let ready = |o: u32| {
+            self.obs(o)
+                .pod
+                .as_ref()
+                .is_some_and(|p| p.ready && !p.terminating)
+        };
+        steps.extend(removal_order(
+            &left,
+            &self.spec.remove_first,
+            ready,
+            n - steps.len(),
+        ));
+        let mut plan = Vec::with_capacity(steps.len());
+        for (k, (o, reason)) in steps.iter().copied().enumerate() {
+            let held_by = if self.members.len() - k - 1 < floor {
+                Some(Hold::Floor {
+                    floor: floor as u32,
+                })
+            } else if k == 0 && current.is_some() {
+                // Under way: held only by what holds the removal itself.
+                self.blocked.as_ref().map(|b| match b.reason {
+                    BlockReason::Paused => Hold::Paused,
+                    _ => Hold::Gate(b.clone()),
+                })
+            } else if self.spec.paused {
+                Some(Hold::Paused)
+            } else if let Some(d) = &self.disruption {
+                let name = self.spec.member_name(d.ordinal());
+                Some(Hold::InProgress {
+                    message: match d {
+                        Disruption::Removal(_) => format!("the removal of {name} comes first"),
+                        Disruption::Roll(_) => format!("the restart of {name} comes first"),
+                    },
+                })
+            } else if k > 0 {
+                Some(Hold::InProgress {
+                    message: format!(
+                        "the removal of {} comes first",
+                        self.spec.member_name(steps[k - 1].0)
+                    ),
+                })
+            } else if self.drained_bystander() {
+                Some(Hold::InProgress {
+                    message: "a drained member is being restarted first".into(),
+                })
+            } else {
+                self.may_start_removal().err().map(Hold::Gate)
+            };
+            plan.push(PlannedRemoval {
+                ordinal: o,
+                reason,
+                held_by,
+            });
+        }
+        self.plan = plan;
     }
 
     fn may_start_removal(&self) -> Result<(), Blocked> {

@@ -59,6 +59,7 @@ impl Pass<'_> {
             progress: (!self.progress.is_empty()).then(|| self.progress.join("; ")),
             notes: self.notes,
             requeue_ms,
+            plan: self.plan,
         }
     }
 
