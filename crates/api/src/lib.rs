@@ -38,6 +38,7 @@ mod convert;
     printcolumn = r#"{"name":"Underrep","type":"integer","description":"Under-replicated partitions (max over members)","jsonPath":".status.underreplicatedPartitions"}"#,
     printcolumn = r#"{"name":"Ops/s","type":"integer","description":"Commands per second over all members","jsonPath":".status.opsPerSecond"}"#,
     printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
+    printcolumn = r#"{"name":"Next-Out","type":"string","priority":1,"description":"The member that would leave next (status.plan)","jsonPath":".status.plan[0].member"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
     validation = Rule::new("size(self.metadata.name) <= 52")
         .message("metadata.name must be at most 52 characters: member pods are <name>-<ordinal> and their hostname must fit in 63"),
@@ -360,6 +361,56 @@ pub struct MarekvsClusterStatus {
     /// anything is done to it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollout: Option<RolloutStatus>,
+    /// The removals that would come next, in the order they would happen (the one in progress
+    /// first), and what would hold each right now. Empty when the cluster is at or below its
+    /// target. Reported only: the operator re-derives it every pass and acts on none of it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub plan: Vec<PlanStep>,
+}
+
+/// One member that would leave, and what holds it.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PlanStep {
+    /// The member that would leave.
+    pub member: String,
+    /// Its ordinal.
+    pub ordinal: i32,
+    /// Why this member: listed in `spec.removeMembers`, not ready, or the highest ordinal.
+    pub reason: VictimReason,
+    /// What would hold this step right now; absent when it is under way, or when the next
+    /// pass may start it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held_by: Option<PlanHold>,
+}
+
+/// What holds a planned removal.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PlanHold {
+    /// Which kind of hold (see `PlanHoldKind`).
+    pub kind: PlanHoldKind,
+    /// With `Gate`: the gate's reason, as `blockReason` would give it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<BlockReason>,
+    /// The hold in words.
+    pub message: String,
+}
+
+/// What holds a planned removal.
+///
+/// - `Gate`: the hand-off gate has not passed, or members are being (re-)created or replaced
+///   (`reason` says which, as `blockReason` would).
+/// - `Floor`: it would take the cluster below `replicationFactor + 1`; it never happens.
+/// - `Paused`: `spec.paused` holds it.
+/// - `InProgress`: another disruption comes first (the removal or the restart in progress, an
+///   earlier step of the plan, a drained member being restarted): one member at a time.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum PlanHoldKind {
+    Gate,
+    Floor,
+    Paused,
+    InProgress,
 }
 
 /// One member's state.
@@ -633,11 +684,40 @@ mod tests {
             "spec.removeMembers: each entry must name a member",
             "\"shortNames\":[\"mkv\"]",
             "\"name\":\"Underrep\"",
+            "\"jsonPath\":\".status.plan[0].member\"",
             "\"status\":{}",
             "\"specReplicasPath\":\".spec.nodes\"",
         ] {
             assert!(crd.contains(needle), "CRD lacks {needle}");
         }
+    }
+
+    /// `kubectl get mkv -o wide` shows the next member to leave (priority 1: wide only).
+    #[test]
+    fn the_wide_view_shows_the_next_member_to_leave() {
+        let crd = serde_json::to_value(MarekvsCluster::crd()).unwrap();
+        let columns = crd["spec"]["versions"][0]["additionalPrinterColumns"]
+            .as_array()
+            .unwrap();
+        let next = columns
+            .iter()
+            .find(|c| c["name"] == "Next-Out")
+            .expect("a Next-Out column");
+        assert_eq!(next["jsonPath"], ".status.plan[0].member");
+        assert_eq!(next["priority"], 1);
+        assert_eq!(next["type"], "string");
+        let plan = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]
+            ["properties"]["plan"]["items"]["properties"];
+        assert_eq!(
+            plan["reason"]["enum"],
+            serde_json::json!(["UserChosen", "NotReady", "HighestOrdinal"]),
+            "{plan}"
+        );
+        assert_eq!(
+            plan["heldBy"]["properties"]["kind"]["enum"],
+            serde_json::json!(["Gate", "Floor", "Paused", "InProgress"]),
+            "{plan}"
+        );
     }
 
     #[test]

@@ -10,15 +10,15 @@ use kube::ResourceExt;
 use marekvs_api::conditions::*;
 use marekvs_api::{
     AutoscaleStatus, LoadSampleStatus, MarekvsCluster, MarekvsClusterStatus, MemberMetrics,
-    MemberStatus, RemovalStatus, RolloutReason, RolloutStatus,
+    MemberStatus, PlanHold, PlanHoldKind, PlanStep, RemovalStatus, RolloutReason, RolloutStatus,
 };
 use marekvs_core::autoscale::{LoadMemory, LoadSample, ScaleMemory};
 use marekvs_core::sizing::Sizing;
 use marekvs_core::transitions::Reported;
 use marekvs_core::units::quantity_bytes;
 use marekvs_core::{
-    ClusterPhase, Decision, Disruption, MemberObs, Memory, Millis, Removal, Roll, RollReason,
-    Sample,
+    ClusterPhase, Decision, Disruption, Hold, MemberObs, Memory, Millis, PlannedRemoval, Removal,
+    Roll, RollReason, Sample,
 };
 
 use crate::build;
@@ -277,9 +277,32 @@ pub fn status_from(input: &StatusInput) -> MarekvsClusterStatus {
             started_at: to_time(r.started_at),
             step_started_at: to_time(r.step_started_at),
         }),
+        plan: d.plan.iter().map(|p| plan_step(&name, p)).collect(),
     };
     load_and_autoscale(input, &mut st, &t);
     st
+}
+
+/// One step of the core's plan as `status.plan` shows it.
+fn plan_step(name: &str, p: &PlannedRemoval) -> PlanStep {
+    PlanStep {
+        member: format!("{name}-{}", p.ordinal),
+        ordinal: p.ordinal as i32,
+        reason: p.reason.into(),
+        held_by: p.held_by.as_ref().map(|h| PlanHold {
+            kind: match h {
+                Hold::Gate(_) => PlanHoldKind::Gate,
+                Hold::Floor { .. } => PlanHoldKind::Floor,
+                Hold::Paused => PlanHoldKind::Paused,
+                Hold::InProgress { .. } => PlanHoldKind::InProgress,
+            },
+            reason: match h {
+                Hold::Gate(b) => Some(b.reason.into()),
+                _ => None,
+            },
+            message: h.message(),
+        }),
+    }
 }
 
 fn member_status(input: &StatusInput, o: u32, t: &Time) -> MemberStatus {
@@ -761,6 +784,114 @@ mod tests {
             assert_eq!(st.instance_names, ["demo-0", "demo-1", "demo-2", "demo-3"]);
             assert_eq!(memory_from_status("demo", &st), memory);
         }
+    }
+
+    /// The core's plan is written as `status.plan`: members by name, in order, each with its
+    /// reason and a typed hold (the gate's own reason and message); it survives the JSON the
+    /// API server stores, and an empty plan is left out.
+    #[test]
+    fn the_plan_is_written_in_order_with_typed_holds() {
+        use marekvs_api::{BlockReason as ApiBlock, VictimReason as ApiVictim};
+        let c = cr(json!({"image": "x", "nodes": 3}));
+        let now: Millis = 1_700_000_000_000;
+        let sizing = Sizing {
+            spec: cluster_spec(&c).unwrap(),
+            load: LoadMemory::default(),
+            scaling: None,
+        };
+        let gate = Blocked {
+            reason: BlockReason::RepairInProgress,
+            message: "re-replication not settled".into(),
+        };
+        let step = |ordinal, reason, held_by| PlannedRemoval {
+            ordinal,
+            reason,
+            held_by,
+        };
+        let mut d = decision(Memory::default(), ClusterPhase::Blocked, Some(gate.clone()));
+        d.plan = vec![
+            step(5, VictimReason::UserChosen, Some(Hold::Gate(gate))),
+            step(
+                2,
+                VictimReason::NotReady,
+                Some(Hold::InProgress {
+                    message: "the removal of demo-5 comes first".into(),
+                }),
+            ),
+            step(4, VictimReason::HighestOrdinal, Some(Hold::Paused)),
+            step(
+                3,
+                VictimReason::HighestOrdinal,
+                Some(Hold::Floor { floor: 3 }),
+            ),
+            step(1, VictimReason::HighestOrdinal, None),
+        ];
+        let st = status_of(&c, &d, &sizing, &BTreeMap::new(), now);
+        let got: Vec<(
+            &str,
+            i32,
+            ApiVictim,
+            Option<(PlanHoldKind, Option<ApiBlock>)>,
+        )> = st
+            .plan
+            .iter()
+            .map(|p| {
+                (
+                    p.member.as_str(),
+                    p.ordinal,
+                    p.reason,
+                    p.held_by.as_ref().map(|h| (h.kind, h.reason)),
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (
+                    "demo-5",
+                    5,
+                    ApiVictim::UserChosen,
+                    Some((PlanHoldKind::Gate, Some(ApiBlock::RepairInProgress)))
+                ),
+                (
+                    "demo-2",
+                    2,
+                    ApiVictim::NotReady,
+                    Some((PlanHoldKind::InProgress, None))
+                ),
+                (
+                    "demo-4",
+                    4,
+                    ApiVictim::HighestOrdinal,
+                    Some((PlanHoldKind::Paused, None))
+                ),
+                (
+                    "demo-3",
+                    3,
+                    ApiVictim::HighestOrdinal,
+                    Some((PlanHoldKind::Floor, None))
+                ),
+                ("demo-1", 1, ApiVictim::HighestOrdinal, None),
+            ]
+        );
+        assert_eq!(
+            st.plan[0].held_by.as_ref().unwrap().message,
+            "re-replication not settled"
+        );
+        assert_eq!(
+            st.plan[1].held_by.as_ref().unwrap().message,
+            "the removal of demo-5 comes first"
+        );
+        let stored = serde_json::to_value(&st).unwrap();
+        assert_eq!(stored["plan"][0]["heldBy"]["kind"], "Gate");
+        assert_eq!(stored["plan"][0]["heldBy"]["reason"], "RepairInProgress");
+        assert_eq!(stored["plan"][4].get("heldBy"), None);
+        let back: MarekvsClusterStatus = serde_json::from_value(stored).unwrap();
+        assert_eq!(back.plan, st.plan);
+        // At the target: no plan, and no field.
+        d.plan.clear();
+        let st = status_of(&c, &d, &sizing, &BTreeMap::new(), now);
+        assert!(serde_json::to_value(&st).unwrap().get("plan").is_none());
     }
 
     /// The operator never records a removal and a rollout at once; a status edited to hold
