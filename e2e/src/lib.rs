@@ -577,8 +577,8 @@ impl Operator {
 
 pub use data::DataSet;
 pub use marekvs_api::{
-    ClusterPhase, MarekvsCluster, MarekvsClusterStatus, MemberPhase, RemovalStep, RolloutReason,
-    RolloutStep,
+    ClusterPhase, MarekvsCluster, MarekvsClusterStatus, MemberPhase, PlanHoldKind, RemovalStep,
+    RolloutReason, RolloutStep, VictimReason,
 };
 
 /// The data check's first half: [`data::default_keys`] keys written over RESP before a

@@ -1281,6 +1281,89 @@ async fn kubectl_scale_moves_spec_nodes_and_respects_the_floor() -> anyhow::Resu
     env.cleanup().await
 }
 
+/// With `spec.paused`, a scale-down is planned but not acted on: `status.plan` lists the
+/// members that would leave, in order (the chosen one first, then the highest ordinal), each
+/// held by Paused, and none leaves. Unpaused, the first one listed is the one removed.
+async fn a_paused_scale_down_is_planned_in_order_and_the_first_listed_member_leaves_first()
+-> anyhow::Result<()> {
+    let env = TestEnv::new("plan").await?;
+    let ns = env.namespace.clone();
+    let _op = Operator::start(&ns)?;
+    let sim = Sim::from_env();
+    let api = create(&env, "demo", spec(5)).await?;
+    let all = ["demo-0", "demo-1", "demo-2", "demo-3", "demo-4"];
+    wait_healthy(&api, "demo", &all, T).await?;
+    assert!(status_of(&api.get("demo").await?).plan.is_empty());
+    let data = write_keys(&env, &all, "demo-0", "plan").await?;
+    let pods: Api<Pod> = env.api();
+    let uids = |list: Vec<Pod>| -> BTreeSet<String> {
+        list.into_iter().filter_map(|p| p.metadata.uid).collect()
+    };
+    let before = uids(pods.list(&Default::default()).await?.items);
+
+    patch_spec(
+        &api,
+        "demo",
+        json!({"paused": true, "nodes": 3, "removeMembers": ["demo-1"]}),
+    )
+    .await?;
+    let want = [
+        ("demo-1", VictimReason::UserChosen),
+        ("demo-4", VictimReason::HighestOrdinal),
+    ];
+    let planned = |s: &MarekvsClusterStatus| -> Vec<(String, VictimReason, Option<PlanHoldKind>)> {
+        s.plan
+            .iter()
+            .map(|p| {
+                (
+                    p.member.clone(),
+                    p.reason,
+                    p.held_by.as_ref().map(|h| h.kind),
+                )
+            })
+            .collect()
+    };
+    let want_held: Vec<(String, VictimReason, Option<PlanHoldKind>)> = want
+        .iter()
+        .map(|(m, r)| (m.to_string(), *r, Some(PlanHoldKind::Paused)))
+        .collect();
+    let c = wait_cluster(&api, "demo", "planned and paused", T, |s| {
+        s.phase == Some(ClusterPhase::Paused) && planned(s) == want_held
+    })
+    .await?;
+    let s = status_of(&c);
+    assert!(s.removal.is_none(), "paused, yet a removal was recorded");
+    assert_eq!(s.instance_names, all);
+    // Nothing is removed while paused, and the plan keeps being written.
+    let seen = Instant::now();
+    while seen.elapsed() < Duration::from_secs(5) {
+        let s = status_of(&api.get("demo").await?);
+        assert!(s.removal.is_none(), "paused, yet a removal started");
+        assert_eq!(s.instance_names, all, "a member left while paused");
+        assert_eq!(planned(&s), want_held);
+        assert_eq!(
+            uids(pods.list(&Default::default()).await?.items),
+            before,
+            "a pod changed while paused"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+
+    // Unpaused: the first member listed is the first removed, then the next.
+    patch_spec(&api, "demo", json!({"paused": false})).await?;
+    let c = wait_cluster(&api, "demo", "the first planned removal", T, |s| {
+        s.removal.is_some()
+    })
+    .await?;
+    let r = status_of(&c).removal.unwrap();
+    assert_eq!((r.member.as_str(), r.reason), want[0]);
+    let c = wait_healthy(&api, "demo", &["demo-0", "demo-2", "demo-3"], T * 2).await?;
+    assert!(status_of(&c).plan.is_empty(), "at the target: no plan");
+    read_back(&env, &data).await?;
+    assert_no_loss(&sim, &ns).await?;
+    env.cleanup().await
+}
+
 fn main() -> std::process::ExitCode {
     harness::run(marekvs_e2e::cases![
         creates_members_then_scales_3_5_3_removing_the_chosen_member_first,
@@ -1298,5 +1381,6 @@ fn main() -> std::process::ExitCode {
         a_victim_redirecting_its_drain_holds_the_removal_and_drains_no_one_else needs [Simulator],
         hostile_members_never_crash_the_operator_nor_stall_other_clusters needs [Simulator, OwnOperator],
         kubectl_scale_moves_spec_nodes_and_respects_the_floor,
+        a_paused_scale_down_is_planned_in_order_and_the_first_listed_member_leaves_first,
     ])
 }
