@@ -827,12 +827,13 @@ mod tests {
             step(1, VictimReason::HighestOrdinal, None),
         ];
         let st = status_of(&c, &d, &sizing, &BTreeMap::new(), now);
-        let got: Vec<(
-            &str,
+        type Row<'a> = (
+            &'a str,
             i32,
             ApiVictim,
             Option<(PlanHoldKind, Option<ApiBlock>)>,
-        )> = st
+        );
+        let got: Vec<Row> = st
             .plan
             .iter()
             .map(|p| {
