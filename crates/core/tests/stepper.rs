@@ -1151,6 +1151,27 @@ fn no_unsafe_step(
             .collect();
         prop_assert!(deletes.len() <= 1, "deletes {:?}", deletes);
 
+        // The plan: the members that would leave, each once, the removal in progress first;
+        // only its first step may go unheld, and paused holds every step not under way.
+        let planned: Vec<u32> = d.plan.iter().map(|p| p.ordinal).collect();
+        prop_assert_eq!(
+            planned.len(),
+            d.memory.members.len().saturating_sub(s.target() as usize)
+        );
+        prop_assert!(planned.iter().all(|o| d.memory.members.contains(o)));
+        prop_assert_eq!(planned.iter().collect::<BTreeSet<_>>().len(), planned.len());
+        if let Some(r) = d.memory.removal() {
+            prop_assert_eq!(planned.first(), Some(&r.ordinal), "{:?}", d.plan);
+            prop_assert_eq!(d.plan[0].reason, r.reason);
+        }
+        for (k, p) in d.plan.iter().enumerate() {
+            let under_way = k == 0 && d.memory.removal().is_some();
+            prop_assert!(k == 0 || p.held_by.is_some(), "{:?}", d.plan);
+            if s.paused && !under_way {
+                prop_assert_eq!(&p.held_by, &Some(Hold::Paused));
+            }
+        }
+
         // A new removal starts only above the floor and with every member known and safe.
         let started = mem.removal().is_none() && d.memory.removal().is_some();
         if started {
