@@ -194,6 +194,7 @@ pub fn reported(status: &MarekvsClusterStatus) -> Reported {
             .iter()
             .find(|c| c.type_ == REMOVAL_CHOICES)
             .is_some_and(|c| c.status != "True"),
+        mass_failure: is_true(&status.conditions, MASS_FAILURE),
     }
 }
 
@@ -431,7 +432,7 @@ fn member_conditions(
     }
 }
 
-/// Ready, Progressing, Blocked and RemovalChoices of the cluster.
+/// Ready, Progressing, Blocked, MassFailure and RemovalChoices of the cluster.
 fn cluster_conditions(input: &StatusInput, t: &Time) -> Vec<Condition> {
     let StatusInput {
         cr,
@@ -476,6 +477,15 @@ fn cluster_conditions(input: &StatusInput, t: &Time) -> Vec<Condition> {
     match &d.blocked {
         Some(b) => c.set(BLOCKED, true, b.reason.as_str(), &b.message),
         None => c.set(BLOCKED, false, REASON_NOT_BLOCKED, ""),
+    }
+    match &d.mass_failure {
+        Some(m) => c.set(
+            MASS_FAILURE,
+            true,
+            REASON_MEMBERS_DOWN,
+            m.message(&input.sizing.spec),
+        ),
+        None => c.set(MASS_FAILURE, false, REASON_ENOUGH_MEMBERS_UP, ""),
     }
     if unknown_choices.is_empty() {
         c.set(REMOVAL_CHOICES, true, REASON_VALID, "");
@@ -614,6 +624,7 @@ mod tests {
             progress: None,
             notes: vec![],
             requeue_ms: 1_000,
+            mass_failure: None,
         }
     }
 

@@ -374,4 +374,7 @@ pub struct Decision {
     pub notes: Vec<Note>,
     /// When to look again.
     pub requeue_ms: Millis,
+    /// So many members are down that copies may be missing (`mass::mass_failure`): only pods
+    /// on their own volumes were re-created.
+    pub mass_failure: Option<crate::mass::MassFailure>,
 }

@@ -31,7 +31,11 @@ const INPUTS: usize = 200_000;
 /// - `0x67ce_e5aa_1caf_6744` → `0x634f_71fa_435d_8083`: a rollout that drains its member again
 ///   (its node restarted and served since the hand-off) forgets the earlier hand-off, so a pod
 ///   lost before the new one no longer lets the volume be deleted on the strength of the old.
-const DIGEST: u64 = 0x634f_71fa_435d_8083;
+/// - `0x634f_71fa_435d_8083` → `0x4800_6be6_2409_1fb4`: a mass failure (replicationFactor or
+///   more members that held data without a ready pod, `mass::mass_failure`) holds every fresh
+///   volume of such a member, every member added or removed, drain, pod and volume deletion;
+///   only pods on their own volumes are re-created, and the progress says what is held.
+const DIGEST: u64 = 0x4800_6be6_2409_1fb4;
 
 /// What the generator draws beyond `SplitMix64`'s own.
 trait Draws {
