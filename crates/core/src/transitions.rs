@@ -214,7 +214,11 @@ mod tests {
         let into = transition_notes(&spec(), &was(false), now(Some(&m)));
         assert_eq!(reasons(&into), ["MassFailure"]);
         assert_eq!(into[0].kind, EventKind::Warning);
-        assert!(into[0].message.starts_with("2 of 5 members down (demo-1, demo-2)"));
+        assert!(
+            into[0]
+                .message
+                .starts_with("2 of 5 members down (demo-1, demo-2)")
+        );
         assert!(transition_notes(&spec(), &was(true), now(Some(&m))).is_empty());
         let out = transition_notes(&spec(), &was(true), now(None));
         assert_eq!(reasons(&out), ["MassFailureOver"]);

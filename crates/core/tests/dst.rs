@@ -578,6 +578,7 @@ struct Outcome {
 /// The users and the faults of one tick; returns how many were injected.
 fn inject_faults(
     w: &mut World,
+    members: &BTreeSet<u32>,
     spec: &mut ClusterSpec,
     ops: &mut u64,
     rng: &mut SplitMix64,
@@ -631,12 +632,19 @@ fn inject_faults(
             faults += 1;
         }
     }
+    let all_up = members.iter().all(|o| {
+        w.pods
+            .get(o)
+            .is_some_and(|p| p.running() && p.deleted_at.is_none() && p.phase == Phase::Active)
+    });
     if rng.chance(0.01)
         && w.fully_replicated()
+        && all_up
         && let Some(o) = pick(rng)
     {
         // A careful user replaces a member with a fresh volume, only when fully
-        // replicated and its data has other copies (never with replicationFactor 1).
+        // replicated, every member up, and its data has other copies (never with
+        // replicationFactor 1).
         let others = w.active();
         let copied = (0..PARTITIONS)
             .all(|p| !w.holds(o, p) || others.iter().any(|m| *m != o && w.holds(*m, p)));
@@ -1024,7 +1032,13 @@ fn run(seed: u64, trace: bool) -> Outcome {
         w.serve(ops);
         let faulty = w.t <= FAULT_TICKS;
         if faulty && w.born {
-            counts.faults += inject_faults(&mut w, &mut op.spec, &mut ops, &mut rng);
+            counts.faults += inject_faults(
+                &mut w,
+                &op.persisted.memory.members,
+                &mut op.spec,
+                &mut ops,
+                &mut rng,
+            );
         } else if !faulty {
             op.spec.paused = false;
             w.view_lag.values_mut().for_each(|l| *l = 0);
