@@ -69,9 +69,10 @@ pub fn mass_failure(
         })
         .collect();
     let rf = spec.replication_factor.max(1);
-    (down.len() >= rf as usize).then(|| MassFailure {
+    let members = memory.members.len();
+    (down.len() >= rf as usize).then_some(MassFailure {
         down,
-        members: memory.members.len(),
+        members,
         replication_factor: spec.replication_factor,
     })
 }

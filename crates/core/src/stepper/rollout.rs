@@ -106,15 +106,13 @@ impl Pass<'_> {
                 ));
                 enter(r, RollStep::HandingOff, self.now);
             }
-            Some(_) => {
-                if !self.hold(format!("draining {name} for the update")) {
-                    self.actions.insert(Action::Drain(r.ordinal));
-                    self.progress.push(format!(
-                        "draining {name} before restarting it with the current spec"
-                    ));
-                }
+            Some(_) if !self.hold(format!("draining {name} for the update")) => {
+                self.actions.insert(Action::Drain(r.ordinal));
+                self.progress.push(format!(
+                    "draining {name} before restarting it with the current spec"
+                ));
             }
-            None => {}
+            _ => {}
         }
     }
 
