@@ -923,4 +923,52 @@ mod tests {
             "{msg}"
         );
     }
+
+    /// The mass failure is a condition, read back so its Events fire only on transitions.
+    #[test]
+    fn a_mass_failure_is_a_condition_read_back_for_its_events() {
+        let c = cr(json!({"image": "x", "nodes": 3, "replicationFactor": 2}));
+        let sizing = Sizing {
+            spec: cluster_spec(&c).unwrap(),
+            load: LoadMemory::default(),
+            scaling: None,
+        };
+        let now: Millis = 1_700_000_000_000;
+        let memory = Memory {
+            members: [0, 1, 2].into(),
+            ..Memory::default()
+        };
+        let mut d = decision(memory.clone(), ClusterPhase::Replacing, None);
+        d.mass_failure = Some(marekvs_core::MassFailure {
+            down: vec![1, 2],
+            members: 3,
+            replication_factor: 2,
+        });
+        let st = status_of(&c, &d, &sizing, &BTreeMap::new(), now);
+        let mf = st
+            .conditions
+            .iter()
+            .find(|c| c.type_ == MASS_FAILURE)
+            .unwrap();
+        assert_eq!(
+            (mf.status.as_str(), mf.reason.as_str()),
+            ("True", REASON_MEMBERS_DOWN)
+        );
+        assert!(
+            mf.message
+                .starts_with("2 of 3 members down (demo-1, demo-2) with replicationFactor 2"),
+            "{}",
+            mf.message
+        );
+        assert!(reported(&st).mass_failure);
+        let d = decision(memory, ClusterPhase::Healthy, None);
+        let st = status_of(&c, &d, &sizing, &BTreeMap::new(), now);
+        assert!(!reported(&st).mass_failure);
+        let mf = st
+            .conditions
+            .iter()
+            .find(|c| c.type_ == MASS_FAILURE)
+            .unwrap();
+        assert_eq!(mf.status, "False");
+    }
 }
