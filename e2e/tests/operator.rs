@@ -1023,6 +1023,69 @@ async fn unknown_is_never_safe_refused_metrics_or_a_hung_node_block_the_scale_do
     env.cleanup().await
 }
 
+/// Two members of an RF 2 cluster crash and stay down: every copy of some partitions is on
+/// them. The operator reports a mass failure, re-creates nothing on a fresh volume, starts no
+/// removal although spec.nodes shrank, and once they are back it proceeds: every key reads back,
+/// and no member ever changed volume.
+async fn a_mass_failure_replaces_no_volume_and_removes_no_one_until_members_are_back()
+-> anyhow::Result<()> {
+    let sim = Sim::required()?;
+    let env = TestEnv::new("mass").await?;
+    let ns = env.namespace.clone();
+    let _op = Operator::start(&ns)?;
+    let api = create(&env, "demo", spec(4)).await?;
+    let all = ["demo-0", "demo-1", "demo-2", "demo-3"];
+    wait_healthy(&api, "demo", &all, T).await?;
+    let data = write_keys(&env, &all, "demo-0", "mass").await?;
+    let mut uids = Vec::new();
+    for m in all {
+        uids.push(pvc_uid(&env, &format!("data-{m}")).await?);
+    }
+
+    for m in ["demo-2", "demo-3"] {
+        sim.set_faults(&ns, m, json!({"hold_down": true})).await?;
+        sim.crash(&ns, m).await?;
+    }
+    let c = wait_cluster(&api, "demo", "MassFailure", T, |s| {
+        condition(s, "MassFailure").is_some_and(|c| c.status == "True")
+    })
+    .await?;
+    let msg = condition(&status_of(&c), "MassFailure")
+        .unwrap()
+        .message
+        .clone();
+    assert!(
+        msg.starts_with("2 of 4 members down (demo-2, demo-3) with replicationFactor 2"),
+        "{msg}"
+    );
+    wait_events(&env.client, &ns, "demo", &["MassFailure"]).await?;
+    // A scale-down is wanted: no removal starts while copies may be missing.
+    patch_spec(&api, "demo", json!({"nodes": 3})).await?;
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let st = status_of(&api.get("demo").await?);
+    assert!(st.removal.is_none(), "no removal in a mass failure");
+    assert_eq!(st.instance_names.len(), 4);
+    for (m, uid) in all.iter().zip(&uids) {
+        assert_eq!(&pvc_uid(&env, &format!("data-{m}")).await?, uid, "{m}");
+    }
+
+    for m in ["demo-2", "demo-3"] {
+        sim.set_faults(&ns, m, json!({"hold_down": false})).await?;
+    }
+    wait_events(&env.client, &ns, "demo", &["MassFailureOver"]).await?;
+    let c = wait_healthy(&api, "demo", &all[..3], T).await?;
+    assert!(
+        condition(&status_of(&c), "MassFailure").is_some_and(|c| c.status == "False"),
+        "the condition is cleared"
+    );
+    for (m, uid) in all[..3].iter().zip(&uids) {
+        assert_eq!(&pvc_uid(&env, &format!("data-{m}")).await?, uid, "{m}");
+    }
+    read_back(&env, &data).await?;
+    assert_no_loss(&Some(sim), &ns).await?;
+    env.cleanup().await
+}
+
 /// `/drain` requests a member's HTTP server has received (the simulator counts them).
 async fn drain_requests(sim: &Sim, ns: &str, pod: &str) -> anyhow::Result<u64> {
     let m = sim
@@ -1382,5 +1445,6 @@ fn main() -> std::process::ExitCode {
         hostile_members_never_crash_the_operator_nor_stall_other_clusters needs [Simulator, OwnOperator],
         kubectl_scale_moves_spec_nodes_and_respects_the_floor,
         a_paused_scale_down_is_planned_in_order_and_the_first_listed_member_leaves_first,
+        a_mass_failure_replaces_no_volume_and_removes_no_one_until_members_are_back needs [Simulator],
     ])
 }

@@ -11,6 +11,10 @@ pub const PROGRESSING: &str = "Progressing";
 pub const BLOCKED: &str = "Blocked";
 /// Cluster (with spec.autoscale): what the autoscaler wants and what holds it.
 pub const AUTOSCALING: &str = "Autoscaling";
+/// Cluster: replicationFactor or more members are down, so copies may be missing; only pods
+/// on their own volumes are re-created (no fresh volume, no removal, no rollout, no pod
+/// deleted) until enough members are up again.
+pub const MASS_FAILURE: &str = "MassFailure";
 /// Cluster: whether every entry of spec.removeMembers names a current member.
 pub const REMOVAL_CHOICES: &str = "RemovalChoices";
 
@@ -37,6 +41,8 @@ pub const REASON_SCALING_DOWN: &str = "ScalingDown";
 pub const REASON_REPLACING: &str = "Replacing";
 pub const REASON_RECONCILING: &str = "Reconciling";
 pub const REASON_NOT_BLOCKED: &str = "NotBlocked";
+pub const REASON_MEMBERS_DOWN: &str = "MembersDown";
+pub const REASON_ENOUGH_MEMBERS_UP: &str = "EnoughMembersUp";
 pub const REASON_VALID: &str = "Valid";
 pub const REASON_UNKNOWN_MEMBER: &str = "UnknownMember";
 pub const REASON_POD_READY: &str = "PodReady";

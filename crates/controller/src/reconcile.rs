@@ -159,6 +159,7 @@ pub async fn pass(cr: &MarekvsCluster, ctx: &Ctx) -> Result<Next, Error> {
             scaling: sizing.scaling.as_ref(),
             write_stopped: &status::write_stopped(&next),
             unknown_choices: &unknown_choices,
+            mass_failure: decision.mass_failure.as_ref(),
         },
     );
 

@@ -194,6 +194,7 @@ pub fn reported(status: &MarekvsClusterStatus) -> Reported {
             .iter()
             .find(|c| c.type_ == REMOVAL_CHOICES)
             .is_some_and(|c| c.status != "True"),
+        mass_failure: is_true(&status.conditions, MASS_FAILURE),
     }
 }
 
@@ -454,7 +455,7 @@ fn member_conditions(
     }
 }
 
-/// Ready, Progressing, Blocked and RemovalChoices of the cluster.
+/// Ready, Progressing, Blocked, MassFailure and RemovalChoices of the cluster.
 fn cluster_conditions(input: &StatusInput, t: &Time) -> Vec<Condition> {
     let StatusInput {
         cr,
@@ -499,6 +500,15 @@ fn cluster_conditions(input: &StatusInput, t: &Time) -> Vec<Condition> {
     match &d.blocked {
         Some(b) => c.set(BLOCKED, true, b.reason.as_str(), &b.message),
         None => c.set(BLOCKED, false, REASON_NOT_BLOCKED, ""),
+    }
+    match &d.mass_failure {
+        Some(m) => c.set(
+            MASS_FAILURE,
+            true,
+            REASON_MEMBERS_DOWN,
+            m.message(&input.sizing.spec),
+        ),
+        None => c.set(MASS_FAILURE, false, REASON_ENOUGH_MEMBERS_UP, ""),
     }
     if unknown_choices.is_empty() {
         c.set(REMOVAL_CHOICES, true, REASON_VALID, "");
@@ -638,6 +648,7 @@ mod tests {
             notes: vec![],
             requeue_ms: 1_000,
             plan: vec![],
+            mass_failure: None,
         }
     }
 
@@ -1044,5 +1055,53 @@ mod tests {
             msg.contains("spec.nodes (3) is only the initial size"),
             "{msg}"
         );
+    }
+
+    /// The mass failure is a condition, read back so its Events fire only on transitions.
+    #[test]
+    fn a_mass_failure_is_a_condition_read_back_for_its_events() {
+        let c = cr(json!({"image": "x", "nodes": 3, "replicationFactor": 2}));
+        let sizing = Sizing {
+            spec: cluster_spec(&c).unwrap(),
+            load: LoadMemory::default(),
+            scaling: None,
+        };
+        let now: Millis = 1_700_000_000_000;
+        let memory = Memory {
+            members: [0, 1, 2].into(),
+            ..Memory::default()
+        };
+        let mut d = decision(memory.clone(), ClusterPhase::Replacing, None);
+        d.mass_failure = Some(marekvs_core::MassFailure {
+            down: vec![1, 2],
+            members: 3,
+            replication_factor: 2,
+        });
+        let st = status_of(&c, &d, &sizing, &BTreeMap::new(), now);
+        let mf = st
+            .conditions
+            .iter()
+            .find(|c| c.type_ == MASS_FAILURE)
+            .unwrap();
+        assert_eq!(
+            (mf.status.as_str(), mf.reason.as_str()),
+            ("True", REASON_MEMBERS_DOWN)
+        );
+        assert!(
+            mf.message
+                .starts_with("2 of 3 members down (demo-1, demo-2) with replicationFactor 2"),
+            "{}",
+            mf.message
+        );
+        assert!(reported(&st).mass_failure);
+        let d = decision(memory, ClusterPhase::Healthy, None);
+        let st = status_of(&c, &d, &sizing, &BTreeMap::new(), now);
+        assert!(!reported(&st).mass_failure);
+        let mf = st
+            .conditions
+            .iter()
+            .find(|c| c.type_ == MASS_FAILURE)
+            .unwrap();
+        assert_eq!(mf.status, "False");
     }
 }

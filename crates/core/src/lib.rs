@@ -4,6 +4,7 @@
 
 pub mod autoscale;
 pub mod handoff;
+pub mod mass;
 pub mod metrics;
 pub mod pace;
 pub mod plan;
@@ -16,5 +17,6 @@ pub mod types;
 pub mod units;
 pub mod volumes;
 
+pub use mass::{MassFailure, mass_failure};
 pub use stepper::{Input, decide};
 pub use types::*;

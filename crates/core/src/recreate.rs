@@ -111,7 +111,17 @@ mod tests {
         // A scale-down is wanted: still only the re-creation (no removal starts meanwhile).
         assert_eq!(made(2).actions, [Action::CreatePod(1)]);
         // A scale-up would add a member, which is recorded in status before it is created.
-        assert_eq!(made(4), Creations::default());
+        let rf2 = ClusterSpec {
+            replication_factor: 2,
+            ..spec(4)
+        };
+        assert_eq!(
+            creations_before_scrapes(&rf2, &memory, &observed, now),
+            Creations::default()
+        );
+        // With replicationFactor 1, one member down is a mass failure: no member is added,
+        // the pod on its own volume is re-created.
+        assert_eq!(made(4).actions, [Action::CreatePod(1)]);
     }
 
     #[test]

@@ -20,6 +20,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::handoff::{HandoffGate, update_samples};
+use crate::mass::{MassFailure, mass_failure};
 use crate::types::*;
 
 mod members;
@@ -108,6 +109,11 @@ struct Pass<'a> {
     blocked: Option<Blocked>,
     /// The removals that would come next (reported only).
     plan: Vec<PlannedRemoval>,
+    /// RF or more members down (`mass::mass_failure`): only pods on their own volumes are
+    /// re-created; every other creation and every disruptive action waits.
+    mass: Option<MassFailure>,
+    /// What the mass failure holds back, in words.
+    mass_held: Vec<String>,
 }
 
 impl<'a> Pass<'a> {
@@ -134,6 +140,8 @@ impl<'a> Pass<'a> {
             held: Vec::new(),
             blocked: None,
             plan: Vec::new(),
+            mass: mass_failure(input.spec, input.memory, input.observed),
+            mass_held: Vec::new(),
         }
     }
 
@@ -188,6 +196,20 @@ impl<'a> Pass<'a> {
         let age = self.now - step_started_at;
         if age > self.spec.handoff_timeout_ms {
             self.blocked = Some(timeout(subject, what, age, &gate));
+        }
+    }
+
+    /// Whether a disruptive step (`what`, in words) is held: by `spec.paused` (which blocks
+    /// the cluster) or by a mass failure.
+    fn hold(&mut self, what: String) -> bool {
+        if self.spec.paused {
+            self.held.push(what);
+            true
+        } else if self.mass.is_some() {
+            self.mass_held.push(what);
+            true
+        } else {
+            false
         }
     }
 

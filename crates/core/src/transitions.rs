@@ -6,6 +6,7 @@
 use std::collections::BTreeSet;
 
 use crate::autoscale::ScaleDecision;
+use crate::mass::MassFailure;
 use crate::types::{ClusterSpec, EventKind, Note};
 
 /// What to do about a member that stopped writes, for its condition and its Event.
@@ -20,6 +21,8 @@ pub struct Reported {
     pub write_stopped: BTreeSet<u32>,
     /// Whether unknown entries of `spec.removeMembers` were reported.
     pub unknown_choices: bool,
+    /// Whether a mass failure was reported (the `MassFailure` condition True).
+    pub mass_failure: bool,
 }
 
 /// What this pass reports.
@@ -28,6 +31,7 @@ pub struct Reporting<'a> {
     pub scaling: Option<&'a ScaleDecision>,
     pub write_stopped: &'a BTreeSet<u32>,
     pub unknown_choices: &'a [String],
+    pub mass_failure: Option<&'a MassFailure>,
 }
 
 pub fn transition_notes(spec: &ClusterSpec, before: &Reported, now: Reporting) -> Vec<Note> {
@@ -64,6 +68,24 @@ pub fn transition_notes(spec: &ClusterSpec, before: &Reported, now: Reporting) -
             ),
             member: None,
         });
+    }
+    match (now.mass_failure, before.mass_failure) {
+        (Some(m), false) => notes.push(Note {
+            kind: EventKind::Warning,
+            reason: "MassFailure",
+            message: m.message(spec),
+            member: None,
+        }),
+        (None, true) => notes.push(Note {
+            kind: EventKind::Normal,
+            reason: "MassFailureOver",
+            message: format!(
+                "fewer than replicationFactor ({}) members down: replacements, removals and rollouts may proceed",
+                spec.replication_factor
+            ),
+            member: None,
+        }),
+        _ => {}
     }
     notes
 }
@@ -128,6 +150,7 @@ mod tests {
                 scaling: Some(&wish(4)),
                 write_stopped: &stopped,
                 unknown_choices: &unknown,
+                mass_failure: None,
             },
         );
         assert_eq!(
@@ -141,17 +164,20 @@ mod tests {
             autoscale_desired: Some(4),
             write_stopped: stopped.clone(),
             unknown_choices: true,
+            mass_failure: false,
         };
         let again = Reporting {
             scaling: Some(&wish(4)),
             write_stopped: &stopped,
             unknown_choices: &unknown,
+            mass_failure: None,
         };
         assert!(transition_notes(&spec(), &reported, again).is_empty());
         let down = Reporting {
             scaling: Some(&wish(3)),
             write_stopped: &none,
             unknown_choices: &[],
+            mass_failure: None,
         };
         assert_eq!(
             reasons(&transition_notes(&spec(), &reported, down)),
@@ -162,8 +188,42 @@ mod tests {
             scaling: Some(&wish(5)),
             write_stopped: &none,
             unknown_choices: &[],
+            mass_failure: None,
         };
         assert!(transition_notes(&spec(), &Reported::default(), first_wish).is_empty());
+    }
+
+    #[test]
+    fn a_mass_failure_is_reported_going_in_and_coming_out() {
+        let m = MassFailure {
+            down: vec![1, 2],
+            members: 5,
+            replication_factor: 2,
+        };
+        let none = BTreeSet::new();
+        let now = |mass| Reporting {
+            scaling: None,
+            write_stopped: &none,
+            unknown_choices: &[],
+            mass_failure: mass,
+        };
+        let was = |mass_failure| Reported {
+            mass_failure,
+            ..Reported::default()
+        };
+        let into = transition_notes(&spec(), &was(false), now(Some(&m)));
+        assert_eq!(reasons(&into), ["MassFailure"]);
+        assert_eq!(into[0].kind, EventKind::Warning);
+        assert!(
+            into[0]
+                .message
+                .starts_with("2 of 5 members down (demo-1, demo-2)")
+        );
+        assert!(transition_notes(&spec(), &was(true), now(Some(&m))).is_empty());
+        let out = transition_notes(&spec(), &was(true), now(None));
+        assert_eq!(reasons(&out), ["MassFailureOver"]);
+        assert_eq!(out[0].kind, EventKind::Normal);
+        assert!(transition_notes(&spec(), &was(false), now(None)).is_empty());
     }
 
     #[test]

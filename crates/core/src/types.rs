@@ -417,4 +417,7 @@ pub struct Decision {
     /// The removals that would come next, in order, and what holds each (empty at or below
     /// the target). Reported only: nothing in it is acted on.
     pub plan: Vec<PlannedRemoval>,
+    /// So many members are down that copies may be missing (`mass::mass_failure`): only pods
+    /// on their own volumes were re-created.
+    pub mass_failure: Option<crate::mass::MassFailure>,
 }

@@ -35,7 +35,12 @@ const INPUTS: usize = 200_000;
 ///   the projection now includes `Decision::plan` (`status.plan`, the removals that would come
 ///   next and what holds each). With the plan left out of the projection the digest is still
 ///   `0x634f_71fa_435d_8083`: no action, memory, phase, block, note or pace changed.
-const DIGEST: u64 = 0xf45d_ff86_f385_bc1a;
+/// - `0xf45d_ff86_f385_bc1a` → `0xecbf_05bc_63ef_6c3e` (alone, over `0x634f_71fa_435d_8083`, it
+///   gave `0x4800_6be6_2409_1fb4`): a mass failure (replicationFactor or
+///   more members that held data without a ready pod, `mass::mass_failure`) holds every fresh
+///   volume of such a member, every member added or removed, drain, pod and volume deletion;
+///   only pods on their own volumes are re-created, and the progress says what is held.
+const DIGEST: u64 = 0xecbf_05bc_63ef_6c3e;
 
 /// What the generator draws beyond `SplitMix64`'s own.
 trait Draws {

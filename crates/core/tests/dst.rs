@@ -23,8 +23,9 @@
 //! Invariants, after every step: no partition loses its last copy among the members' volumes;
 //! at most one member is disrupted by the operator (drained, or its pod deleted by it); a
 //! removal never leaves fewer than replicationFactor + 1 members; a PVC is deleted only when
-//! every partition on it is held by another member's volume. Once faults stop, the cluster
-//! converges to the spec.
+//! every partition on it is held by another member's volume; in a mass failure (replicationFactor
+//! or more members down, `mass_failure`) the operator only re-creates pods on their own volumes.
+//! Once faults stop, the cluster converges to the spec.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
@@ -550,6 +551,8 @@ struct Counts {
     volumes_grown: u64,
     /// Fresh volumes asked for on a pod, and carried out (`VolumeReplaced` recorded).
     fresh_volumes: u64,
+    /// Passes that found the cluster in a mass failure (replicationFactor or more down).
+    mass_failure_passes: u64,
 }
 
 impl std::ops::AddAssign for Counts {
@@ -563,6 +566,7 @@ impl std::ops::AddAssign for Counts {
         self.transition_notes += o.transition_notes;
         self.volumes_grown += o.volumes_grown;
         self.fresh_volumes += o.fresh_volumes;
+        self.mass_failure_passes += o.mass_failure_passes;
     }
 }
 
@@ -574,6 +578,7 @@ struct Outcome {
 /// The users and the faults of one tick; returns how many were injected.
 fn inject_faults(
     w: &mut World,
+    members: &BTreeSet<u32>,
     spec: &mut ClusterSpec,
     ops: &mut u64,
     rng: &mut SplitMix64,
@@ -590,6 +595,18 @@ fn inject_faults(
         if p.running() {
             p.crashed_until = Some(t + 2 + rng.below(8));
             faults += 1;
+        }
+    }
+    if rng.chance(0.004) {
+        // Several members crash at once (a node or a zone goes): replicationFactor of them.
+        for _ in 0..rf {
+            if let Some(o) = pick(rng)
+                && let Some(p) = w.pods.get_mut(&o)
+                && p.running()
+            {
+                p.crashed_until = Some(t + 2 + rng.below(8));
+                faults += 1;
+            }
         }
     }
     if rng.chance(0.02)
@@ -615,12 +632,19 @@ fn inject_faults(
             faults += 1;
         }
     }
+    let all_up = members.iter().all(|o| {
+        w.pods
+            .get(o)
+            .is_some_and(|p| p.running() && p.deleted_at.is_none() && p.phase == Phase::Active)
+    });
     if rng.chance(0.01)
         && w.fully_replicated()
+        && all_up
         && let Some(o) = pick(rng)
     {
         // A careful user replaces a member with a fresh volume, only when fully
-        // replicated and its data has other copies (never with replicationFactor 1).
+        // replicated, every member up, and its data has other copies (never with
+        // replicationFactor 1).
         let others = w.active();
         let copied = (0..PARTITIONS)
             .all(|p| !w.holds(o, p) || others.iter().any(|m| *m != o && w.holds(*m, p)));
@@ -750,8 +774,12 @@ impl Operator {
         let target = unscraped_target(&self.spec, last_asked);
         let now = w.t as Millis * 1000;
         let made = creations_before_scrapes(&target, &status.memory, &unscraped, now).actions;
+        let mass = mass_failure(&target, &status.memory, &unscraped);
         for a in &made {
-            counts.invariant_checks += 1;
+            counts.invariant_checks += 2;
+            if let Some(m) = &mass {
+                mass_failure_allows(a, &status.memory, m, w.t, violations);
+            }
             match a {
                 Action::CreatePod(o) | Action::CreatePvc(o)
                     if status.memory.members.contains(o) => {}
@@ -815,6 +843,7 @@ impl Operator {
             scaling: sizing.scaling.as_ref(),
             write_stopped: &BTreeSet::new(),
             unknown_choices: &[],
+            mass_failure: d.mass_failure.as_ref(),
         };
         let notes = transition_notes(&sizing.spec, &status.reported, reporting);
         let pass = Pass {
@@ -847,9 +876,28 @@ impl Operator {
                 .unwrap_or_default(),
             reported: Reported {
                 autoscale_desired: sizing.scaling.as_ref().map(|s| s.desired),
+                mass_failure: d.mass_failure.is_some(),
                 ..Reported::default()
             },
         };
+        // In a mass failure (by the rule itself, over what this pass was given), the operator
+        // only re-creates pods on their own volumes (and volumes of members never Active).
+        if let Some(m) = mass_failure(&sizing.spec, &status.memory, &observed) {
+            counts.mass_failure_passes += 1;
+            for a in &d.actions {
+                counts.invariant_checks += 1;
+                mass_failure_allows(a, &status.memory, &m, t, violations);
+            }
+            if !d.memory.members.is_superset(&status.memory.members) {
+                violations.push(format!(
+                    "t={t}: a member removed in a mass failure: {:?} → {:?}",
+                    status.memory.members, d.memory.members
+                ));
+            }
+            if d.mass_failure.as_ref() != Some(&m) {
+                violations.push(format!("t={t}: mass failure {m:?} not reported"));
+            }
+        }
         // Events only on transitions: once written, the same report says nothing new.
         if !transition_notes(&sizing.spec, &written.reported, reporting).is_empty() {
             violations.push(format!("t={t}: a reported change would be reported again"));
@@ -891,6 +939,31 @@ impl Operator {
             w.grow_volumes(counts, violations);
         }
         pass
+    }
+}
+
+/// What the operator may do in a mass failure: a pod on an existing volume, and a volume for a
+/// member that never held data (Joining). No fresh volume for a member that held data, no
+/// volume deleted, no drain, no pod deleted.
+fn mass_failure_allows(
+    a: &Action,
+    memory: &Memory,
+    m: &MassFailure,
+    t: u64,
+    violations: &mut Vec<String>,
+) {
+    let ok = match a {
+        Action::CreatePod(_) => true,
+        Action::CreatePvc(o) => {
+            memory.phases.get(o) == Some(&MemberPhase::Joining) && !m.down.contains(o)
+        }
+        Action::DeletePvc(_) | Action::Drain(_) | Action::DeletePod(_) => false,
+    };
+    if !ok {
+        violations.push(format!(
+            "t={t}: {a:?} in a mass failure (down: {:?})",
+            m.down
+        ));
     }
 }
 
@@ -959,7 +1032,13 @@ fn run(seed: u64, trace: bool) -> Outcome {
         w.serve(ops);
         let faulty = w.t <= FAULT_TICKS;
         if faulty && w.born {
-            counts.faults += inject_faults(&mut w, &mut op.spec, &mut ops, &mut rng);
+            counts.faults += inject_faults(
+                &mut w,
+                &op.persisted.memory.members,
+                &mut op.spec,
+                &mut ops,
+                &mut rng,
+            );
         } else if !faulty {
             op.spec.paused = false;
             w.view_lag.values_mut().for_each(|l| *l = 0);
@@ -1038,7 +1117,7 @@ fn no_schedule_loses_data_or_disrupts_two_members_and_every_one_converges() {
     }
     println!(
         "dst: {schedules} schedules, {} steps, {} faults injected, {} invariant checks, {} failing; \
-         {} early creations ({} from a stale status), {} passes with the autoscaler moving the target, {} transition Events, {} volumes grown in place, {} fresh volumes asked for on a pod and carried out",
+         {} early creations ({} from a stale status), {} passes with the autoscaler moving the target, {} transition Events, {} volumes grown in place, {} fresh volumes asked for on a pod and carried out, {} passes in a mass failure",
         counts.steps,
         counts.faults,
         counts.invariant_checks,
@@ -1049,6 +1128,7 @@ fn no_schedule_loses_data_or_disrupts_two_members_and_every_one_converges() {
         counts.transition_notes,
         counts.volumes_grown,
         counts.fresh_volumes,
+        counts.mass_failure_passes,
     );
     assert!(
         failed.is_empty(),
@@ -1063,5 +1143,6 @@ fn no_schedule_loses_data_or_disrupts_two_members_and_every_one_converges() {
         assert!(counts.transition_notes > 0, "{counts:?}");
         assert!(counts.volumes_grown > 0, "{counts:?}");
         assert!(counts.fresh_volumes > 0, "{counts:?}");
+        assert!(counts.mass_failure_passes > 0, "{counts:?}");
     }
 }

@@ -1501,3 +1501,145 @@ fn a_hand_off_does_not_outlive_a_restart_of_the_node() {
     );
     assert!(d.actions.contains(&Action::CreatePod(3)), "{:?}", d.actions);
 }
+
+fn decide_once(s: &ClusterSpec, w: &mut World, mem: &mut Memory, now: Millis) -> Decision {
+    w.scrape(now);
+    let d = decide(&Input {
+        spec: s,
+        memory: mem,
+        observed: &w.obs,
+        now,
+    });
+    *mem = d.memory.clone();
+    w.apply(&d.actions, now);
+    d
+}
+
+/// replicationFactor members down: only pods on their own volumes come back; a member whose
+/// volume is gone gets none, and no removal starts, until enough members are up again.
+#[test]
+fn a_mass_failure_recreates_only_pods_on_their_own_volumes_until_members_recover() {
+    let mut s = spec(5, 2);
+    let mut w = World::new(1_000);
+    let mut mem = Memory::default();
+    drive(&s, &mut w, &mut mem, 0, 60);
+    assert_eq!(names(&mem), vec![0, 1, 2, 3, 4]);
+    let uids: BTreeMap<u32, String> = (0..5).map(|o| (o, uid_of(&w, o))).collect();
+    // demo-1 crashed (unready), demo-2 lost its pod and its volume, demo-4 lost its pod; and
+    // the spec shrank.
+    w.obs.get_mut(&1).unwrap().pod.as_mut().unwrap().ready = false;
+    w.obs.remove(&2);
+    w.obs.get_mut(&4).unwrap().pod = None;
+    s.nodes = 4;
+    let d = decide_once(&s, &mut w, &mut mem, 100_000);
+    assert_eq!(
+        d.actions,
+        vec![Action::CreatePod(4)],
+        "only on its own volume"
+    );
+    let m = d.mass_failure.clone().expect("a mass failure");
+    assert_eq!(m.down, vec![1, 2, 4]);
+    assert_eq!(
+        m.message(&s),
+        "3 of 5 members down (demo-1, demo-2, demo-4) with replicationFactor 2: copies may be missing; only pods on their own volumes are re-created"
+    );
+    assert!(d.memory.removal().is_none(), "no removal starts");
+    assert!(
+        d.progress
+            .as_deref()
+            .unwrap()
+            .contains("a fresh volume for demo-2"),
+        "{:?}",
+        d.progress
+    );
+    // demo-4 is back, demo-1 still down: still RF down, still no fresh volume, no removal.
+    for t in 1..10 {
+        let d = decide_once(&s, &mut w, &mut mem, 100_000 + t * 1_000);
+        assert_eq!(d.mass_failure.as_ref().unwrap().down, vec![1, 2]);
+        assert!(d.actions.is_empty(), "{:?}", d.actions);
+        assert!(d.memory.removal().is_none());
+    }
+    assert_eq!(uid_of(&w, 4), uids[&4], "re-created on its own volume");
+    // demo-1 recovers: one down, below RF: the fresh volume, then the scale-down.
+    w.obs.get_mut(&1).unwrap().pod.as_mut().unwrap().ready = true;
+    let d = decide_once(&s, &mut w, &mut mem, 200_000);
+    assert_eq!(d.mass_failure, None);
+    assert_eq!(d.actions, vec![Action::CreatePvc(2), Action::CreatePod(2)]);
+    let ds = drive(&s, &mut w, &mut mem, 201_000, 200);
+    assert_eq!(ds.last().unwrap().phase, ClusterPhase::Healthy);
+    assert_eq!(names(&mem), vec![0, 1, 2, 3]);
+    assert_ne!(uid_of(&w, 2), uids[&2], "demo-2 on a fresh volume");
+    assert!(ds.iter().all(|d| d.mass_failure.is_none()));
+}
+
+/// A removal in progress does not delete its victim's pod, and a rollout deletes no pod, while
+/// replicationFactor other members are down.
+#[test]
+fn a_mass_failure_holds_a_removal_and_a_rollout_at_their_pod_deletion() {
+    let mut s = spec(4, 2);
+    let mut w = World::new(2_000);
+    let mut mem = Memory::default();
+    drive(&s, &mut w, &mut mem, 0, 60);
+    s.nodes = 3;
+    let now = run_until(&s, &mut w, &mut mem, 100_000, |m| {
+        m.removal().is_some_and(|r| r.step == RemovalStep::Deleting)
+    });
+    // The deletion has not taken yet (its pod is still there, drained), and two others crash.
+    w.obs.get_mut(&3).unwrap().pod = Some(PodObs {
+        ready: true,
+        drained: true,
+        ..PodObs::default()
+    });
+    for o in [0, 1] {
+        w.obs.get_mut(&o).unwrap().pod.as_mut().unwrap().ready = false;
+    }
+    let d = decide_once(&s, &mut w, &mut mem, now);
+    assert_eq!(d.mass_failure.as_ref().unwrap().down, vec![0, 1]);
+    assert!(d.actions.is_empty(), "{:?}", d.actions);
+    assert_eq!(d.memory.removal().unwrap().step, RemovalStep::Deleting);
+    for o in [0, 1] {
+        w.obs.get_mut(&o).unwrap().pod.as_mut().unwrap().ready = true;
+    }
+    let d = decide_once(&s, &mut w, &mut mem, now + 1_000);
+    assert_eq!(d.actions, vec![Action::DeletePod(3)]);
+    drive(&s, &mut w, &mut mem, now + 2_000, 200);
+    assert_eq!(names(&mem), vec![0, 1, 2]);
+
+    // A rollout: its member handed off and about to be deleted when two others go down.
+    change_spec(&mut w);
+    let now = run_until(&s, &mut w, &mut mem, 500_000, |m| {
+        m.roll().is_some_and(|r| r.step == RollStep::HandingOff)
+    });
+    let rolling = mem.roll().unwrap().ordinal;
+    let others: Vec<u32> = [0, 1, 2].into_iter().filter(|o| *o != rolling).collect();
+    for o in &others {
+        w.obs.get_mut(o).unwrap().pod.as_mut().unwrap().ready = false;
+    }
+    for t in 0..20 {
+        let d = decide_once(&s, &mut w, &mut mem, now + t * 1_000);
+        assert!(d.mass_failure.is_some());
+        assert!(d.actions.is_empty(), "{:?}", d.actions);
+    }
+    for o in &others {
+        w.obs.get_mut(o).unwrap().pod.as_mut().unwrap().ready = true;
+    }
+    let ds = drive(&s, &mut w, &mut mem, now + 30_000, 400);
+    assert_eq!(ds.last().unwrap().phase, ClusterPhase::Healthy);
+}
+
+/// A new cluster is never in a mass failure: every member is Joining until it was Active.
+#[test]
+fn creating_a_cluster_is_not_a_mass_failure() {
+    let s = spec(3, 1);
+    let mut w = World::new(1_000);
+    let mut mem = Memory::default();
+    let d = decide_once(&s, &mut w, &mut mem, 0);
+    assert_eq!(d.mass_failure, None);
+    // Its volumes are lost before any pod ran: they are created again.
+    w.obs.clear();
+    let d = decide_once(&s, &mut w, &mut mem, 1_000);
+    assert_eq!(d.mass_failure, None);
+    assert!(d.actions.contains(&Action::CreatePvc(0)));
+    let ds = drive(&s, &mut w, &mut mem, 2_000, 60);
+    assert_eq!(ds.last().unwrap().phase, ClusterPhase::Healthy);
+}

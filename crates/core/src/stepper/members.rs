@@ -52,6 +52,10 @@ impl Pass<'_> {
             return;
         }
         let want = self.target - self.members.len();
+        if self.mass.is_some() {
+            self.mass_held.push(format!("adding {want} members"));
+            return;
+        }
         let taken: BTreeSet<u32> = self
             .members
             .iter()
@@ -102,7 +106,17 @@ impl Pass<'_> {
     /// if its pod is drained and stays.
     fn children_of(&mut self, o: u32, rolling: Option<&Roll>) -> bool {
         let m = self.obs(o);
+        let name = self.spec.member_name(o);
+        // A member that never held data (new, still Joining) may get its volume in a mass
+        // failure; any other gets a fresh volume only once enough members are up.
+        let new_member =
+            self.created.contains(&o) || self.memory.phases.get(&o) == Some(&MemberPhase::Joining);
         let pvc_ok = match &m.pvc {
+            None if self.mass.is_some() && !new_member => {
+                self.mass_held
+                    .push(format!("a fresh volume for {name} (its volume is missing)"));
+                return false;
+            }
             None => {
                 self.actions.insert(Action::CreatePvc(o));
                 true
@@ -112,7 +126,6 @@ impl Pass<'_> {
             Some(p) => !p.terminating,
         };
         let rolling = rolling.is_some();
-        let name = self.spec.member_name(o);
         match &m.pod {
             None if pvc_ok => {
                 self.actions.insert(Action::CreatePod(o));
@@ -158,9 +171,7 @@ impl Pass<'_> {
             return;
         };
         let name = self.spec.member_name(o);
-        if self.spec.paused {
-            self.held.push(format!("restarting the drained {name}"));
-        } else {
+        if !self.hold(format!("restarting the drained {name}")) {
             self.actions.insert(Action::DeletePod(o));
         }
         self.progress.push(format!(

@@ -48,10 +48,11 @@ impl Pass<'_> {
                 ));
                 enter(r, RemovalStep::HandingOff, self.now);
             }
-            Some(_) if self.spec.paused => self.held.push(format!("draining {name}")),
             Some(_) => {
-                self.actions.insert(Action::Drain(r.ordinal));
-                self.progress.push(format!("draining {name}"));
+                if !self.hold(format!("draining {name}")) {
+                    self.actions.insert(Action::Drain(r.ordinal));
+                    self.progress.push(format!("draining {name}"));
+                }
             }
         }
     }
@@ -76,10 +77,11 @@ impl Pass<'_> {
         // Every member, the victim too: it must still be up and serving as the source of the
         // copies (a crashed victim stalls them silently).
         match self.gate_all(Some(r.step_started_at)) {
-            Ok(()) if self.spec.paused => self.held.push(format!("deleting the pod of {name}")),
             Ok(()) => {
-                enter(r, RemovalStep::Deleting, self.now);
-                self.actions.insert(Action::DeletePod(r.ordinal));
+                if !self.hold(format!("deleting the pod of {name}")) {
+                    enter(r, RemovalStep::Deleting, self.now);
+                    self.actions.insert(Action::DeletePod(r.ordinal));
+                }
             }
             Err(b) => self.wait_on_gate(
                 b,
@@ -103,11 +105,12 @@ impl Pass<'_> {
                 self.progress
                     .push(format!("waiting for {name} to flush and exit"));
             }
-            Some(_) if self.spec.paused => self.held.push(format!("deleting the pod of {name}")),
             Some(_) => {
-                self.actions.insert(Action::DeletePod(r.ordinal));
-                self.progress
-                    .push(format!("waiting for {name} to flush and exit"));
+                if !self.hold(format!("deleting the pod of {name}")) {
+                    self.actions.insert(Action::DeletePod(r.ordinal));
+                    self.progress
+                        .push(format!("waiting for {name} to flush and exit"));
+                }
             }
         }
     }
@@ -148,7 +151,11 @@ impl Pass<'_> {
                 self.spec.member_name(v)
             ),
         ));
-        if self.spec.reclaim_pvcs && self.obs(v).pvc.is_some() && !self.spec.paused {
+        if self.spec.reclaim_pvcs
+            && self.obs(v).pvc.is_some()
+            && !self.spec.paused
+            && self.mass.is_none()
+        {
             self.actions.insert(Action::DeletePvc(v));
         }
     }
@@ -164,6 +171,10 @@ impl Pass<'_> {
         }
         if let Err(b) = self.may_start_removal() {
             self.blocked = Some(b);
+            return;
+        }
+        if self.mass.is_some() {
+            self.mass_held.push("the scale-down".into());
             return;
         }
         let (o, reason) = choose_victim(&self.members, &self.spec.remove_first, |o| {

@@ -21,6 +21,7 @@ impl Pass<'_> {
     pub(super) fn reclaim_volumes(&mut self) {
         if !self.spec.reclaim_pvcs
             || self.spec.paused
+            || self.mass.is_some()
             || self.disruption.is_some()
             || self.members.len() != self.target
             || self.replacing
@@ -42,6 +43,13 @@ impl Pass<'_> {
     /// The decision, as reported.
     pub(super) fn report(mut self) -> Decision {
         self.note_block_changes();
+        if !self.mass_held.is_empty() {
+            self.progress.push(format!(
+                "{} members down: holding {}",
+                self.mass.as_ref().map_or(0, |m| m.down.len()),
+                self.mass_held.join("; ")
+            ));
+        }
         let phase = self.cluster_phase();
         self.default_progress(phase);
         let requeue_ms = self.requeue_ms(phase);
@@ -60,6 +68,7 @@ impl Pass<'_> {
             notes: self.notes,
             requeue_ms,
             plan: self.plan,
+            mass_failure: self.mass,
         }
     }
 

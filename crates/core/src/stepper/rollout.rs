@@ -106,16 +106,13 @@ impl Pass<'_> {
                 ));
                 enter(r, RollStep::HandingOff, self.now);
             }
-            Some(_) if self.spec.paused => {
-                self.held.push(format!("draining {name} for the update"))
-            }
-            Some(_) => {
+            Some(_) if !self.hold(format!("draining {name} for the update")) => {
                 self.actions.insert(Action::Drain(r.ordinal));
                 self.progress.push(format!(
                     "draining {name} before restarting it with the current spec"
                 ));
             }
-            None => {}
+            _ => {}
         }
     }
 
@@ -129,11 +126,12 @@ impl Pass<'_> {
         }
         // Every member, this one too: it must still be up as the source of the copies.
         match self.gate_all(Some(r.step_started_at)) {
-            Ok(()) if self.spec.paused => self.held.push(format!("restarting {name}")),
             Ok(()) => {
-                enter(r, RollStep::Deleting, self.now);
-                r.handed_off_pvc = m.pvc.as_ref().map(|v| v.uid.clone());
-                self.actions.insert(Action::DeletePod(r.ordinal));
+                if !self.hold(format!("restarting {name}")) {
+                    enter(r, RollStep::Deleting, self.now);
+                    r.handed_off_pvc = m.pvc.as_ref().map(|v| v.uid.clone());
+                    self.actions.insert(Action::DeletePod(r.ordinal));
+                }
             }
             Err(b) => self.wait_gate_for_update(b, r, name, "hand-off before its restart"),
         }
@@ -147,9 +145,7 @@ impl Pass<'_> {
                 .progress
                 .push(format!("waiting for {name} to flush and exit")),
             Some(p) if p.drained => {
-                if self.spec.paused {
-                    self.held.push(format!("restarting {name}"));
-                } else {
+                if !self.hold(format!("restarting {name}")) {
                     self.actions.insert(Action::DeletePod(r.ordinal));
                 }
             }
@@ -173,9 +169,7 @@ impl Pass<'_> {
             // The spec changed again while it was out of service: it holds nothing the
             // others rely on (they took its data over before it was deleted).
             Some(p) if p.outdated && !p.ready => {
-                if self.spec.paused {
-                    self.held.push(format!("restarting {name} again"));
-                } else {
+                if !self.hold(format!("restarting {name} again")) {
                     self.actions.insert(Action::DeletePod(r.ordinal));
                 }
             }
@@ -219,9 +213,7 @@ impl Pass<'_> {
                     && !v.terminating
                     && r.handed_off_pvc.as_deref() == Some(v.uid.as_str()) =>
             {
-                if self.spec.paused {
-                    self.held.push(format!("replacing the volume of {name}"));
-                } else {
+                if !self.hold(format!("replacing the volume of {name}")) {
                     self.actions.insert(Action::DeletePvc(r.ordinal));
                     self.progress
                         .push(format!("replacing the volume of {name}"));
@@ -266,6 +258,10 @@ impl Pass<'_> {
         }
         if let Err(b) = self.may_start_roll(outdated.len(), &asked) {
             self.blocked = Some(b);
+            return;
+        }
+        if self.mass.is_some() {
+            self.mass_held.push("the rolling update".into());
             return;
         }
         if let Some(&o) = asked.last() {
