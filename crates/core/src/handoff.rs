@@ -5,13 +5,16 @@
 //! when, for every member that must carry the data:
 //! 1. its pod exists and is Ready, and its metrics were actually read;
 //! 2. it reports 0 under-replicated and 0 join-gate-pending partitions;
-//! 3. its membership view holds exactly the expected number of members;
+//! 3. its membership view holds exactly the expected number of members, and by identity
+//!    exactly the expected members: the ids the gated members give as their own (read over
+//!    RESP; an unread view is unknown, and holds);
 //! 4. its bootstrap and repair counters have not moved for the settle window, counted from
 //!    the later of their last change and `since` (the start of the step being gated).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
-use crate::types::{BlockReason, Blocked, MemberObs, Millis, Sample};
+use crate::types::{BlockReason, Blocked, MemberObs, Millis, Sample, View};
+use crate::views::describe;
 
 pub struct HandoffGate<'a> {
     /// The members that must carry the data, by ordinal.
@@ -102,6 +105,7 @@ impl HandoffGate<'_> {
                 ),
             );
         }
+        self.check_identities()?;
         let mut moving: Vec<u32> = Vec::new();
         let mut quiet_for = Millis::MAX;
         for (o, _) in &scrapes {
@@ -127,6 +131,60 @@ impl HandoffGate<'_> {
                     who(moving)
                 ),
             );
+        }
+        Ok(())
+    }
+}
+
+impl HandoffGate<'_> {
+    /// Every gated member's view holds exactly the ids of the gated members.
+    fn check_identities(&self) -> Result<(), Blocked> {
+        let fail = |message: String| {
+            Err(Blocked {
+                reason: BlockReason::ViewsNotConverged,
+                message,
+            })
+        };
+        let unread: Vec<String> = self
+            .members
+            .iter()
+            .filter(|(_, m)| m.view.is_none())
+            .map(|(o, _)| format!("{}-{o}", self.name))
+            .collect();
+        if !unread.is_empty() {
+            return fail(format!(
+                "views not read over RESP (unreachable, AUTH refused or unparseable) from: {}",
+                unread.join(", ")
+            ));
+        }
+        let views: BTreeMap<u32, &View> = self
+            .members
+            .iter()
+            .filter_map(|(o, m)| m.view.as_ref().map(|v| (*o, v)))
+            .collect();
+        let expected: BTreeSet<&str> = views.values().map(|v| v.id.as_str()).collect();
+        if expected.len() != views.len() {
+            return fail("two members report the same id (CLUSTER MYID)".into());
+        }
+        let names: BTreeMap<String, String> = views
+            .iter()
+            .map(|(o, v)| (v.id.clone(), format!("{}-{o}", self.name)))
+            .collect();
+        let differ: Vec<String> = views
+            .iter()
+            .filter(|(_, v)| v.ids() != expected)
+            .map(|(o, v)| format!("{}-{o} sees {}", self.name, describe(v, &names)))
+            .collect();
+        if !differ.is_empty() {
+            let want: Vec<&String> = names.values().collect();
+            return fail(format!(
+                "views not converged by identity on {}: {}",
+                want.iter()
+                    .map(|s| s.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                differ.join("; ")
+            ));
         }
         Ok(())
     }
@@ -175,6 +233,7 @@ mod tests {
 
     fn member(view: u64) -> MemberObs {
         MemberObs {
+            view: Some(View::of_ordinals(0, 0..view as u32)),
             pod: Some(PodObs {
                 ready: true,
                 terminating: false,
@@ -188,6 +247,75 @@ mod tests {
                 ..Scrape::default()
             }),
         }
+    }
+
+    /// Member `i` gives its own id as ordinal `i`'s.
+    fn numbered(mut ms: Vec<MemberObs>) -> Vec<MemberObs> {
+        for (i, m) in ms.iter_mut().enumerate() {
+            m.view.as_mut().unwrap().id = View::ordinal_id(i as u32);
+        }
+        ms
+    }
+
+    /// Members 0..n, member `i` seeing `sees[i]`.
+    fn seeing(sees: &[&[u32]]) -> Vec<MemberObs> {
+        sees.iter()
+            .enumerate()
+            .map(|(i, s)| {
+                let mut m = member(s.len() as u64);
+                m.view = Some(View::of_ordinals(i as u32, s.iter().copied()));
+                m
+            })
+            .collect()
+    }
+
+    #[test]
+    fn views_must_hold_the_expected_members_by_identity() {
+        let samples = quiet_since(0, 3);
+        let ok = seeing(&[&[0, 1, 2], &[0, 1, 2], &[0, 1, 2]]);
+        assert_eq!(check(&ok, &samples, 3, None, 10_000), Ok(()));
+
+        // The right count, but member 2 sees a stranger (ordinal 7's id) in place of 1.
+        let swapped = seeing(&[&[0, 1, 2], &[0, 1, 2], &[0, 2, 7]]);
+        let b = check(&swapped, &samples, 3, None, 10_000).unwrap_err();
+        assert_eq!(b.reason, BlockReason::ViewsNotConverged);
+        assert!(
+            b.message
+                .contains("demo-2 sees demo-0, demo-2, stranger 00000000 at 10.0.0.7"),
+            "{}",
+            b.message
+        );
+
+        // Two halves of a four-member cluster, each padded to the right count by strangers.
+        let mut halves = seeing(&[&[0, 1, 8, 9], &[0, 1, 8, 9], &[2, 3, 8, 9], &[2, 3, 8, 9]]);
+        let all4 = quiet_since(0, 4);
+        assert_eq!(
+            reason(check(&halves, &all4, 4, None, 10_000)),
+            Some(BlockReason::ViewsNotConverged)
+        );
+        // Every view the same, but not the gated members: still held.
+        for m in halves.iter_mut() {
+            m.view.as_mut().unwrap().peers = View::of_ordinals(0, [0, 1, 2, 9]).peers;
+        }
+        assert_eq!(
+            reason(check(&halves, &all4, 4, None, 10_000)),
+            Some(BlockReason::ViewsNotConverged)
+        );
+
+        // A view not read is unknown, and holds, naming the member.
+        let mut unread = ok.clone();
+        unread[1].view = None;
+        let b = check(&unread, &samples, 3, None, 10_000).unwrap_err();
+        assert_eq!(b.reason, BlockReason::ViewsNotConverged);
+        assert!(b.message.ends_with("from: demo-1"), "{}", b.message);
+
+        // Two members claiming one id.
+        let mut twins = ok.clone();
+        twins[1].view.as_mut().unwrap().id = View::ordinal_id(0);
+        assert_eq!(
+            reason(check(&twins, &samples, 3, None, 10_000)),
+            Some(BlockReason::ViewsNotConverged)
+        );
     }
 
     fn check(
@@ -234,7 +362,7 @@ mod tests {
 
     #[test]
     fn passes_only_when_every_condition_holds() {
-        let ok = vec![member(3), member(3), member(3)];
+        let ok = numbered(vec![member(3), member(3), member(3)]);
         let samples = quiet_since(0, 3);
         assert_eq!(check(&ok, &samples, 3, None, 10_000), Ok(()));
 
@@ -267,12 +395,12 @@ mod tests {
         );
 
         // One view still holds the member that left.
-        let diverged = vec![member(3), member(4), member(3)];
+        let diverged = numbered(vec![member(3), member(4), member(3)]);
         assert_eq!(
             reason(check(&diverged, &samples, 3, None, 10_000)),
             Some(BlockReason::ViewsNotConverged)
         );
-        let too_small = vec![member(2), member(3), member(3)];
+        let too_small = numbered(vec![member(2), member(3), member(3)]);
         assert_eq!(
             reason(check(&too_small, &samples, 3, None, 10_000)),
             Some(BlockReason::ViewsNotConverged)
@@ -281,7 +409,7 @@ mod tests {
 
     #[test]
     fn counters_must_be_quiet_for_the_settle_window_since_the_step_began() {
-        let ok = vec![member(3), member(3), member(3)];
+        let ok = numbered(vec![member(3), member(3), member(3)]);
         // Counters moved 2 s ago.
         assert_eq!(
             reason(check(&ok, &quiet_since(8_000, 3), 3, None, 10_000)),

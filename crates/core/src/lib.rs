@@ -15,6 +15,7 @@ pub mod stepper;
 pub mod transitions;
 pub mod types;
 pub mod units;
+pub mod views;
 pub mod volumes;
 
 pub use mass::{MassFailure, mass_failure};

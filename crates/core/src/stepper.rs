@@ -22,6 +22,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use crate::handoff::{HandoffGate, update_samples};
 use crate::mass::{MassFailure, mass_failure};
 use crate::types::*;
+use crate::views::{Agreement, SuspectedPartition, agreement, split_since, suspected_partition};
 
 mod members;
 mod removal;
@@ -68,6 +69,7 @@ static UNSEEN: MemberObs = MemberObs {
     pod: None,
     pvc: None,
     scrape: None,
+    view: None,
 };
 
 /// One pass of the runbook: what it was given, what it derived, and what it decided so far.
@@ -114,11 +116,21 @@ struct Pass<'a> {
     mass: Option<MassFailure>,
     /// What the mass failure holds back, in words.
     mass_held: Vec<String>,
+    /// How the ready members' views compare by identity, and since when they disagree.
+    agreement: Agreement,
+    views_split_since: Option<Millis>,
+    /// Views disagreed too long: every disruptive step waits.
+    partition: Option<SuspectedPartition>,
+    /// What disagreeing views hold back, in words.
+    views_held: Vec<String>,
 }
 
 impl<'a> Pass<'a> {
     fn new(input: &Input<'a>) -> Self {
         let now = input.now.max(0);
+        let agreement = agreement(input.spec, &input.memory.members, input.observed);
+        let views_split_since = split_since(input.memory.views_split_since, &agreement, now);
+        let partition = suspected_partition(input.spec, &agreement, views_split_since, now);
         Pass {
             spec: input.spec,
             memory: input.memory,
@@ -142,6 +154,10 @@ impl<'a> Pass<'a> {
             plan: Vec::new(),
             mass: mass_failure(input.spec, input.memory, input.observed),
             mass_held: Vec::new(),
+            agreement,
+            views_split_since,
+            partition,
+            views_held: Vec::new(),
         }
     }
 
@@ -200,7 +216,8 @@ impl<'a> Pass<'a> {
     }
 
     /// Whether a disruptive step (`what`, in words) is held: by `spec.paused` (which blocks
-    /// the cluster) or by a mass failure.
+    /// the cluster), by a mass failure, or by members' views that disagree by identity (a
+    /// suspected partition, or a disagreement not yet that old).
     fn hold(&mut self, what: String) -> bool {
         if self.spec.paused {
             self.held.push(what);
@@ -208,9 +225,17 @@ impl<'a> Pass<'a> {
         } else if self.mass.is_some() {
             self.mass_held.push(what);
             true
+        } else if self.views_disagree() {
+            self.views_held.push(what);
+            true
         } else {
             false
         }
+    }
+
+    /// Ready members' views disagree by identity now, or a suspected partition is reported.
+    fn views_disagree(&self) -> bool {
+        self.partition.is_some() || matches!(self.agreement, Agreement::Disagree(_))
     }
 
     /// Members (being) created by this pass, PVCs or pods.

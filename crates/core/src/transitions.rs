@@ -8,6 +8,7 @@ use std::collections::BTreeSet;
 use crate::autoscale::ScaleDecision;
 use crate::mass::MassFailure;
 use crate::types::{ClusterSpec, EventKind, Note};
+use crate::views::SuspectedPartition;
 
 /// What to do about a member that stopped writes, for its condition and its Event.
 pub const DISK_WRITE_STOPPED_ADVICE: &str = "its volume reached the disk high-water mark and it refuses writes; grow storage.size (volumes expand in place), add members (spec.nodes or autoscale), or delete data";
@@ -23,6 +24,8 @@ pub struct Reported {
     pub unknown_choices: bool,
     /// Whether a mass failure was reported (the `MassFailure` condition True).
     pub mass_failure: bool,
+    /// Whether a suspected partition was reported (the `SuspectedPartition` condition True).
+    pub suspected_partition: bool,
 }
 
 /// What this pass reports.
@@ -32,6 +35,7 @@ pub struct Reporting<'a> {
     pub write_stopped: &'a BTreeSet<u32>,
     pub unknown_choices: &'a [String],
     pub mass_failure: Option<&'a MassFailure>,
+    pub suspected_partition: Option<&'a SuspectedPartition>,
 }
 
 pub fn transition_notes(spec: &ClusterSpec, before: &Reported, now: Reporting) -> Vec<Note> {
@@ -83,6 +87,21 @@ pub fn transition_notes(spec: &ClusterSpec, before: &Reported, now: Reporting) -
                 "fewer than replicationFactor ({}) members down: replacements, removals and rollouts may proceed",
                 spec.replication_factor
             ),
+            member: None,
+        }),
+        _ => {}
+    }
+    match (now.suspected_partition, before.suspected_partition) {
+        (Some(p), false) => notes.push(Note {
+            kind: EventKind::Warning,
+            reason: "SuspectedPartition",
+            message: p.message.clone(),
+            member: None,
+        }),
+        (None, true) => notes.push(Note {
+            kind: EventKind::Normal,
+            reason: "ViewsAgree",
+            message: "every ready member's view holds the same members again: removals, restarts and volume replacements may proceed".into(),
             member: None,
         }),
         _ => {}
@@ -151,6 +170,7 @@ mod tests {
                 write_stopped: &stopped,
                 unknown_choices: &unknown,
                 mass_failure: None,
+                suspected_partition: None,
             },
         );
         assert_eq!(
@@ -165,12 +185,14 @@ mod tests {
             write_stopped: stopped.clone(),
             unknown_choices: true,
             mass_failure: false,
+            suspected_partition: false,
         };
         let again = Reporting {
             scaling: Some(&wish(4)),
             write_stopped: &stopped,
             unknown_choices: &unknown,
             mass_failure: None,
+            suspected_partition: None,
         };
         assert!(transition_notes(&spec(), &reported, again).is_empty());
         let down = Reporting {
@@ -178,6 +200,7 @@ mod tests {
             write_stopped: &none,
             unknown_choices: &[],
             mass_failure: None,
+            suspected_partition: None,
         };
         assert_eq!(
             reasons(&transition_notes(&spec(), &reported, down)),
@@ -189,6 +212,7 @@ mod tests {
             write_stopped: &none,
             unknown_choices: &[],
             mass_failure: None,
+            suspected_partition: None,
         };
         assert!(transition_notes(&spec(), &Reported::default(), first_wish).is_empty());
     }
@@ -206,6 +230,7 @@ mod tests {
             write_stopped: &none,
             unknown_choices: &[],
             mass_failure: mass,
+            suspected_partition: None,
         };
         let was = |mass_failure| Reported {
             mass_failure,
@@ -222,6 +247,35 @@ mod tests {
         assert!(transition_notes(&spec(), &was(true), now(Some(&m))).is_empty());
         let out = transition_notes(&spec(), &was(true), now(None));
         assert_eq!(reasons(&out), ["MassFailureOver"]);
+        assert_eq!(out[0].kind, EventKind::Normal);
+        assert!(transition_notes(&spec(), &was(false), now(None)).is_empty());
+    }
+
+    #[test]
+    fn a_suspected_partition_is_reported_going_in_and_coming_out() {
+        let p = SuspectedPartition {
+            since: 0,
+            message: "demo-0 sees demo-0; demo-1 sees demo-1".into(),
+        };
+        let none = BTreeSet::new();
+        let now = |p| Reporting {
+            scaling: None,
+            write_stopped: &none,
+            unknown_choices: &[],
+            mass_failure: None,
+            suspected_partition: p,
+        };
+        let was = |suspected_partition| Reported {
+            suspected_partition,
+            ..Reported::default()
+        };
+        let into = transition_notes(&spec(), &was(false), now(Some(&p)));
+        assert_eq!(reasons(&into), ["SuspectedPartition"]);
+        assert_eq!(into[0].kind, EventKind::Warning);
+        assert_eq!(into[0].message, p.message);
+        assert!(transition_notes(&spec(), &was(true), now(Some(&p))).is_empty());
+        let out = transition_notes(&spec(), &was(true), now(None));
+        assert_eq!(reasons(&out), ["ViewsAgree"]);
         assert_eq!(out[0].kind, EventKind::Normal);
         assert!(transition_notes(&spec(), &was(false), now(None)).is_empty());
     }

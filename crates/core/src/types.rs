@@ -103,6 +103,40 @@ pub struct MemberObs {
     pub pvc: Option<PvcObs>,
     /// `None`: no pod IP, or the scrape failed or timed out.
     pub scrape: Option<Scrape>,
+    /// Its membership view by identity, read over RESP. `None`: no pod IP, the port did not
+    /// answer in time, `AUTH` failed, or the answer did not parse (unknown, never safe).
+    pub view: Option<View>,
+}
+
+/// One member's view by identity: its own id (`CLUSTER MYID`) and every member in its view
+/// (`CLUSTER NODES`: id → address, the address possibly empty).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct View {
+    pub id: String,
+    pub peers: BTreeMap<String, String>,
+}
+
+impl View {
+    /// The ids it sees.
+    pub fn ids(&self) -> BTreeSet<&str> {
+        self.peers.keys().map(String::as_str).collect()
+    }
+
+    /// The id simulations give ordinal `o` (a real node's is 40 hex digits).
+    pub fn ordinal_id(o: u32) -> String {
+        format!("{o:040x}")
+    }
+
+    /// Member `me`'s view holding `sees`, with simulation ids.
+    pub fn of_ordinals(me: u32, sees: impl IntoIterator<Item = u32>) -> View {
+        View {
+            id: Self::ordinal_id(me),
+            peers: sees
+                .into_iter()
+                .map(|o| (Self::ordinal_id(o), format!("10.0.0.{o}:6379")))
+                .collect(),
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -254,6 +288,8 @@ pub struct Memory {
     pub phases: BTreeMap<u32, MemberPhase>,
     /// The blocking reason last reported, so events fire only on transitions.
     pub blocked: Option<BlockReason>,
+    /// Since when the ready members' views have disagreed by identity (`views.rs`).
+    pub views_split_since: Option<Millis>,
 }
 
 impl Memory {
@@ -420,4 +456,6 @@ pub struct Decision {
     /// So many members are down that copies may be missing (`mass::mass_failure`): only pods
     /// on their own volumes were re-created.
     pub mass_failure: Option<crate::mass::MassFailure>,
+    /// Views have disagreed by identity for too long: every disruptive step is held.
+    pub suspected_partition: Option<crate::views::SuspectedPartition>,
 }

@@ -279,11 +279,13 @@ fn gen_memory(
         samples,
         phases,
         blocked,
+        views_split_since: None,
     }
 }
 
-fn healthy(o: u32, view: u64, sample: Option<&Sample>) -> MemberObs {
+fn healthy(o: u32, view: u64, seen: &BTreeSet<u32>, sample: Option<&Sample>) -> MemberObs {
     MemberObs {
+        view: Some(View::of_ordinals(o, seen.iter().copied())),
         pod: Some(PodObs {
             ready: true,
             ..PodObs::default()
@@ -447,10 +449,24 @@ fn gen_observed(
         17 | 18 => n.saturating_sub(1),
         _ => n + 1,
     };
+    // The same view by identity: the members and adopted strays, less one (the member
+    // leaving, or the highest) or plus a stranger, as the count says.
+    let mut seen: BTreeSet<u32> = memory.members.clone();
+    seen.extend(strays.iter().filter(|(_, s)| s.0).map(|(o, _)| *o));
+    let leaving = memory.removal().map(|rm| rm.ordinal);
+    if view < n {
+        let gone = leaving
+            .filter(|_| settling)
+            .or(seen.last().copied())
+            .unwrap_or(0);
+        seen.remove(&gone);
+    } else if view > n {
+        seen.insert(99);
+    }
     let target = memory.disruption.as_ref().map(Disruption::ordinal);
     let mut out = BTreeMap::new();
     for &o in &memory.members {
-        let mut m = healthy(o, view, memory.samples.get(&o));
+        let mut m = healthy(o, view, &seen, memory.samples.get(&o));
         if let Some(p) = m.pod.as_mut() {
             p.outdated = r.pct(shape.outdated_pods);
             p.replace_volume = shape.asks > 0 && asks.pct(shape.asks);
@@ -470,10 +486,13 @@ fn gen_observed(
                 s.bootstraps_total += 7;
             }
         }
+        if m.scrape.is_none() {
+            m.view = None;
+        }
         out.insert(o, m);
     }
     for (o, (pod, pvc, terminating)) in strays {
-        let mut m = healthy(o, view, memory.samples.get(&o));
+        let mut m = healthy(o, view, &seen, memory.samples.get(&o));
         if !pod {
             m.pod = None;
             m.scrape = None;
@@ -485,6 +504,9 @@ fn gen_observed(
         }
         if m.pod.is_none() && m.pvc.is_none() {
             continue;
+        }
+        if m.scrape.is_none() {
+            m.view = None;
         }
         out.insert(o, m);
     }

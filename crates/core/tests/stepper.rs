@@ -101,7 +101,53 @@ impl World {
                 ..Scrape::default()
             });
         }
+        self.obs = with_views(std::mem::take(&mut self.obs));
     }
+}
+
+/// Each scraped member's view by identity: every scraped member, as its count says.
+fn with_views(mut obs: BTreeMap<u32, MemberObs>) -> BTreeMap<u32, MemberObs> {
+    let seen: Vec<u32> = obs
+        .iter()
+        .filter(|(_, m)| m.scrape.is_some())
+        .map(|(o, _)| *o)
+        .collect();
+    for (o, m) in obs.iter_mut() {
+        m.view = m
+            .scrape
+            .as_ref()
+            .map(|_| View::of_ordinals(*o, seen.iter().copied()));
+    }
+    obs
+}
+
+/// The lowest ready member with a view sees a stranger in place of another member (the
+/// same count): views disagree by identity. Whether it did.
+fn swap_a_view(obs: &mut BTreeMap<u32, MemberObs>) -> bool {
+    let Some(m) = obs
+        .values_mut()
+        .find(|m| m.pod.as_ref().is_some_and(|p| p.ready && !p.terminating) && m.view.is_some())
+    else {
+        return false;
+    };
+    let v = m.view.as_mut().expect("found with a view");
+    let Some(other) = v.peers.keys().find(|id| **id != v.id).cloned() else {
+        return false;
+    };
+    v.peers.remove(&other);
+    v.peers.insert("f".repeat(40), "10.9.9.9:6379".into());
+    true
+}
+
+/// Whether the ready members' views (those read) hold different ids.
+fn ready_views_disagree(obs: &BTreeMap<u32, MemberObs>, members: &BTreeSet<u32>) -> bool {
+    let sets: BTreeSet<BTreeSet<&str>> = members
+        .iter()
+        .filter_map(|o| obs.get(o))
+        .filter(|m| m.pod.as_ref().is_some_and(|p| p.ready && !p.terminating))
+        .filter_map(|m| m.view.as_ref().map(View::ids))
+        .collect();
+    sets.len() > 1
 }
 
 /// Run reconciles every second until `done` or `limit` rounds; returns the decisions.
@@ -212,8 +258,10 @@ fn members_waiting_only_for_their_pods_are_not_polled() {
             view_members: 3,
             ..Scrape::default()
         }),
+        view: None,
     };
     let requeue = |observed: BTreeMap<u32, MemberObs>| {
+        let observed = with_views(observed);
         decide(&Input {
             spec: &s,
             memory: &memory,
@@ -1014,6 +1062,7 @@ fn arb_obs() -> impl Strategy<Value = MemberObs> {
                 repairs_total: rep,
                 ..Scrape::default()
             }),
+            view: None,
         })
 }
 
@@ -1031,6 +1080,9 @@ struct Reached {
     pods_deleted: u64,
     fresh_volume_started: u64,
     fresh_volume_deleted: u64,
+    /// Rounds whose ready members' views disagreed by identity, while a removal or a restart
+    /// was in progress or wanted.
+    views_held: u64,
 }
 
 impl std::ops::AddAssign for Reached {
@@ -1045,6 +1097,7 @@ impl std::ops::AddAssign for Reached {
         self.pods_deleted += o.pods_deleted;
         self.fresh_volume_started += o.fresh_volume_started;
         self.fresh_volume_deleted += o.fresh_volume_deleted;
+        self.views_held += o.views_held;
     }
 }
 
@@ -1092,10 +1145,26 @@ fn calm_asking(mem: &Memory, outdated: bool, asking: Option<u32>) -> BTreeMap<u3
                 terminating: false,
                 outdated: false,
             });
-            (*o, MemberObs { pod, pvc, scrape })
+            (
+                *o,
+                MemberObs {
+                    pod,
+                    pvc,
+                    scrape,
+                    view: None,
+                },
+            )
         })
-        .collect()
+        .collect::<BTreeMap<_, _>>()
+        .pipe(with_views)
 }
+
+trait Pipe: Sized {
+    fn pipe<T>(self, f: impl FnOnce(Self) -> T) -> T {
+        f(self)
+    }
+}
+impl<T> Pipe for T {}
 
 type Rounds = Vec<(BTreeMap<u32, MemberObs>, i64, bool)>;
 
@@ -1118,15 +1187,19 @@ fn no_unsafe_step(
     let mut mem = Memory::default();
     let mut now: Millis = 1_000_000;
     for (i, (arbitrary, dt, is_calm)) in rounds.iter().enumerate() {
-        let calm_obs;
-        let observed = if *is_calm {
+        let mut observed = if *is_calm {
             // Now and then a member asks for a fresh volume (the lowest ordinal, for a while).
             let asking = (i % 20 < 4).then(|| mem.members.first().copied()).flatten();
-            calm_obs = calm_asking(&mem, i >= outdated_from, asking);
-            &calm_obs
+            calm_asking(&mem, i >= outdated_from, asking)
         } else {
-            arbitrary
+            with_views(arbitrary.clone())
         };
+        // Now and then a view holds a stranger in place of a member, with the right count.
+        if i % 9 == 4 {
+            swap_a_view(&mut observed);
+        }
+        let disagree = ready_views_disagree(&observed, &mem.members);
+        let observed = &observed;
         s.nodes = (spec_changes[i % spec_changes.len()]).max(rf + 1);
         s.paused = paused[i % paused.len()];
         now += dt;
@@ -1150,6 +1223,23 @@ fn no_unsafe_step(
             })
             .collect();
         prop_assert!(deletes.len() <= 1, "deletes {:?}", deletes);
+
+        // Views that disagree by identity hold every disruptive step, and a new removal or
+        // restart.
+        if disagree {
+            if mem.disruption.is_some() || d.memory.members.len() > s.target() as usize {
+                reached.views_held += 1;
+            }
+            prop_assert!(
+                !d.actions.iter().any(|a| matches!(
+                    a,
+                    Action::Drain(_) | Action::DeletePod(_) | Action::DeletePvc(_)
+                )),
+                "views disagree, yet {:?}",
+                d.actions
+            );
+            prop_assert!(mem.disruption.is_some() || d.memory.disruption.is_none());
+        }
 
         // The plan: the members that would leave, each once, the removal in progress first;
         // only its first step may go unheld, and paused holds every step not under way.
@@ -1360,6 +1450,7 @@ fn no_unsafe_step_under_any_observations() {
     assert!(reached.pods_deleted >= 20, "{reached:?}");
     assert!(reached.fresh_volume_started >= 5, "{reached:?}");
     assert!(reached.fresh_volume_deleted >= 5, "{reached:?}");
+    assert!(reached.views_held >= 20, "{reached:?}");
 }
 
 /// A drained member that is not the one disrupted (a cancelled removal's victim still waiting
@@ -1642,4 +1733,130 @@ fn creating_a_cluster_is_not_a_mass_failure() {
     assert!(d.actions.contains(&Action::CreatePvc(0)));
     let ds = drive(&s, &mut w, &mut mem, 2_000, 60);
     assert_eq!(ds.last().unwrap().phase, ClusterPhase::Healthy);
+}
+
+/// Views that disagree by identity with the right count hold a removal's next step; once they
+/// have disagreed for the bound it is a suspected partition (its start kept in the memory,
+/// whatever pass comes next), which holds the drained bystander's restart too; agreeing views
+/// clear it and the step proceeds.
+#[test]
+fn a_suspected_partition_holds_every_disruptive_step_until_views_agree() {
+    use marekvs_core::views::SUSPECT_PARTITION_AFTER_MS;
+    let s = spec(3, 2);
+    let mut mem = Memory {
+        members: (0..4).collect(),
+        phases: (0..4).map(|o| (o, MemberPhase::Active)).collect(),
+        samples: (0..4)
+            .map(|o| {
+                (
+                    o,
+                    Sample {
+                        bootstraps_total: 0,
+                        repairs_total: 0,
+                        changed_at: 0,
+                    },
+                )
+            })
+            .collect(),
+        disruption: Some(Disruption::Removal(Removal {
+            ordinal: 3,
+            reason: VictimReason::HighestOrdinal,
+            step: RemovalStep::HandingOff,
+            started_at: 99_000,
+            step_started_at: 99_000,
+        })),
+        ..Memory::default()
+    };
+    let calm: BTreeMap<u32, MemberObs> = (0..4)
+        .map(|o| {
+            (
+                o,
+                MemberObs {
+                    pod: Some(PodObs {
+                        ready: true,
+                        drained: o == 3,
+                        ..PodObs::default()
+                    }),
+                    pvc: Some(PvcObs {
+                        uid: format!("u{o}"),
+                        ..PvcObs::default()
+                    }),
+                    scrape: Some(Scrape {
+                        view_members: 4,
+                        ..Scrape::default()
+                    }),
+                    view: None,
+                },
+            )
+        })
+        .collect::<BTreeMap<_, _>>()
+        .pipe(with_views);
+    let mut split = calm.clone();
+    assert!(swap_a_view(&mut split));
+    let decide_at = |mem: &Memory, obs: &BTreeMap<u32, MemberObs>, now| {
+        decide(&Input {
+            spec: &s,
+            memory: mem,
+            observed: obs,
+            now,
+        })
+    };
+
+    let t0 = 100_000;
+    let d = decide_at(&mem, &split, t0);
+    assert!(d.actions.is_empty(), "{:?}", d.actions);
+    assert_eq!(d.memory.views_split_since, Some(t0));
+    assert_eq!(d.suspected_partition, None, "not yet the bound");
+    assert_eq!(d.blocked, None);
+    let progress = d.progress.unwrap_or_default();
+    assert!(
+        progress.contains("views not converged by identity")
+            && progress.contains("demo-0 sees demo-0, demo-2, demo-3, stranger ffffffff"),
+        "{progress}"
+    );
+    mem = d.memory;
+
+    // Unknown views neither clear nor restart the clock.
+    let mut unread = split.clone();
+    unread.values_mut().for_each(|m| m.view = None);
+    let d = decide_at(&mem, &unread, t0 + 10_000);
+    assert_eq!(d.memory.views_split_since, Some(t0));
+    mem = d.memory;
+
+    let late = t0 + SUSPECT_PARTITION_AFTER_MS;
+    let d = decide_at(&mem, &split, late);
+    let p = d
+        .suspected_partition
+        .clone()
+        .expect("suspected at the bound");
+    assert_eq!(p.since, t0);
+    assert!(
+        p.message.contains("demo-0 sees") && p.message.contains("stranger ffffffff"),
+        "{}",
+        p.message
+    );
+    assert!(d.actions.is_empty(), "{:?}", d.actions);
+
+    // A drained bystander waiting for its restart is held too (not by the gate: by the hold).
+    let mut bystander = mem.clone();
+    bystander.disruption = None;
+    let mut obs = split.clone();
+    obs.get_mut(&2).unwrap().pod.as_mut().unwrap().drained = true;
+    obs.get_mut(&3).unwrap().pod.as_mut().unwrap().drained = false;
+    let held = decide_at(&bystander, &obs, late);
+    assert!(!held.actions.contains(&Action::DeletePod(2)), "{held:?}");
+    let calm_bystander: BTreeMap<u32, MemberObs> = {
+        let mut c = calm.clone();
+        c.get_mut(&2).unwrap().pod.as_mut().unwrap().drained = true;
+        c.get_mut(&3).unwrap().pod.as_mut().unwrap().drained = false;
+        c
+    };
+    let freed = decide_at(&bystander, &calm_bystander, late);
+    assert!(freed.actions.contains(&Action::DeletePod(2)), "{freed:?}");
+
+    // Views agree again: cleared, and the removal deletes its victim's pod.
+    let d = decide_at(&d.memory, &calm, late + 1_000);
+    assert_eq!(d.memory.views_split_since, None);
+    assert_eq!(d.suspected_partition, None);
+    assert_eq!(d.actions, vec![Action::DeletePod(3)]);
 }

@@ -155,6 +155,7 @@ impl Pass<'_> {
             && self.obs(v).pvc.is_some()
             && !self.spec.paused
             && self.mass.is_none()
+            && !self.views_disagree()
         {
             self.actions.insert(Action::DeletePvc(v));
         }
@@ -175,6 +176,10 @@ impl Pass<'_> {
         }
         if self.mass.is_some() {
             self.mass_held.push("the scale-down".into());
+            return;
+        }
+        if self.views_disagree() {
+            self.views_held.push("the scale-down".into());
             return;
         }
         let (o, reason) = choose_victim(&self.members, &self.spec.remove_first, |o| {

@@ -22,6 +22,7 @@ impl Pass<'_> {
         if !self.spec.reclaim_pvcs
             || self.spec.paused
             || self.mass.is_some()
+            || self.views_disagree()
             || self.disruption.is_some()
             || self.members.len() != self.target
             || self.replacing
@@ -50,6 +51,17 @@ impl Pass<'_> {
                 self.mass_held.join("; ")
             ));
         }
+        if !self.views_held.is_empty() {
+            let why = match (&self.partition, &self.agreement) {
+                (Some(p), _) => p.message.clone(),
+                (None, crate::views::Agreement::Disagree(who)) => {
+                    format!("members' views disagree: {who}")
+                }
+                (None, _) => "members' views disagree".into(),
+            };
+            self.progress
+                .push(format!("{why}: holding {}", self.views_held.join("; ")));
+        }
         let phase = self.cluster_phase();
         self.default_progress(phase);
         let requeue_ms = self.requeue_ms(phase);
@@ -60,6 +72,7 @@ impl Pass<'_> {
                 samples: self.samples,
                 phases: self.phases,
                 blocked: self.blocked.as_ref().map(|b| b.reason),
+                views_split_since: self.views_split_since,
             },
             actions: self.actions.into_iter().collect(),
             phase,
@@ -69,6 +82,7 @@ impl Pass<'_> {
             requeue_ms,
             plan: self.plan,
             mass_failure: self.mass,
+            suspected_partition: self.partition,
         }
     }
 

@@ -264,6 +264,10 @@ impl Pass<'_> {
             self.mass_held.push("the rolling update".into());
             return;
         }
+        if self.views_disagree() {
+            self.views_held.push("the rolling update".into());
+            return;
+        }
         if let Some(&o) = asked.last() {
             let uid = self
                 .obs(o)
