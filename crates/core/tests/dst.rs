@@ -16,7 +16,8 @@
 //! Faults: the operator crashes (after a random prefix of its actions) and reads a stale status
 //! (its write then conflicts, as the shell's status write is conditional on the resourceVersion
 //! read); status writes fail; members crash and restart (a restarted node is no longer
-//! drained); scrapes time out; drains hang; users delete pods, delete a pod with its PVC, ask
+//! drained); scrapes and views time out; gossip splits in two halves, or one member's view
+//! holds a stranger in place of a member (the right count); drains hang; users delete pods, delete a pod with its PVC, ask
 //! for a fresh volume of a member (annotate its pod), and edit the spec (size, pod template,
 //! volume class, pause).
 //!
@@ -24,7 +25,9 @@
 //! at most one member is disrupted by the operator (drained, or its pod deleted by it); a
 //! removal never leaves fewer than replicationFactor + 1 members; a PVC is deleted only when
 //! every partition on it is held by another member's volume; in a mass failure (replicationFactor
-//! or more members down, `mass_failure`) the operator only re-creates pods on their own volumes.
+//! or more members down, `mass_failure`) the operator only re-creates pods on their own volumes;
+//! no drain, pod or volume deletion, and no new removal or restart, while the ready members'
+//! views disagree by identity or a suspected partition is reported.
 //! Once faults stop, the cluster converges to the spec.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -126,6 +129,10 @@ struct World {
     scrape_hang_until: BTreeMap<u32, u64>,
     drain_hang_until: BTreeMap<u32, u64>,
     born: bool,
+    /// Gossip split in two until a tick: each member sees only its own side.
+    split: Option<(u64, BTreeSet<u32>)>,
+    /// A member's view holds a stranger in place of one member (the same count) until a tick.
+    stranger_until: BTreeMap<u32, u64>,
     /// Members whose pod the operator deleted and that have no pod yet.
     op_deleted: BTreeSet<u32>,
     storage: Storage,
@@ -151,6 +158,8 @@ impl World {
             scrape_hang_until: BTreeMap::new(),
             drain_hang_until: BTreeMap::new(),
             born: false,
+            split: None,
+            stranger_until: BTreeMap::new(),
             op_deleted: BTreeSet::new(),
             storage: Storage {
                 size_gi: 4,
@@ -313,6 +322,26 @@ impl World {
         if let Some(p) = self.pods.get(&o) {
             v.insert(o, p.phase);
         }
+        if let Some((until, side)) = &self.split
+            && self.t < *until
+        {
+            let mine = side.contains(&o);
+            v.retain(|peer, _| side.contains(peer) == mine);
+        }
+        v
+    }
+
+    /// The view by identity (what `CLUSTER NODES` lists), with a stranger in place of its
+    /// highest other peer while that fault lasts.
+    fn view_by_id(&self, o: u32, view: &BTreeMap<u32, Phase>) -> View {
+        let mut v = View::of_ordinals(o, view.keys().copied());
+        if self.stranger_until.get(&o).is_some_and(|u| self.t < *u)
+            && let Some(peer) = view.keys().rev().find(|p| **p != o)
+        {
+            v.peers.remove(&View::ordinal_id(*peer));
+            v.peers
+                .insert(View::ordinal_id(1000 + *peer), "10.9.9.9:6379".into());
+        }
         v
     }
 
@@ -332,6 +361,12 @@ impl World {
             .collect();
         for o in ords {
             let pod = self.pods.get(&o);
+            // Read over RESP beside the scrape: it may time out on its own.
+            let view = pod
+                .filter(|p| p.running())
+                .filter(|_| !self.scrape_hang_until.get(&o).is_some_and(|u| self.t < *u))
+                .filter(|_| !rng.chance(timeouts))
+                .map(|_| self.view_by_id(o, &self.view(o)));
             let scrape = pod.filter(|p| p.running()).and_then(|p| {
                 if self.scrape_hang_until.get(&o).is_some_and(|u| self.t < *u)
                     || rng.chance(timeouts)
@@ -382,6 +417,7 @@ impl World {
                         outdated: !self.storage.wish().fits_in_place(&v.volume()),
                     }),
                     scrape,
+                    view,
                 },
             );
         }
@@ -553,6 +589,12 @@ struct Counts {
     fresh_volumes: u64,
     /// Passes that found the cluster in a mass failure (replicationFactor or more down).
     mass_failure_passes: u64,
+    /// Passes whose ready members' views disagreed by identity, and those of them with a
+    /// removal or a restart in progress or wanted (what the hold is for).
+    views_disagree_passes: u64,
+    views_held_passes: u64,
+    /// Passes that reported a suspected partition.
+    suspected_partition_passes: u64,
 }
 
 impl std::ops::AddAssign for Counts {
@@ -567,6 +609,9 @@ impl std::ops::AddAssign for Counts {
         self.volumes_grown += o.volumes_grown;
         self.fresh_volumes += o.fresh_volumes;
         self.mass_failure_passes += o.mass_failure_passes;
+        self.views_disagree_passes += o.views_disagree_passes;
+        self.views_held_passes += o.views_held_passes;
+        self.suspected_partition_passes += o.suspected_partition_passes;
     }
 }
 
@@ -697,6 +742,20 @@ fn inject_faults(
     }
     if rng.chance(0.02) {
         spec.paused = !spec.paused;
+        faults += 1;
+    }
+    if rng.chance(0.01) && w.split.as_ref().is_none_or(|(u, _)| t >= *u) {
+        // Gossip splits in two halves, for long enough (at times) to be a suspected
+        // partition.
+        let side: BTreeSet<u32> = ords.iter().copied().filter(|_| rng.chance(0.5)).collect();
+        w.split = Some((t + 5 + rng.below(50), side));
+        faults += 1;
+    }
+    if rng.chance(0.01)
+        && let Some(o) = pick(rng)
+    {
+        // One member's view swaps a member for a stranger: the count is right.
+        w.stranger_until.insert(o, t + 5 + rng.below(50));
         faults += 1;
     }
     for o in w.pods.keys() {
@@ -844,6 +903,7 @@ impl Operator {
             write_stopped: &BTreeSet::new(),
             unknown_choices: &[],
             mass_failure: d.mass_failure.as_ref(),
+            suspected_partition: d.suspected_partition.as_ref(),
         };
         let notes = transition_notes(&sizing.spec, &status.reported, reporting);
         let pass = Pass {
@@ -877,6 +937,7 @@ impl Operator {
             reported: Reported {
                 autoscale_desired: sizing.scaling.as_ref().map(|s| s.desired),
                 mass_failure: d.mass_failure.is_some(),
+                suspected_partition: d.suspected_partition.is_some(),
                 ..Reported::default()
             },
         };
@@ -898,6 +959,15 @@ impl Operator {
                 violations.push(format!("t={t}: mass failure {m:?} not reported"));
             }
         }
+        views_hold(
+            &status.memory,
+            &observed,
+            &d,
+            &sizing.spec,
+            t,
+            counts,
+            violations,
+        );
         // Events only on transitions: once written, the same report says nothing new.
         if !transition_notes(&sizing.spec, &written.reported, reporting).is_empty() {
             violations.push(format!("t={t}: a reported change would be reported again"));
@@ -963,6 +1033,56 @@ fn mass_failure_allows(
         violations.push(format!(
             "t={t}: {a:?} in a mass failure (down: {:?})",
             m.down
+        ));
+    }
+}
+
+/// No disruptive step (drain, pod or volume deletion) and no new removal or restart while the
+/// ready members' views disagree by identity (recomputed here from what the pass was given),
+/// or while a suspected partition is reported.
+fn views_hold(
+    memory: &Memory,
+    observed: &BTreeMap<u32, MemberObs>,
+    d: &Decision,
+    spec: &ClusterSpec,
+    t: u64,
+    counts: &mut Counts,
+    violations: &mut Vec<String>,
+) {
+    let views: BTreeSet<BTreeSet<&str>> = memory
+        .members
+        .iter()
+        .filter_map(|o| observed.get(o))
+        .filter(|m| m.pod.as_ref().is_some_and(|p| p.ready && !p.terminating))
+        .filter_map(|m| m.view.as_ref().map(View::ids))
+        .collect();
+    let disagree = views.len() > 1;
+    if d.suspected_partition.is_some() {
+        counts.suspected_partition_passes += 1;
+    }
+    if !disagree && d.suspected_partition.is_none() {
+        return;
+    }
+    counts.views_disagree_passes += u64::from(disagree);
+    if memory.disruption.is_some() || memory.members.len() > spec.target() as usize {
+        counts.views_held_passes += 1;
+    }
+    counts.invariant_checks += 2;
+    if let Some(a) = d.actions.iter().find(|a| {
+        matches!(
+            a,
+            Action::Drain(_) | Action::DeletePod(_) | Action::DeletePvc(_)
+        )
+    }) {
+        violations.push(format!(
+            "t={t}: {a:?} while views disagree (suspected partition: {:?})",
+            d.suspected_partition
+        ));
+    }
+    if memory.disruption.is_none() && d.memory.disruption.is_some() {
+        violations.push(format!(
+            "t={t}: {:?} started while views disagree",
+            d.memory.disruption
         ));
     }
 }
@@ -1042,6 +1162,8 @@ fn run(seed: u64, trace: bool) -> Outcome {
         } else if !faulty {
             op.spec.paused = false;
             w.view_lag.values_mut().for_each(|l| *l = 0);
+            w.split = None;
+            w.stranger_until.clear();
         }
         if w.trace {
             trace_world(&w, &op.persisted, &op.spec);
@@ -1117,7 +1239,8 @@ fn no_schedule_loses_data_or_disrupts_two_members_and_every_one_converges() {
     }
     println!(
         "dst: {schedules} schedules, {} steps, {} faults injected, {} invariant checks, {} failing; \
-         {} early creations ({} from a stale status), {} passes with the autoscaler moving the target, {} transition Events, {} volumes grown in place, {} fresh volumes asked for on a pod and carried out, {} passes in a mass failure",
+         {} early creations ({} from a stale status), {} passes with the autoscaler moving the target, {} transition Events, {} volumes grown in place, {} fresh volumes asked for on a pod and carried out, {} passes in a mass failure, \
+         {} passes with views disagreeing by identity ({} with a removal or restart held), {} passes reporting a suspected partition",
         counts.steps,
         counts.faults,
         counts.invariant_checks,
@@ -1129,6 +1252,9 @@ fn no_schedule_loses_data_or_disrupts_two_members_and_every_one_converges() {
         counts.volumes_grown,
         counts.fresh_volumes,
         counts.mass_failure_passes,
+        counts.views_disagree_passes,
+        counts.views_held_passes,
+        counts.suspected_partition_passes,
     );
     assert!(
         failed.is_empty(),
@@ -1144,5 +1270,7 @@ fn no_schedule_loses_data_or_disrupts_two_members_and_every_one_converges() {
         assert!(counts.volumes_grown > 0, "{counts:?}");
         assert!(counts.fresh_volumes > 0, "{counts:?}");
         assert!(counts.mass_failure_passes > 0, "{counts:?}");
+        assert!(counts.views_held_passes > 0, "{counts:?}");
+        assert!(counts.suspected_partition_passes > 0, "{counts:?}");
     }
 }
