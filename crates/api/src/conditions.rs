@@ -15,6 +15,10 @@ pub const AUTOSCALING: &str = "Autoscaling";
 /// on their own volumes are re-created (no fresh volume, no removal, no rollout, no pod
 /// deleted) until enough members are up again.
 pub const MASS_FAILURE: &str = "MassFailure";
+/// Cluster: the ready members' views (by identity) have disagreed for 30 s or more; every
+/// removal, restart and volume replacement is held until they agree. The message says who
+/// sees whom.
+pub const SUSPECTED_PARTITION: &str = "SuspectedPartition";
 /// Cluster: whether every entry of spec.removeMembers names a current member.
 pub const REMOVAL_CHOICES: &str = "RemovalChoices";
 
@@ -44,6 +48,8 @@ pub const REASON_NOT_BLOCKED: &str = "NotBlocked";
 pub const REASON_MEMBERS_DOWN: &str = "MembersDown";
 pub const REASON_ENOUGH_MEMBERS_UP: &str = "EnoughMembersUp";
 pub const REASON_VALID: &str = "Valid";
+pub const REASON_VIEWS_DISAGREE: &str = "ViewsDisagree";
+pub const REASON_VIEWS_AGREE: &str = "ViewsAgree";
 pub const REASON_UNKNOWN_MEMBER: &str = "UnknownMember";
 pub const REASON_POD_READY: &str = "PodReady";
 pub const REASON_POD_NOT_READY: &str = "PodNotReady";

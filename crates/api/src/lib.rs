@@ -88,11 +88,11 @@ pub struct MarekvsClusterSpec {
 
     /// Extra environment for the marekvs container (e.g. `RUST_LOG: info`). The variables the
     /// operator manages (`MAREKVS_SEEDS`, `MAREKVS_REPLICAS_N`, `MAREKVS_DATA_DIR`,
-    /// `MAREKVS_ADVERTISE_IP`, `MAREKVS_NODE_ID`) cannot be set here.
+    /// `MAREKVS_ADVERTISE_IP`, `MAREKVS_NODE_ID`, `MAREKVS_REQUIREPASS`) cannot be set here.
     #[serde(default)]
     #[schemars(length(max = 64))]
-    #[x_kube(validation = Rule::new("!('MAREKVS_SEEDS' in self) && !('MAREKVS_REPLICAS_N' in self) && !('MAREKVS_DATA_DIR' in self) && !('MAREKVS_ADVERTISE_IP' in self) && !('MAREKVS_NODE_ID' in self)")
-        .message("extraEnv cannot set MAREKVS_SEEDS, MAREKVS_REPLICAS_N, MAREKVS_DATA_DIR, MAREKVS_ADVERTISE_IP or MAREKVS_NODE_ID: the operator manages them"))]
+    #[x_kube(validation = Rule::new("!('MAREKVS_SEEDS' in self) && !('MAREKVS_REPLICAS_N' in self) && !('MAREKVS_DATA_DIR' in self) && !('MAREKVS_ADVERTISE_IP' in self) && !('MAREKVS_NODE_ID' in self) && !('MAREKVS_REQUIREPASS' in self)")
+        .message("extraEnv cannot set MAREKVS_SEEDS, MAREKVS_REPLICAS_N, MAREKVS_DATA_DIR, MAREKVS_ADVERTISE_IP, MAREKVS_NODE_ID or MAREKVS_REQUIREPASS: the operator manages them (a password goes in spec.auth.passwordSecretRef)"))]
     pub extra_env: BTreeMap<String, String>,
 
     /// Node labels a member's pod must match.
@@ -141,6 +141,35 @@ pub struct MarekvsClusterSpec {
     /// progress stops at its next step and resumes when this is set back to false.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub paused: bool,
+
+    /// A password for the members' RESP port. Each member gets it as `MAREKVS_REQUIREPASS`
+    /// (from the Secret, never in plain env), and the operator reads it to `AUTH` before it
+    /// reads each member's view (`CLUSTER MYID`, `CLUSTER NODES`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auth: Option<AuthSpec>,
+}
+
+/// The RESP password of the members.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AuthSpec {
+    /// The Secret (in the cluster's namespace) and the key in it that hold the password.
+    pub password_secret_ref: SecretKeyRef,
+}
+
+/// A key of a Secret in the cluster's namespace.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SecretKeyRef {
+    /// The Secret's name.
+    #[schemars(
+        length(min = 1, max = 253),
+        regex(pattern = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+    )]
+    pub name: String,
+    /// The key in its data.
+    #[schemars(length(min = 1, max = 253), regex(pattern = r"^[-._a-zA-Z0-9]+$"))]
+    pub key: String,
 }
 
 fn default_nodes() -> i32 {
@@ -366,6 +395,11 @@ pub struct MarekvsClusterStatus {
     /// target. Reported only: the operator re-derives it every pass and acts on none of it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub plan: Vec<PlanStep>,
+    /// Since when the ready members' views (read over RESP, by identity) have disagreed;
+    /// absent while they agree. After 30 s of disagreement the `SuspectedPartition`
+    /// condition is True and every removal, restart and volume replacement is held.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub views_disagree_since: Option<Time>,
 }
 
 /// One member that would leave, and what holds it.
