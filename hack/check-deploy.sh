@@ -24,6 +24,29 @@ doc() {
 }
 rules() { sed -n '/^rules:/,$p'; }
 has() { grep -qE -- "$1"; }
+# secrets_rules: each rule (of the rendered roles) that names secrets, one per paragraph.
+secrets_rules() {
+  awk '/^(---|rules:)$/ { if (r ~ /\n  - secrets\n/) printf "%s\n", r; r = ""; inrules = ($0 == "rules:"); next }
+       inrules && /^- / { if (r ~ /\n  - secrets\n/) printf "%s\n", r; r = "" }
+       inrules && /^[- ]/ { r = r $0 "\n"; next }
+       { if (r ~ /\n  - secrets\n/) printf "%s\n", r; r = ""; inrules = 0 }
+       END { if (r ~ /\n  - secrets\n/) printf "%s\n", r }'
+}
+# Secrets: only `get`, in a rule of its own (the password of spec.auth, read by name).
+secrets_get_only() {
+  local want="- apiGroups:
+  - \"\"
+  resources:
+  - secrets
+  verbs:
+  - get"
+  local got
+  got=$(secrets_rules <<<"$2")
+  [ -z "$got" ] && return 0
+  while IFS= read -r -d '' one; do
+    [ "$one" = "$want" ] || fail "$1: secrets granted beyond a rule of get alone: $one"
+  done < <(awk 'BEGIN { RS = "" } { printf "%s%c", $0, 0 }' <<<"$got")
+}
 
 base=$(render deploy)
 cluster_role=$(doc ClusterRole marekvs-operator <<<"$base")
@@ -57,10 +80,13 @@ for dir in "$REPO"/deploy/overlays/*/; do
   name=deploy/overlays/$(basename "$dir")
   out=$(render "$name")
   if has '^kind: (Role|ClusterRole)$' <<<"$out"; then
-    has '^  - (secrets|nodes|pods/exec|\*)$' <<<"$out" && fail "$name: a role grants secrets, nodes, exec or *"
+    has '^  - (nodes|pods/exec|\*)$' <<<"$out" && fail "$name: a role grants nodes, exec or *"
+    secrets_get_only "$name" "$out"
   fi
 done
-has '^  - (secrets|nodes|pods/exec|\*)$' <<<"$base" && fail "deploy/: a role grants secrets, nodes, exec or *"
+has '^  - (nodes|pods/exec|\*)$' <<<"$base" && fail "deploy/: a role grants nodes, exec or *"
+secrets_get_only deploy/ "$base"
+has '^  - secrets$' <<<"$cluster_role" || fail "deploy/: the ClusterRole cannot get the Secret of spec.auth"
 
 ns=deploy/overlays/namespaced
 out=$(render $ns)
