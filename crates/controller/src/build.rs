@@ -4,11 +4,11 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
-    Capabilities, Container, ContainerPort, EnvVar, HTTPGetAction, Lifecycle, LifecycleHandler,
-    PersistentVolumeClaim, PersistentVolumeClaimSpec, PersistentVolumeClaimVolumeSource, Pod,
-    PodSecurityContext, PodSpec, Probe, ResourceRequirements, SeccompProfile, SecurityContext,
-    Service, ServicePort, ServiceSpec, TopologySpreadConstraint, Volume, VolumeMount,
-    VolumeResourceRequirements,
+    Capabilities, Container, ContainerPort, EnvVar, EnvVarSource, HTTPGetAction, Lifecycle,
+    LifecycleHandler, PersistentVolumeClaim, PersistentVolumeClaimSpec,
+    PersistentVolumeClaimVolumeSource, Pod, PodSecurityContext, PodSpec, Probe,
+    ResourceRequirements, SeccompProfile, SecretKeySelector, SecurityContext, Service, ServicePort,
+    ServiceSpec, TopologySpreadConstraint, Volume, VolumeMount, VolumeResourceRequirements,
 };
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -302,6 +302,21 @@ pub fn pod_spec(cr: &MarekvsCluster, ordinal: u32, cluster_domain: &str) -> PodS
         env_var("MAREKVS_DATA_DIR", "/data".into()),
     ];
     env.extend(spec.extra_env.iter().map(|(k, v)| env_var(k, v.clone())));
+    if let Some(auth) = &spec.auth {
+        // From the Secret, never in plain env: the operator reads the same key to AUTH.
+        env.push(EnvVar {
+            name: "MAREKVS_REQUIREPASS".into(),
+            value_from: Some(EnvVarSource {
+                secret_key_ref: Some(SecretKeySelector {
+                    name: auth.password_secret_ref.name.clone(),
+                    key: auth.password_secret_ref.key.clone(),
+                    optional: Some(false),
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+    }
     PodSpec {
         hostname: Some(member_name(cr, ordinal)),
         subdomain: Some(headless_service_name(cr)),
@@ -533,6 +548,23 @@ mod tests {
             "data-demo-3"
         );
         assert_eq!(p["spec"]["nodeSelector"]["disk"], "ssd");
+    }
+
+    #[test]
+    fn the_password_comes_from_the_secret_never_in_plain_env() {
+        let plain = spec_of(json!({"image": "x"}));
+        let env = |p: &PodSpec| p.containers[0].env.clone().unwrap_or_default();
+        assert!(env(&plain).iter().all(|e| e.name != "MAREKVS_REQUIREPASS"));
+        let with = spec_of(json!({"image": "x",
+            "auth": {"passwordSecretRef": {"name": "kv-auth", "key": "password"}}}));
+        let e = env(&with)
+            .into_iter()
+            .find(|e| e.name == "MAREKVS_REQUIREPASS")
+            .expect("set");
+        assert_eq!(e.value, None);
+        let r = e.value_from.unwrap().secret_key_ref.unwrap();
+        assert_eq!((r.name.as_str(), r.key.as_str()), ("kv-auth", "password"));
+        assert_eq!(r.optional, Some(false));
     }
 
     fn spec_of(spec: Value) -> PodSpec {

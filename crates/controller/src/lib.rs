@@ -19,3 +19,4 @@ pub mod scrape;
 pub mod spec;
 pub mod status;
 pub mod telemetry;
+pub mod views;

@@ -123,6 +123,17 @@ pub fn with_scrapes(
     observed
 }
 
+/// Add this pass's views (read over RESP) to the observations.
+pub fn with_views(
+    mut observed: BTreeMap<u32, MemberObs>,
+    views: &BTreeMap<u32, Option<marekvs_core::View>>,
+) -> BTreeMap<u32, MemberObs> {
+    for (o, m) in observed.iter_mut() {
+        m.view = views.get(o).cloned().flatten();
+    }
+    observed
+}
+
 /// Container restarts of a pod, summed.
 pub fn restarts(p: &Pod) -> i64 {
     p.status

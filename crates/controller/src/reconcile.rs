@@ -33,12 +33,12 @@ use marekvs_core::{Input, Millis, decide};
 use tracing::warn;
 
 use crate::error::Error;
-use crate::observe::{Children, scrape_all, synced, unscraped, with_scrapes};
+use crate::observe::{Children, scrape_all, synced, unscraped, with_scrapes, with_views};
 use crate::recreate::RecreationLock;
 use crate::scrape::MemberClient;
 use crate::status::{StatusInput, for_comparison, memory_from_status, reported, status_from};
 use crate::telemetry::Metrics;
-use crate::{act, record, recreate, report, spec, status};
+use crate::{act, record, recreate, report, spec, status, views};
 
 pub struct Ctx {
     pub client: Client,
@@ -119,7 +119,13 @@ pub async fn pass(cr: &MarekvsCluster, ctx: &Ctx) -> Result<Next, Error> {
     let unscraped = unscraped(cr, &ctx.cluster_domain, &memory, &children)?;
     let recreated =
         recreate::before_scrapes(ctx, cr, &spec, &prev, &memory, &unscraped, &children).await?;
-    let observed = with_scrapes(unscraped, &scrape_all(&ctx.members, &children.pods).await);
+    // Views by identity over RESP, concurrently with the scrapes and with their timeout.
+    let password = views::password(&ctx.client, cr).await;
+    let (scrapes, read_views) = tokio::join!(
+        scrape_all(&ctx.members, &children.pods),
+        views::read_all(&children.pods, &password, ctx.members.timeout()),
+    );
+    let observed = with_views(with_scrapes(unscraped, &scrapes), &read_views);
 
     // Decide.
     let now = now_ms();
@@ -160,6 +166,7 @@ pub async fn pass(cr: &MarekvsCluster, ctx: &Ctx) -> Result<Next, Error> {
             write_stopped: &status::write_stopped(&next),
             unknown_choices: &unknown_choices,
             mass_failure: decision.mass_failure.as_ref(),
+            suspected_partition: decision.suspected_partition.as_ref(),
         },
     );
 

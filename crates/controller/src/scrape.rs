@@ -73,6 +73,11 @@ impl MemberClient {
         }
     }
 
+    /// The short timeout of every call to a member (views over RESP use it too).
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
     /// Record scrape latency and failures here.
     pub fn with_metrics(mut self, metrics: std::sync::Arc<crate::telemetry::Metrics>) -> Self {
         self.metrics = Some(metrics);

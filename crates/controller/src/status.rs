@@ -135,6 +135,7 @@ pub fn memory_from_status(name: &str, status: &MarekvsClusterStatus) -> Memory {
         samples,
         phases,
         blocked: status.block_reason.map(Into::into),
+        views_split_since: status.views_disagree_since.as_ref().map(from_time),
     }
 }
 
@@ -195,6 +196,7 @@ pub fn reported(status: &MarekvsClusterStatus) -> Reported {
             .find(|c| c.type_ == REMOVAL_CHOICES)
             .is_some_and(|c| c.status != "True"),
         mass_failure: is_true(&status.conditions, MASS_FAILURE),
+        suspected_partition: is_true(&status.conditions, SUSPECTED_PARTITION),
     }
 }
 
@@ -279,6 +281,7 @@ pub fn status_from(input: &StatusInput) -> MarekvsClusterStatus {
             step_started_at: to_time(r.step_started_at),
         }),
         plan: d.plan.iter().map(|p| plan_step(&name, p)).collect(),
+        views_disagree_since: d.memory.views_split_since.map(to_time),
     };
     load_and_autoscale(input, &mut st, &t);
     st
@@ -510,6 +513,15 @@ fn cluster_conditions(input: &StatusInput, t: &Time) -> Vec<Condition> {
         ),
         None => c.set(MASS_FAILURE, false, REASON_ENOUGH_MEMBERS_UP, ""),
     }
+    match &d.suspected_partition {
+        Some(p) => c.set(
+            SUSPECTED_PARTITION,
+            true,
+            REASON_VIEWS_DISAGREE,
+            p.message.clone(),
+        ),
+        None => c.set(SUSPECTED_PARTITION, false, REASON_VIEWS_AGREE, ""),
+    }
     if unknown_choices.is_empty() {
         c.set(REMOVAL_CHOICES, true, REASON_VALID, "");
     } else {
@@ -649,6 +661,7 @@ mod tests {
             requeue_ms: 1_000,
             plan: vec![],
             mass_failure: None,
+            suspected_partition: None,
         }
     }
 
@@ -684,6 +697,7 @@ mod tests {
                 commands_total: 100,
                 ..Scrape::default()
             }),
+            view: None,
         }
     }
 
@@ -737,6 +751,7 @@ mod tests {
             ]
             .into(),
             blocked: Some(BlockReason::Paused),
+            views_split_since: Some(now - 12_000),
             ..Memory::default()
         };
         let removing = Memory {
@@ -1055,6 +1070,50 @@ mod tests {
             msg.contains("spec.nodes (3) is only the initial size"),
             "{msg}"
         );
+    }
+
+    /// A suspected partition is a condition naming who sees whom, read back so its Events
+    /// fire only on transitions; the start of the disagreement is in status.
+    #[test]
+    fn a_suspected_partition_is_a_condition_read_back_for_its_events() {
+        let c = cr(json!({"image": "x", "nodes": 3, "replicationFactor": 2}));
+        let sizing = Sizing {
+            spec: cluster_spec(&c).unwrap(),
+            load: LoadMemory::default(),
+            scaling: None,
+        };
+        let now: Millis = 1_700_000_000_000;
+        let memory = Memory {
+            members: [0, 1, 2].into(),
+            views_split_since: Some(now - 40_000),
+            ..Memory::default()
+        };
+        let mut d = decision(memory, ClusterPhase::Healthy, None);
+        d.suspected_partition = Some(marekvs_core::views::SuspectedPartition {
+            since: now - 40_000,
+            message: "demo-0 sees demo-0, demo-1; demo-2 sees demo-2".into(),
+        });
+        let st = status_of(&c, &d, &sizing, &BTreeMap::new(), now);
+        let sp = st
+            .conditions
+            .iter()
+            .find(|c| c.type_ == SUSPECTED_PARTITION)
+            .unwrap();
+        assert_eq!(
+            (sp.status.as_str(), sp.reason.as_str(), sp.message.as_str()),
+            (
+                "True",
+                REASON_VIEWS_DISAGREE,
+                "demo-0 sees demo-0, demo-1; demo-2 sees demo-2"
+            )
+        );
+        assert_eq!(st.views_disagree_since, Some(to_time(now - 40_000)));
+        assert!(reported(&st).suspected_partition);
+        d.suspected_partition = None;
+        d.memory.views_split_since = None;
+        let st = status_of(&c, &d, &sizing, &BTreeMap::new(), now);
+        assert!(!reported(&st).suspected_partition);
+        assert_eq!(st.views_disagree_since, None);
     }
 
     /// The mass failure is a condition, read back so its Events fire only on transitions.

@@ -15,6 +15,8 @@
 //! A pass is run through `reconcile::pass`, the pipeline itself; its `Next` is what
 //! `reconcile` turns into the controller's requeue (`AwaitChange` is `Action::await_change()`).
 //!
+//! Each member also answers its RESP port (6379) with its view by identity, not logged.
+//!
 //! The concurrent `/metrics` scrapes of one pass arrive in any order among themselves: a run
 //! of them is compared as a set (sorted), everything else in exact order.
 
@@ -41,6 +43,7 @@ use marekvs_operator::recreate::RecreationLock;
 use marekvs_operator::scrape::MemberClient;
 use marekvs_operator::status::to_time;
 use marekvs_operator::telemetry::Metrics;
+use marekvs_operator::views::PORT_RESP;
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
@@ -213,9 +216,35 @@ async fn member_server(listener: TcpListener, o: u32, log: Shared<String>) {
     let _ = axum::serve(listener, router).await;
 }
 
-/// One loopback address per member, all on the production port: a block `127.a.b.1..=4`
-/// free on this machine (another test, or another checkout's run, may hold one).
-async fn bind_members() -> (Vec<String>, Vec<TcpListener>) {
+/// A member's RESP port: every connection gets its id (`CLUSTER MYID`) and a converged view
+/// of the 4 members (`CLUSTER NODES`), by identity. Not logged: reads change nothing.
+async fn member_resp(listener: TcpListener, o: u32, ips: Vec<String>) {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let id = |o: u32| format!("{o:040x}");
+    let nodes: String = (0..MEMBERS)
+        .map(|p| {
+            format!(
+                "{} {}:6379@7373 master - 0 0 0 connected\n",
+                id(p),
+                ips[p as usize]
+            )
+        })
+        .collect();
+    let answer = format!("${}\r\n{}\r\n${}\r\n{nodes}\r\n", 40, id(o), nodes.len());
+    while let Ok((mut s, _)) = listener.accept().await {
+        let answer = answer.clone();
+        tokio::spawn(async move {
+            let mut buf = [0u8; 256];
+            let _ = s.read(&mut buf).await;
+            let _ = s.write_all(answer.as_bytes()).await;
+        });
+    }
+}
+
+/// One loopback address per member, all on the production ports (metrics, then RESP): a
+/// block `127.a.b.1..=4` free on this machine (another test, or another checkout's run, may
+/// hold one).
+async fn bind_members() -> (Vec<String>, Vec<(TcpListener, TcpListener)>) {
     static NEXT: AtomicU32 = AtomicU32::new(0);
     let seed = std::process::id().wrapping_mul(7919);
     for _ in 0..200 {
@@ -224,9 +253,11 @@ async fn bind_members() -> (Vec<String>, Vec<TcpListener>) {
         let ips: Vec<String> = (1..=MEMBERS).map(|d| format!("127.{a}.{b}.{d}")).collect();
         let mut listeners = Vec::new();
         for ip in &ips {
-            match TcpListener::bind((ip.as_str(), PORT_METRICS as u16)).await {
-                Ok(l) => listeners.push(l),
-                Err(_) => break,
+            let metrics = TcpListener::bind((ip.as_str(), PORT_METRICS as u16)).await;
+            let resp = TcpListener::bind((ip.as_str(), PORT_RESP)).await;
+            match (metrics, resp) {
+                (Ok(m), Ok(r)) => listeners.push((m, r)),
+                _ => break,
             }
         }
         if listeners.len() == ips.len() {
@@ -362,8 +393,9 @@ impl World {
         let log: Shared<String> = Arc::default();
         let (ips, listeners) = bind_members().await;
         let mut tasks = Vec::new();
-        for (o, l) in (0..MEMBERS).zip(listeners) {
+        for (o, (l, r)) in (0..MEMBERS).zip(listeners) {
             tasks.push(tokio::spawn(member_server(l, o, log.clone())));
+            tasks.push(tokio::spawn(member_resp(r, o, ips.clone())));
         }
         let (service, handle) = mock::pair::<Request<Body>, Response<Body>>();
         let client = Client::new(service, NS);

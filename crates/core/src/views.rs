@@ -150,9 +150,11 @@ pub fn suspected_partition(
     };
     Some(SuspectedPartition {
         since,
+        // Nothing in it moves while the views stay as they are: the status is not rewritten
+        // every pass (the start is in `status.viewsDisagreeSince`).
         message: format!(
-            "members' views have disagreed for {}s (suspected partition): {what}; holding every removal, restart and volume replacement",
-            (now - since) / 1000
+            "members' views have disagreed by identity for {}s or more (suspected partition): {what}; holding every removal, restart and volume replacement",
+            SUSPECT_PARTITION_AFTER_MS / 1000
         ),
     })
 }

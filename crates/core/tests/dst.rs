@@ -364,7 +364,7 @@ impl World {
             // Read over RESP beside the scrape: it may time out on its own.
             let view = pod
                 .filter(|p| p.running())
-                .filter(|_| !self.scrape_hang_until.get(&o).is_some_and(|u| self.t < *u))
+                .filter(|_| self.scrape_hang_until.get(&o).is_none_or(|u| self.t >= *u))
                 .filter(|_| !rng.chance(timeouts))
                 .map(|_| self.view_by_id(o, &self.view(o)));
             let scrape = pod.filter(|p| p.running()).and_then(|p| {

@@ -1,0 +1,294 @@
+//! A member's membership view by identity, over RESP on port 6379 straight at its pod IP:
+//! `AUTH <password>` when the cluster has one (`spec.auth`), then `CLUSTER MYID` and `CLUSTER
+//! NODES`, pipelined on one connection under one short timeout (the scrape's). Anything but a
+//! clean answer (refused, timed out, `AUTH` refused, an error reply, a line that does not
+//! parse, its own id missing from its view) is unknown: `None`.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::join_all;
+use k8s_openapi::api::core::v1::{Pod, Secret};
+use kube::{Api, ResourceExt};
+use marekvs_api::MarekvsCluster;
+use marekvs_core::View;
+use tokio::io::{AsyncBufReadExt as _, AsyncReadExt as _, AsyncWriteExt as _, BufReader};
+use tracing::{debug, warn};
+
+/// The RESP port of a member.
+pub const PORT_RESP: u16 = 6379;
+/// A real node's `CLUSTER NODES` is about 100 bytes a member; more than this is not a node
+/// answering, and is refused before it is buffered.
+pub const MAX_VIEW_BYTES: u64 = 1 << 20;
+
+/// The password members want on their RESP port.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Password {
+    /// `spec.auth` is not set.
+    None,
+    Known(String),
+    /// `spec.auth` is set but its Secret or key could not be read: every view is unknown.
+    Unreadable,
+}
+
+/// Reads `spec.auth.passwordSecretRef` (one GET of one Secret, in the cluster's namespace).
+pub async fn password(client: &kube::Client, cr: &MarekvsCluster) -> Password {
+    let Some(auth) = &cr.spec.auth else {
+        return Password::None;
+    };
+    let r = &auth.password_secret_ref;
+    let ns = cr.namespace().unwrap_or_default();
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
+    match secrets.get(&r.name).await {
+        Ok(s) => match s.data.as_ref().and_then(|d| d.get(&r.key)) {
+            Some(v) => Password::Known(String::from_utf8_lossy(&v.0).into_owned()),
+            None => {
+                warn!(
+                    ns,
+                    secret = r.name,
+                    key = r.key,
+                    "the password key is missing"
+                );
+                Password::Unreadable
+            }
+        },
+        Err(e) => {
+            warn!(ns, secret = r.name, "reading the password failed: {e}");
+            Password::Unreadable
+        }
+    }
+}
+
+/// Each member's view, read concurrently: k dead members cost one timeout, not k.
+pub async fn read_all(
+    pods: &BTreeMap<u32, Arc<Pod>>,
+    password: &Password,
+    timeout: Duration,
+) -> BTreeMap<u32, Option<View>> {
+    let pass = match password {
+        Password::None => None,
+        Password::Known(p) => Some(p.as_str()),
+        Password::Unreadable => return pods.keys().map(|o| (*o, None)).collect(),
+    };
+    let futs = pods.iter().map(|(o, p)| {
+        let ip = p.status.as_ref().and_then(|s| s.pod_ip.clone());
+        async move {
+            let v = match ip {
+                Some(ip) => read_view(&ip, pass, timeout).await,
+                None => None,
+            };
+            (*o, v)
+        }
+    });
+    join_all(futs).await.into_iter().collect()
+}
+
+/// One member's view, or `None` (unknown).
+pub async fn read_view(ip: &str, password: Option<&str>, timeout: Duration) -> Option<View> {
+    match tokio::time::timeout(timeout, exchange(ip, password)).await {
+        Ok(Ok(v)) => Some(v),
+        Ok(Err(e)) => {
+            debug!(ip, "view not read: {e}");
+            None
+        }
+        Err(_) => {
+            debug!(ip, "view not read: timed out");
+            None
+        }
+    }
+}
+
+fn command(out: &mut Vec<u8>, args: &[&str]) {
+    out.extend_from_slice(format!("*{}\r\n", args.len()).as_bytes());
+    for a in args {
+        out.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
+        out.extend_from_slice(a.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+}
+
+async fn exchange(ip: &str, password: Option<&str>) -> Result<View, String> {
+    let addr = if ip.contains(':') {
+        format!("[{ip}]:{PORT_RESP}")
+    } else {
+        format!("{ip}:{PORT_RESP}")
+    };
+    let mut stream = tokio::net::TcpStream::connect(&addr)
+        .await
+        .map_err(|e| format!("connect: {e}"))?;
+    let mut req = Vec::new();
+    if let Some(p) = password {
+        command(&mut req, &["AUTH", p]);
+    }
+    command(&mut req, &["CLUSTER", "MYID"]);
+    command(&mut req, &["CLUSTER", "NODES"]);
+    stream
+        .write_all(&req)
+        .await
+        .map_err(|e| format!("write: {e}"))?;
+    let mut r = BufReader::new(stream.take(MAX_VIEW_BYTES));
+    if password.is_some() {
+        let auth = line(&mut r).await?;
+        if auth != "+OK" {
+            return Err(format!("AUTH refused: {auth}"));
+        }
+    }
+    let id = bulk(&mut r).await?;
+    let nodes = bulk(&mut r).await?;
+    parse_view(id.trim(), &nodes)
+}
+
+/// One reply line, without its CRLF.
+async fn line<R: tokio::io::AsyncBufRead + Unpin>(r: &mut R) -> Result<String, String> {
+    let mut buf = Vec::new();
+    r.read_until(b'\n', &mut buf)
+        .await
+        .map_err(|e| format!("read: {e}"))?;
+    if !buf.ends_with(b"\r\n") {
+        return Err("reply cut short".into());
+    }
+    buf.truncate(buf.len() - 2);
+    String::from_utf8(buf).map_err(|_| "reply not UTF-8".into())
+}
+
+/// A bulk string reply; an error reply or anything else is an error.
+async fn bulk<R: tokio::io::AsyncBufRead + Unpin>(r: &mut R) -> Result<String, String> {
+    let head = line(r).await?;
+    let Some(n) = head.strip_prefix('$') else {
+        return Err(format!("not a bulk string: {head}"));
+    };
+    let n: u64 = n.parse().map_err(|_| format!("bad length: {head}"))?;
+    if n > MAX_VIEW_BYTES {
+        return Err(format!("reply of {n} bytes refused"));
+    }
+    let mut body = vec![0; n as usize + 2];
+    r.read_exact(&mut body)
+        .await
+        .map_err(|e| format!("read: {e}"))?;
+    if !body.ends_with(b"\r\n") {
+        return Err("bulk string without its CRLF".into());
+    }
+    body.truncate(n as usize);
+    String::from_utf8(body).map_err(|_| "reply not UTF-8".into())
+}
+
+fn node_id(s: &str) -> Result<&str, String> {
+    if s.len() == 40 && s.bytes().all(|b| b.is_ascii_hexdigit()) {
+        Ok(s)
+    } else {
+        Err(format!("not a 40-hex node id: {s:?}"))
+    }
+}
+
+/// `CLUSTER MYID` and `CLUSTER NODES` (one line per member of its view: `<id> <ip:port@cport>
+/// <flags> ...`) as a view; its own id must be in it, each id once.
+pub fn parse_view(myid: &str, nodes: &str) -> Result<View, String> {
+    let id = node_id(myid)?.to_ascii_lowercase();
+    let mut peers = BTreeMap::new();
+    for l in nodes.lines().map(str::trim).filter(|l| !l.is_empty()) {
+        let mut f = l.split_whitespace();
+        let (Some(peer), Some(addr), Some(_flags)) = (f.next(), f.next(), f.next()) else {
+            return Err(format!("short CLUSTER NODES line: {l:?}"));
+        };
+        let peer = node_id(peer)?.to_ascii_lowercase();
+        let addr = addr.split('@').next().unwrap_or_default().to_string();
+        if peers.insert(peer, addr).is_some() {
+            return Err(format!("an id listed twice: {l:?}"));
+        }
+    }
+    if !peers.contains_key(&id) {
+        return Err("its own id is not in its view".into());
+    }
+    Ok(View { id, peers })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const A: &str = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+    const B: &str = "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb";
+
+    #[test]
+    fn cluster_nodes_lines_are_a_view_by_identity() {
+        let nodes = format!(
+            "{A} 10.0.0.1:6379@7373 myself,master - 0 0 0 connected\n{B} 10.0.0.2:6379@7373 master - 0 0 0 connected\n"
+        );
+        let v = parse_view(A, &nodes).unwrap();
+        assert_eq!(v.id, A);
+        assert_eq!(
+            v.peers,
+            [
+                (A.into(), "10.0.0.1:6379".into()),
+                (B.into(), "10.0.0.2:6379".into())
+            ]
+            .into()
+        );
+        // Its own id missing, a bad id, a short line, a duplicate: unknown, never a guess.
+        let b_only = format!("{B} 10.0.0.2:6379@7373 master - 0 0 0 connected\n");
+        assert!(parse_view(A, &b_only).is_err());
+        assert!(parse_view("xyz", &nodes).is_err());
+        assert!(parse_view(A, &format!("{A} 10.0.0.1:6379@7373\n")).is_err());
+        assert!(parse_view(A, &format!("{nodes}{B} 10.0.0.9:6379@7373 master\n")).is_err());
+        assert!(parse_view(A, "").is_err());
+    }
+
+    /// A member on `ip:6379` that answers every connection with `answer` after reading.
+    async fn member(ip: &'static str, answer: Vec<u8>) {
+        let l = tokio::net::TcpListener::bind((ip, PORT_RESP))
+            .await
+            .expect("bind loopback");
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = l.accept().await {
+                let answer = answer.clone();
+                tokio::spawn(async move {
+                    let mut buf = [0u8; 512];
+                    let _ = s.read(&mut buf).await;
+                    let _ = s.write_all(&answer).await;
+                    let mut rest = Vec::new();
+                    let _ = s.read_to_end(&mut rest).await;
+                });
+            }
+        });
+    }
+
+    fn bulk_reply(s: &str) -> String {
+        format!("${}\r\n{s}\r\n", s.len())
+    }
+
+    #[tokio::test]
+    async fn unreachable_refused_or_garbled_is_unknown() {
+        let nodes = format!("{A} 127.43.0.1:6379@7373 myself,master - 0 0 0 connected\n");
+        let good = format!("{}{}", bulk_reply(A), bulk_reply(&nodes));
+        member("127.43.0.1", good.clone().into_bytes()).await;
+        member("127.43.0.2", format!("+OK\r\n{good}").into_bytes()).await;
+        member(
+            "127.43.0.3",
+            b"-WRONGPASS invalid username-password pair\r\n".to_vec(),
+        )
+        .await;
+        member(
+            "127.43.0.4",
+            b"-NOAUTH Authentication required.\r\n".to_vec(),
+        )
+        .await;
+        member("127.43.0.5", b"$999999999\r\n".to_vec()).await;
+        let t = Duration::from_millis(500);
+        let v = read_view("127.43.0.1", None, t).await.expect("read");
+        assert_eq!(v.id, A);
+        assert!(read_view("127.43.0.2", Some("pw"), t).await.is_some());
+        assert_eq!(read_view("127.43.0.3", Some("bad"), t).await, None);
+        assert_eq!(read_view("127.43.0.4", None, t).await, None);
+        assert_eq!(read_view("127.43.0.5", None, t).await, None);
+        // Nothing listening.
+        assert_eq!(read_view("127.43.0.6", None, t).await, None);
+        // A member that accepts and never answers costs one timeout.
+        let _hung = tokio::net::TcpListener::bind(("127.43.0.7", PORT_RESP))
+            .await
+            .unwrap();
+        let start = std::time::Instant::now();
+        assert_eq!(read_view("127.43.0.7", None, t).await, None);
+        assert!(start.elapsed() < Duration::from_millis(900));
+    }
+}
