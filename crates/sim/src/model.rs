@@ -115,6 +115,11 @@ pub struct Faults {
     /// `/drain` answers `307 Temporary Redirect` to this URL (another member's `/drain`,
     /// say) instead of draining.
     pub redirect_drain_to: Option<String>,
+    /// Its `CLUSTER NODES` lists a stranger (another id, another address) in place of the
+    /// member with this node id: its view holds the right count but not the right members,
+    /// as one side of a partition healed over an unknown node would. Only what it reports
+    /// changes (its gossip, placement and metrics do not).
+    pub view_stranger_for: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -647,6 +647,41 @@ mod tests {
 
         cluster_commands_describe_the_view(&mut c1, &ips).await;
 
+        // A stranger in place of member 0 in 1's view: the same count, another id and address.
+        let before = bulk_text(c1.call(&["CLUSTER", "NODES"]).await);
+        world.lock().set_faults(
+            "ns/demo-1",
+            Faults {
+                view_stranger_for: Some("0".into()),
+                ..Faults::default()
+            },
+        );
+        let swapped = bulk_text(c1.call(&["CLUSTER", "NODES"]).await);
+        assert_eq!(swapped.lines().count(), 3, "{swapped}");
+        assert!(
+            !swapped.contains(&format!(" {}:6379@7373 ", ips[0])),
+            "{swapped}"
+        );
+        assert!(
+            swapped.contains(" 127.0.0.254:6379@7373 master "),
+            "{swapped}"
+        );
+        let ids = |t: &str| -> Vec<String> {
+            t.lines()
+                .map(|l| l.split(' ').next().unwrap().to_string())
+                .collect()
+        };
+        assert_eq!(
+            ids(&before)
+                .iter()
+                .filter(|i| ids(&swapped).contains(i))
+                .count(),
+            2,
+            "one id replaced:\n{before}\n{swapped}"
+        );
+        world.lock().set_faults("ns/demo-1", Faults::default());
+        assert_eq!(bulk_text(c1.call(&["CLUSTER", "NODES"]).await), before);
+
         pipelined_answers_come_in_order(&mut c0).await;
 
         // Hung: no answer until the fault is cleared.

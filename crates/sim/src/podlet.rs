@@ -321,7 +321,8 @@ impl Podlet {
         restart_count: i32,
     ) -> Result<MemberProcess, StartFailure> {
         let ns = pod.namespace().unwrap_or_default();
-        let env = resolve_env(pod, container, ip);
+        let mut env = resolve_env(pod, container, ip);
+        env.extend(self.secret_env(&ns, container).await?);
         let node_id = env
             .get("MAREKVS_NODE_ID")
             .cloned()
@@ -1122,6 +1123,54 @@ fn probe_url(get: &HTTPGetAction, container: &Container, ip: Ipv4Addr) -> Option
     let host = get.host.clone().unwrap_or_else(|| ip.to_string());
     let path = get.path.clone().unwrap_or_else(|| "/".into());
     Some(format!("http://{host}:{port}{path}"))
+}
+
+impl Podlet {
+    /// The container's variables from Secret keys (`valueFrom.secretKeyRef`), read as a
+    /// kubelet does: a missing Secret or key (not optional) keeps the container from starting.
+    async fn secret_env(
+        &self,
+        ns: &str,
+        container: &Container,
+    ) -> Result<BTreeMap<String, String>, StartFailure> {
+        let secrets: Api<k8s_openapi::api::core::v1::Secret> =
+            Api::namespaced(self.client.clone(), ns);
+        let mut env = BTreeMap::new();
+        for e in container.env.as_deref().unwrap_or_default() {
+            let Some(r) = e
+                .value_from
+                .as_ref()
+                .and_then(|vf| vf.secret_key_ref.as_ref())
+            else {
+                continue;
+            };
+            let value = match secrets.get_opt(&r.name).await {
+                Ok(s) => s
+                    .and_then(|s| s.data)
+                    .and_then(|d| d.get(&r.key).cloned())
+                    .map(|v| String::from_utf8_lossy(&v.0).into_owned()),
+                Err(err) => {
+                    return Err(StartFailure::create(format!(
+                        "reading secret {ns}/{}: {err}",
+                        r.name
+                    )));
+                }
+            };
+            match value {
+                Some(v) => {
+                    env.insert(e.name.clone(), v);
+                }
+                None if r.optional == Some(true) => {}
+                None => {
+                    return Err(StartFailure::create(format!(
+                        "secret {ns}/{} has no key {} (CreateContainerConfigError)",
+                        r.name, r.key
+                    )));
+                }
+            }
+        }
+        Ok(env)
+    }
 }
 
 /// The container's environment with the downward-API fields this harness can answer.

@@ -250,6 +250,7 @@ impl World {
     /// `<id> <ip>:6379@7373 <flags> - 0 0 0 connected`, flags `myself,master` for the member
     /// and `master` for the others (a view only holds peers it believes up, so no `fail`).
     pub fn cluster_nodes(&mut self, key: &str) -> Result<String, NotServing> {
+        let swapped = self.faults(key).view_stranger_for;
         let (ck, cluster) = self.serving_cluster(key)?;
         let view = cluster.view(key)?;
         let mut out = String::new();
@@ -259,11 +260,21 @@ impl World {
             } else {
                 "master"
             };
+            // The fault: a stranger's id and a loopback address nobody serves.
+            let (id, addr) = if !peer.myself && swapped.as_deref() == Some(&peer.node_id) {
+                (
+                    run_id(&ck, &format!("stranger-{}", peer.node_id)),
+                    "127.0.0.254",
+                )
+            } else {
+                (
+                    run_id(&ck, &peer.node_id),
+                    peer.addr.as_deref().unwrap_or(""),
+                )
+            };
             let _ = writeln!(
                 out,
-                "{} {}:{}@{} {flags} - 0 0 0 connected",
-                run_id(&ck, &peer.node_id),
-                peer.addr.as_deref().unwrap_or(""),
+                "{id} {addr}:{}@{} {flags} - 0 0 0 connected",
                 crate::node_resp::RESP_PORT,
                 MESH_PORT,
             );
