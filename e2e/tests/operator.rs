@@ -1092,6 +1092,118 @@ async fn a_mass_failure_replaces_no_volume_and_removes_no_one_until_members_are_
     env.cleanup().await
 }
 
+/// The notes of the Events with `reason` recorded for `name` in `ns`.
+async fn event_notes(
+    client: &kube::Client,
+    ns: &str,
+    name: &str,
+    reason: &str,
+) -> anyhow::Result<Vec<String>> {
+    let api: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(client.clone(), ns);
+    Ok(api
+        .list(&Default::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
+        .filter(|e| e.reason.as_deref() == Some(reason))
+        .filter_map(|e| e.note)
+        .collect())
+}
+
+/// One member's view holds a stranger in place of another member: every count is right, the
+/// members are not. A scale-down is held (views not converged by identity); after 30 s the
+/// SuspectedPartition condition and a Warning Event say who sees whom. Healed, the views agree
+/// (condition False, a Normal Event), the scale-down proceeds, and every key reads back.
+async fn a_view_with_a_stranger_in_place_of_a_member_holds_the_scale_down_until_views_agree()
+-> anyhow::Result<()> {
+    let sim = Sim::required()?;
+    let env = TestEnv::new("views").await?;
+    let ns = env.namespace.clone();
+    let _op = Operator::start(&ns)?;
+    let api = create(&env, "demo", spec(4)).await?;
+    let all = ["demo-0", "demo-1", "demo-2", "demo-3"];
+    wait_healthy(&api, "demo", &all, T).await?;
+    let data = write_keys(&env, &all, "demo-0", "views").await?;
+
+    // demo-1's CLUSTER NODES lists a stranger in place of demo-2 (node id 2).
+    sim.set_faults(&ns, "demo-1", json!({"view_stranger_for": "2"}))
+        .await?;
+    patch_spec(&api, "demo", json!({"nodes": 3})).await?;
+    let held = wait_cluster(&api, "demo", "Blocked on ViewsNotConverged", T, |s| {
+        condition(s, "Blocked")
+            .is_some_and(|c| c.status == "True" && c.reason == "ViewsNotConverged")
+    })
+    .await?;
+    let st = status_of(&held);
+    let blocked = condition(&st, "Blocked").unwrap().message.clone();
+    assert!(
+        blocked.contains("by identity")
+            && blocked.contains("demo-1 sees demo-0, demo-1, demo-3, stranger"),
+        "{blocked}"
+    );
+    let started = Instant::now();
+    let c = wait_cluster(&api, "demo", "SuspectedPartition", T, |s| {
+        condition(s, "SuspectedPartition").is_some_and(|c| c.status == "True")
+    })
+    .await?;
+    let st = status_of(&c);
+    let since = st
+        .views_disagree_since
+        .clone()
+        .expect("the start is in status");
+    let msg = condition(&st, "SuspectedPartition")
+        .unwrap()
+        .message
+        .clone();
+    let who = "demo-0, demo-2, demo-3 see demo-0, demo-1, demo-2, demo-3; demo-1 sees demo-0, demo-1, demo-3, stranger";
+    assert!(msg.contains(who), "{msg}");
+    // Every count is right: only identities tell.
+    assert!(
+        st.members
+            .iter()
+            .all(|m| m.metrics.as_ref().is_some_and(|x| x.view_members == 4)),
+        "{:?}",
+        st.members
+            .iter()
+            .map(|m| m.metrics.as_ref().map(|x| x.view_members))
+            .collect::<Vec<_>>()
+    );
+    assert!(st.removal.is_none(), "nothing removed while views disagree");
+    assert_eq!(st.instance_names.len(), 4);
+    wait_events(&env.client, &ns, "demo", &["SuspectedPartition"]).await?;
+    let notes = event_notes(&env.client, &ns, "demo", "SuspectedPartition").await?;
+    assert!(notes.iter().any(|n| n.contains(who)), "{notes:?}");
+    eprintln!(
+        "views: SuspectedPartition reported {:.1}s after the scale-down was held; since {}",
+        started.elapsed().as_secs_f64(),
+        since.0
+    );
+    // Still held a while later.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let st = status_of(&api.get("demo").await?);
+    assert!(st.removal.is_none() && st.instance_names.len() == 4);
+    assert_eq!(
+        st.views_disagree_since,
+        Some(since),
+        "the clock is not restarted"
+    );
+
+    sim.set_faults(&ns, "demo-1", json!({"view_stranger_for": null}))
+        .await?;
+    wait_events(&env.client, &ns, "demo", &["ViewsAgree"]).await?;
+    let c = wait_healthy(&api, "demo", &all[..3], T).await?;
+    let st = status_of(&c);
+    assert!(
+        condition(&st, "SuspectedPartition").is_some_and(|c| c.status == "False"),
+        "the condition is cleared"
+    );
+    assert_eq!(st.views_disagree_since, None);
+    read_back(&env, &data).await?;
+    assert_no_loss(&Some(sim), &ns).await?;
+    env.cleanup().await
+}
+
 /// `/drain` requests a member's HTTP server has received (the simulator counts them).
 async fn drain_requests(sim: &Sim, ns: &str, pod: &str) -> anyhow::Result<u64> {
     let m = sim
@@ -1452,5 +1564,6 @@ fn main() -> std::process::ExitCode {
         kubectl_scale_moves_spec_nodes_and_respects_the_floor,
         a_paused_scale_down_is_planned_in_order_and_the_first_listed_member_leaves_first,
         a_mass_failure_replaces_no_volume_and_removes_no_one_until_members_are_back needs [Simulator],
+        a_view_with_a_stranger_in_place_of_a_member_holds_the_scale_down_until_views_agree needs [Simulator],
     ])
 }
