@@ -64,6 +64,12 @@ pub struct Resp {
 impl Resp {
     /// Connect to `ip:6379`; with `MAREKVS_E2E_REQUIREPASS` set, authenticate first.
     pub async fn connect(ip: Ipv4Addr) -> anyhow::Result<Resp> {
+        Resp::connect_auth(ip, None).await
+    }
+
+    /// Connect to `ip:6379` and authenticate with `password` (`Some("")`: not at all; `None`:
+    /// with `MAREKVS_E2E_REQUIREPASS`, if set).
+    pub async fn connect_auth(ip: Ipv4Addr, password: Option<&str>) -> anyhow::Result<Resp> {
         let stream = tokio::time::timeout(IO_TIMEOUT, TcpStream::connect((ip, RESP_PORT)))
             .await
             .map_err(|_| anyhow!("connecting to {ip}:{RESP_PORT} timed out"))?
@@ -73,9 +79,11 @@ impl Resp {
             stream,
             buf: Vec::new(),
         };
-        if let Ok(pass) = std::env::var("MAREKVS_E2E_REQUIREPASS")
-            && !pass.is_empty()
-        {
+        let pass = match password {
+            Some(p) => p.to_string(),
+            None => std::env::var("MAREKVS_E2E_REQUIREPASS").unwrap_or_default(),
+        };
+        if !pass.is_empty() {
             match resp.call(&[b"AUTH", pass.as_bytes()]).await? {
                 Reply::Simple(ok) if ok == "OK" => {}
                 other => bail!("AUTH at {ip}: {other:?}"),
@@ -149,6 +157,8 @@ pub struct DataSet {
     /// Member → keys written through it.
     written_through: BTreeMap<String, usize>,
     reader: String,
+    /// The RESP password (`None`: `MAREKVS_E2E_REQUIREPASS`, if set).
+    password: Option<String>,
 }
 
 /// What a successful check counted.
@@ -202,6 +212,18 @@ impl DataSet {
         n: usize,
         label: &str,
     ) -> anyhow::Result<DataSet> {
+        Self::write_with_password(pods, members, reader, n, label, None).await
+    }
+
+    /// [`DataSet::write`] to members that want `password` (kept for the reads too).
+    pub async fn write_with_password(
+        pods: &Api<Pod>,
+        members: &[&str],
+        reader: &str,
+        n: usize,
+        label: &str,
+        password: Option<String>,
+    ) -> anyhow::Result<DataSet> {
         let writers: Vec<&str> = members.iter().copied().filter(|m| *m != reader).collect();
         anyhow::ensure!(
             !writers.is_empty(),
@@ -220,6 +242,7 @@ impl DataSet {
                 .collect(),
             written_through: BTreeMap::new(),
             reader: reader.to_string(),
+            password,
         };
         for (m, member) in writers.iter().enumerate() {
             let mine: Vec<&String> = set.keys.iter().skip(m).step_by(writers.len()).collect();
@@ -242,7 +265,7 @@ impl DataSet {
         keys: &[&String],
     ) -> anyhow::Result<()> {
         let ip = member_ip(pods, member).await?;
-        let mut conn = Resp::connect(ip).await?;
+        let mut conn = Resp::connect_auth(ip, self.password.as_deref()).await?;
         for chunk in keys.chunks(PIPELINE) {
             let commands: Vec<Vec<Vec<u8>>> = chunk
                 .iter()
@@ -361,7 +384,7 @@ impl DataSet {
     /// One pass over every key through `via`. An error is a failure to read at all.
     async fn read_all(&self, pods: &Api<Pod>, via: &str) -> anyhow::Result<Pass> {
         let ip = member_ip(pods, via).await?;
-        let mut conn = Resp::connect(ip).await?;
+        let mut conn = Resp::connect_auth(ip, self.password.as_deref()).await?;
         let mut missing = Vec::new();
         let mut wrong = Vec::new();
         for chunk in self.keys.chunks(PIPELINE) {
@@ -402,6 +425,7 @@ mod tests {
             keys: vec![],
             written_through: BTreeMap::new(),
             reader: "demo-0".into(),
+            password: None,
         };
         let v = set.value_of("e2e:t:1");
         assert_eq!(v.len(), 64);

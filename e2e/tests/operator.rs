@@ -1204,6 +1204,84 @@ async fn a_view_with_a_stranger_in_place_of_a_member_holds_the_scale_down_until_
     env.cleanup().await
 }
 
+/// With `spec.auth`, members want a password on their RESP port (from the Secret, never plain
+/// env) and the operator reads each view after `AUTH`: a scale-down proceeds. With the Secret
+/// changed to a wrong password, `AUTH` is refused, every view is unknown, and the next
+/// scale-down is held naming the members; put right, it proceeds. Every key reads back.
+async fn with_a_password_views_are_read_after_auth_and_a_refused_auth_holds_the_scale_down()
+-> anyhow::Result<()> {
+    Sim::required()?;
+    let env = TestEnv::new("auth").await?;
+    let ns = env.namespace.clone();
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> = env.api();
+    let secret = |pass: &str| -> anyhow::Result<k8s_openapi::api::core::v1::Secret> {
+        Ok(serde_json::from_value(json!({
+            "metadata": {"name": "kv-auth"}, "stringData": {"password": pass},
+        }))?)
+    };
+    secrets
+        .create(&PostParams::default(), &secret("s3cret-views")?)
+        .await?;
+    let _op = Operator::start(&ns)?;
+    let mut s = spec(5);
+    s["auth"] = json!({"passwordSecretRef": {"name": "kv-auth", "key": "password"}});
+    let api = create(&env, "demo", s).await?;
+    let all = ["demo-0", "demo-1", "demo-2", "demo-3", "demo-4"];
+    wait_healthy(&api, "demo", &all, T).await?;
+    let pods: Api<Pod> = env.api();
+    let p0 = pods.get("demo-0").await?;
+    let pass_env = p0.spec.as_ref().unwrap().containers[0]
+        .env
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .find(|e| e.name == "MAREKVS_REQUIREPASS")
+        .context("MAREKVS_REQUIREPASS")?;
+    assert!(pass_env.value.is_none(), "never in plain env");
+    let ip = pod_ip(&p0).context("pod IP")?;
+    let mut bare = data::Resp::connect_auth(ip, Some("")).await?;
+    let r = bare.call(&[b"CLUSTER", b"NODES"]).await?;
+    assert!(format!("{r:?}").contains("NOAUTH"), "{r:?}");
+    let data = DataSet::write_with_password(
+        &pods,
+        &all,
+        "demo-0",
+        data::default_keys(),
+        "auth",
+        Some("s3cret-views".into()),
+    )
+    .await?;
+
+    patch_spec(&api, "demo", json!({"nodes": 4})).await?;
+    wait_healthy(&api, "demo", &all[..4], T).await?;
+
+    secrets
+        .replace("kv-auth", &PostParams::default(), &secret("wrong")?)
+        .await?;
+    patch_spec(&api, "demo", json!({"nodes": 3})).await?;
+    let c = wait_cluster(&api, "demo", "Blocked on views not read", T, |s| {
+        condition(s, "Blocked").is_some_and(|c| {
+            c.status == "True"
+                && c.reason == "ViewsNotConverged"
+                && c.message.contains("views not read over RESP")
+        })
+    })
+    .await?;
+    let msg = condition(&status_of(&c), "Blocked")
+        .unwrap()
+        .message
+        .clone();
+    assert!(msg.contains("demo-0, demo-1, demo-2, demo-3"), "{msg}");
+    assert!(status_of(&c).removal.is_none());
+
+    secrets
+        .replace("kv-auth", &PostParams::default(), &secret("s3cret-views")?)
+        .await?;
+    wait_healthy(&api, "demo", &all[..3], T).await?;
+    data.verify(&pods).await?;
+    env.cleanup().await
+}
+
 /// `/drain` requests a member's HTTP server has received (the simulator counts them).
 async fn drain_requests(sim: &Sim, ns: &str, pod: &str) -> anyhow::Result<u64> {
     let m = sim
@@ -1565,5 +1643,6 @@ fn main() -> std::process::ExitCode {
         a_paused_scale_down_is_planned_in_order_and_the_first_listed_member_leaves_first,
         a_mass_failure_replaces_no_volume_and_removes_no_one_until_members_are_back needs [Simulator],
         a_view_with_a_stranger_in_place_of_a_member_holds_the_scale_down_until_views_agree needs [Simulator],
+        with_a_password_views_are_read_after_auth_and_a_refused_auth_holds_the_scale_down needs [Simulator],
     ])
 }
