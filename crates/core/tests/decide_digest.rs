@@ -40,7 +40,17 @@ const INPUTS: usize = 200_000;
 ///   more members that held data without a ready pod, `mass::mass_failure`) holds every fresh
 ///   volume of such a member, every member added or removed, drain, pod and volume deletion;
 ///   only pods on their own volumes are re-created, and the progress says what is held.
-const DIGEST: u64 = 0xecbf_05bc_63ef_6c3e;
+/// - `0xecbf_05bc_63ef_6c3e` → `0x07b0_a3d4_afdb_97b0`: views by identity (issue 15, item 2).
+///   Every observation now carries each member's view by identity, mirroring its count (with
+///   only those, no decision changed: the digest stayed `0xecbf_05bc_63ef_6c3e`). A third
+///   generator makes a ready member's view hold a stranger in place of a member (the same
+///   count), drops a view read over RESP, and starts chains with a remembered disagreement:
+///   the hand-off gate holds on views that differ by identity or were not read, disagreeing
+///   views hold every drain, pod and volume deletion and every new removal or restart, 30 s
+///   of disagreement is a suspected partition, and the projection shows `views_split_since`
+///   and the suspected partition when there is one. With that generator at 0 % the digest is
+///   still `0xecbf_05bc_63ef_6c3e`.
+const DIGEST: u64 = 0x07b0_a3d4_afdb_97b0;
 
 /// What the generator draws beyond `SplitMix64`'s own.
 trait Draws {
@@ -71,7 +81,13 @@ fn disruption(m: &Memory) -> String {
 
 /// What a decision says, without depending on the layout of `Memory`.
 fn projection(d: &Decision) -> String {
-    format!(
+    // Views by identity, only when they say something: without disagreeing views the
+    // projection is the one from before they existed.
+    let views = match (&d.memory.views_split_since, &d.suspected_partition) {
+        (None, None) => String::new(),
+        (since, p) => format!(" views {since:?} {p:?}"),
+    };
+    let base = format!(
         "{:?}",
         (
             &d.actions,
@@ -87,7 +103,8 @@ fn projection(d: &Decision) -> String {
             disruption(&d.memory),
             &d.plan,
         )
-    )
+    );
+    base + &views
 }
 
 fn fnv(mut h: u64, bytes: &[u8]) -> u64 {
@@ -112,6 +129,11 @@ struct Shape {
     outdated_pvcs: u64,
     /// Chance (percent) that a non-member ordinal has a pod or a volume.
     strays: u64,
+    /// Chance (percent) that a ready member's view holds a stranger in place of a member (the
+    /// count unchanged). Drawn from a third generator, like the remembered start of a
+    /// disagreement: with both at 0 the inputs are the ones generated before views by
+    /// identity existed.
+    swaps: u64,
 }
 
 fn gen_spec(r: &mut SplitMix64) -> ClusterSpec {
@@ -424,6 +446,27 @@ fn disturb(r: &mut SplitMix64, m: &mut MemberObs) {
     }
 }
 
+/// A ready member's view, drawn by `views`, holds a stranger in place of another member.
+fn swap_a_view(views: &mut SplitMix64, out: &mut BTreeMap<u32, MemberObs>) {
+    let ready: Vec<u32> = out
+        .iter()
+        .filter(|(_, m)| m.view.is_some() && m.pod.as_ref().is_some_and(|p| p.ready))
+        .map(|(o, _)| *o)
+        .collect();
+    if ready.is_empty() {
+        return;
+    }
+    let o = views.pick(&ready);
+    let v = out
+        .get_mut(&o)
+        .and_then(|m| m.view.as_mut())
+        .expect("ready with a view");
+    if let Some(other) = v.peers.keys().find(|id| **id != v.id).cloned() {
+        v.peers.remove(&other);
+        v.peers.insert(View::ordinal_id(77), String::new());
+    }
+}
+
 fn gen_observed(
     r: &mut SplitMix64,
     asks: &mut SplitMix64,
@@ -637,6 +680,25 @@ fn branches(input: &Memory, observed: &BTreeMap<u32, MemberObs>, d: &Decision) -
             add(format!("{ctx} :: progress {item}"));
         }
     }
+    if d.suspected_partition.is_some() {
+        add("suspected partition".into());
+    }
+    let progress = d.progress.as_deref().unwrap_or_default();
+    if progress.contains("views disagree") && progress.contains(": holding ") {
+        add(format!("{ctx} :: views held"));
+    }
+    if d.blocked
+        .as_ref()
+        .is_some_and(|b| b.message.contains("by identity"))
+    {
+        add("blocked by identity".into());
+    }
+    if d.blocked
+        .as_ref()
+        .is_some_and(|b| b.message.starts_with("views not read over RESP"))
+    {
+        add("blocked view not read".into());
+    }
     add(format!("phase {:?}", d.phase));
     for p in d.memory.phases.values() {
         add(format!("member phase {p:?}"));
@@ -831,12 +893,21 @@ const REACHED: &[&str] = &[
     "idle :: progress new members are joining",
     "idle :: progress a member is being replaced",
     "idle :: progress waiting for members to become ready",
+    // Views by identity.
+    "suspected partition",
+    "blocked by identity",
+    "blocked view not read",
+    "idle :: views held",
+    "removal HandingOff :: views held",
+    "removal Deleting :: views held",
+    "roll Rejoining :: views held",
 ];
 
 #[test]
 fn decide_over_generated_inputs_has_the_recorded_digest() {
     let mut r = SplitMix64(0x6d61_7265_6b76_7321);
     let mut asks = SplitMix64(0x6672_6573_6876_6f6c);
+    let mut views = SplitMix64(0x7669_6577_7369_6421);
     let mut digest: u64 = 0xcbf2_9ce4_8422_2325;
     let mut counts: BTreeMap<String, usize> = BTreeMap::new();
     let mut inputs = 0usize;
@@ -852,6 +923,11 @@ fn decide_over_generated_inputs_has_the_recorded_digest() {
             outdated_pods: if r.pct(30) { r.pick(&[20, 60, 100]) } else { 0 },
             outdated_pvcs: if r.pct(10) { r.pick(&[30, 100]) } else { 0 },
             strays: r.pick(&[0, 0, 5, 20]),
+            swaps: if views.pct(20) {
+                views.pick(&[30, 80])
+            } else {
+                0
+            },
         };
         let mut now: Millis = if r.pct(1) {
             -r.upto(5_000)
@@ -859,11 +935,25 @@ fn decide_over_generated_inputs_has_the_recorded_digest() {
             1_700_000_000_000 + r.upto(1_000_000_000)
         };
         let mut memory = gen_memory(&mut r, &mut asks, &spec, now.max(0));
+        if shape.swaps > 0 && views.pct(50) {
+            // Views disagreed before this chain: for a while, or past the bound.
+            memory.views_split_since = Some(now.max(0) - views.upto(60_000));
+        }
         for _ in 0..1 + r.below(4) {
             if inputs == INPUTS {
                 break;
             }
-            let observed = gen_observed(&mut r, &mut asks, &shape, &memory, &spec);
+            let mut observed = gen_observed(&mut r, &mut asks, &shape, &memory, &spec);
+            if shape.swaps > 0 && views.pct(shape.swaps) {
+                swap_a_view(&mut views, &mut observed);
+            }
+            if shape.swaps > 0 && views.pct(10) {
+                // A view not read over RESP, the member's metrics read.
+                let o = views.below(8) as u32;
+                if let Some(m) = observed.get_mut(&o) {
+                    m.view = None;
+                }
+            }
             let d = decide(&Input {
                 spec: &spec,
                 memory: &memory,
