@@ -1157,6 +1157,7 @@ async fn a_view_with_a_stranger_in_place_of_a_member_holds_the_scale_down_until_
         .message
         .clone();
     let who = "demo-0, demo-2, demo-3 see demo-0, demo-1, demo-2, demo-3; demo-1 sees demo-0, demo-1, demo-3, stranger";
+    // Groups in the order of their first member, members in ordinal order.
     assert!(msg.contains(who), "{msg}");
     // Every count is right: only identities tell.
     assert!(

@@ -176,13 +176,10 @@ impl HandoffGate<'_> {
             .map(|(o, v)| format!("{}-{o} sees {}", self.name, describe(v, &names)))
             .collect();
         if !differ.is_empty() {
-            let want: Vec<&String> = names.values().collect();
+            let want: Vec<String> = views.keys().map(|o| format!("{}-{o}", self.name)).collect();
             return fail(format!(
                 "views not converged by identity on {}: {}",
-                want.iter()
-                    .map(|s| s.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", "),
+                want.join(", "),
                 differ.join("; ")
             ));
         }

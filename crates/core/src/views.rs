@@ -64,6 +64,11 @@ pub fn describe(view: &View, names: &BTreeMap<String, String>) -> String {
             )),
         }
     }
+    // Members in ordinal order (`demo-2` before `demo-10`), not in id order.
+    known.sort_by_key(|n| {
+        let ord = n.rsplit('-').next().and_then(|o| o.parse::<u32>().ok());
+        (ord, n.clone())
+    });
     known.extend(strangers);
     if known.is_empty() {
         "nobody".into()
@@ -98,8 +103,11 @@ pub fn agreement(
     }
     if groups.len() > 1 {
         let names = names_by_id(spec, &known);
+        // Groups in the order of their first member.
+        let mut groups: Vec<&Vec<u32>> = groups.values().collect();
+        groups.sort();
         let said: Vec<String> = groups
-            .values()
+            .iter()
             .map(|os| {
                 let who: Vec<String> = os.iter().map(|o| spec.member_name(*o)).collect();
                 let verb = if os.len() == 1 { "sees" } else { "see" };
@@ -224,6 +232,28 @@ mod tests {
         assert!(
             who.contains("demo-3 sees demo-0, demo-1, demo-3, stranger ffffffff at 10.9.9.9:6379"),
             "{who}"
+        );
+    }
+
+    #[test]
+    fn members_are_named_in_ordinal_order_whatever_their_ids() {
+        let view = View {
+            id: "b".into(),
+            peers: [
+                ("a", ""),
+                ("b", ""),
+                ("c", ""),
+                ("zzzzzzzzzz", "127.0.0.254:6379"),
+            ]
+            .map(|(i, a)| (i.to_string(), a.to_string()))
+            .into(),
+        };
+        let names = [("a", "demo-10"), ("b", "demo-2"), ("c", "demo-0")]
+            .map(|(i, n)| (i.to_string(), n.to_string()))
+            .into();
+        assert_eq!(
+            describe(&view, &names),
+            "demo-0, demo-2, demo-10, stranger zzzzzzzz at 127.0.0.254:6379"
         );
     }
 

@@ -40,7 +40,7 @@ const INPUTS: usize = 200_000;
 ///   more members that held data without a ready pod, `mass::mass_failure`) holds every fresh
 ///   volume of such a member, every member added or removed, drain, pod and volume deletion;
 ///   only pods on their own volumes are re-created, and the progress says what is held.
-/// - `0xecbf_05bc_63ef_6c3e` → `0x07b0_a3d4_afdb_97b0`: views by identity (issue 15, item 2).
+/// - `0xecbf_05bc_63ef_6c3e` → `0xf3b8_86e0_0679_143e`: views by identity (issue 15, item 2).
 ///   Every observation now carries each member's view by identity, mirroring its count (with
 ///   only those, no decision changed: the digest stayed `0xecbf_05bc_63ef_6c3e`). A third
 ///   generator makes a ready member's view hold a stranger in place of a member (the same
@@ -50,7 +50,7 @@ const INPUTS: usize = 200_000;
 ///   of disagreement is a suspected partition, and the projection shows `views_split_since`
 ///   and the suspected partition when there is one. With that generator at 0 % the digest is
 ///   still `0xecbf_05bc_63ef_6c3e`.
-const DIGEST: u64 = 0x07b0_a3d4_afdb_97b0;
+const DIGEST: u64 = 0xf3b8_86e0_0679_143e;
 
 /// What the generator draws beyond `SplitMix64`'s own.
 trait Draws {
