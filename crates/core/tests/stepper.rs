@@ -1860,3 +1860,52 @@ fn a_suspected_partition_holds_every_disruptive_step_until_views_agree() {
     assert_eq!(d.suspected_partition, None);
     assert_eq!(d.actions, vec![Action::DeletePod(3)]);
 }
+
+/// Disagreeing views hold the start of a rolling update and of a fresh volume asked for on a
+/// pod, as they hold a removal; agreeing views let them start.
+#[test]
+fn disagreeing_views_hold_a_rolling_update_and_a_requested_fresh_volume() {
+    let s = spec(4, 2);
+    let mem = Memory {
+        members: (0..4).collect(),
+        phases: (0..4).map(|o| (o, MemberPhase::Active)).collect(),
+        samples: (0..4)
+            .map(|o| {
+                let quiet = Sample {
+                    bootstraps_total: 0,
+                    repairs_total: 0,
+                    changed_at: 0,
+                };
+                (o, quiet)
+            })
+            .collect(),
+        ..Memory::default()
+    };
+    for asking in [None, Some(1)] {
+        let calm = calm_asking(&mem, asking.is_none(), asking);
+        let mut split = calm.clone();
+        assert!(swap_a_view(&mut split));
+        let at = |obs: &BTreeMap<u32, MemberObs>| {
+            decide(&Input {
+                spec: &s,
+                memory: &mem,
+                observed: obs,
+                now: 100_000,
+            })
+        };
+        let held = at(&split);
+        assert_eq!(held.memory.disruption, None, "{asking:?}: {held:?}");
+        // The gate says why, by identity.
+        let b = held.blocked.expect("held");
+        assert_eq!(b.reason, BlockReason::ViewsNotConverged);
+        assert!(b.message.contains("by identity"), "{}", b.message);
+        assert!(held.actions.is_empty(), "{:?}", held.actions);
+        let started = at(&calm)
+            .memory
+            .disruption
+            .expect("starts once views agree");
+        let want = asking.unwrap_or(3);
+        assert_eq!(started.ordinal(), want);
+        assert_eq!(started.roll().map(Roll::requested), Some(asking.is_some()));
+    }
+}
