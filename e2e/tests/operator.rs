@@ -454,6 +454,21 @@ async fn bad_specs_are_refused_at_apply_time() -> anyhow::Result<()> {
             "extraEnv cannot set",
         ),
         (
+            "requirepass".into(),
+            json!({"image": "x", "extraEnv": {"MAREKVS_REQUIREPASS": "plain"}}),
+            "spec.auth.passwordSecretRef",
+        ),
+        (
+            "authnokey".into(),
+            json!({"image": "x", "auth": {"passwordSecretRef": {"name": "kv-auth"}}}),
+            "key",
+        ),
+        (
+            "authbadname".into(),
+            json!({"image": "x", "auth": {"passwordSecretRef": {"name": "Not_A_Name", "key": "k"}}}),
+            "name",
+        ),
+        (
             "minmax".into(),
             json!({"image": "x", "autoscale": {"minNodes": 6, "maxNodes": 4, "targetOpsPerNode": 10}}),
             "minNodes must not exceed",
