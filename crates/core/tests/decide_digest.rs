@@ -40,7 +40,13 @@ const INPUTS: usize = 200_000;
 ///   more members that held data without a ready pod, `mass::mass_failure`) holds every fresh
 ///   volume of such a member, every member added or removed, drain, pod and volume deletion;
 ///   only pods on their own volumes are re-created, and the progress says what is held.
-const DIGEST: u64 = 0xecbf_05bc_63ef_6c3e;
+/// - `0xecbf_05bc_63ef_6c3e` → `0x87a3_b560_8875_189e`: a removal cancelled past its hand-off
+///   (step `Deleting` or later: the others hold the victim's data) brings the victim back as a
+///   new member, phase `Joining` instead of `Replacing`, so a mass failure does not count it as
+///   down and its stale volume may be replaced (the DST found an RF 1 cluster held for good by
+///   a cancelled victim whose kept volume went stale). Stale volumes themselves (`stale`) are
+///   not generated here: with that change undone the digest is still `0xecbf_05bc_63ef_6c3e`.
+const DIGEST: u64 = 0x87a3_b560_8875_189e;
 
 /// What the generator draws beyond `SplitMix64`'s own.
 trait Draws {
@@ -129,6 +135,8 @@ fn gen_spec(r: &mut SplitMix64) -> ClusterSpec {
         settle_ms: r.pick(&[0, 3_000, 5_000]),
         handoff_timeout_ms: r.pick(&[20_000, 60_000]),
         paused: r.pct(15),
+        // No generated volume records an absence: stale volumes are driven by the DST.
+        stale_volume_grace_ms: 3_600_000,
     }
 }
 

@@ -16,6 +16,7 @@ fn spec(nodes: u32, rf: u32) -> ClusterSpec {
         settle_ms: 3_000,
         handoff_timeout_ms: 60_000,
         paused: false,
+        stale_volume_grace_ms: 3_600_000,
     }
 }
 
@@ -51,6 +52,7 @@ impl World {
                         uid: format!("uid-{}", self.pvc_seq),
                         terminating: false,
                         outdated: false,
+                        absent_since: None,
                     });
                 }
                 Action::CreatePod(o) => {
@@ -1005,6 +1007,7 @@ fn arb_obs() -> impl Strategy<Value = MemberObs> {
                 uid: "u".into(),
                 terminating,
                 outdated,
+                absent_since: None,
             }),
             scrape: scrape.map(|(view, under, join, rep)| Scrape {
                 view_members: view,
@@ -1091,6 +1094,7 @@ fn calm_asking(mem: &Memory, outdated: bool, asking: Option<u32>) -> BTreeMap<u3
                 uid: if Some(*o) == moved { "fresh" } else { "u" }.into(),
                 terminating: false,
                 outdated: false,
+                absent_since: None,
             });
             (*o, MemberObs { pod, pvc, scrape })
         })
