@@ -193,3 +193,35 @@ fn a_removal_cancelled_past_its_hand_off_brings_its_member_back_as_new() {
     assert_eq!(d.actions, [Action::DeletePvc(2)]);
     assert!(d.mass_failure.is_none());
 }
+
+/// A member asked to move to a fresh volume that lost its pod before its hand-off is normally
+/// restarted on its old volume (its data is not on the others yet); not on a stale one.
+#[test]
+fn a_restart_before_the_hand_off_is_not_made_on_a_stale_volume() {
+    let mut memory = active(&[0, 1, 2, 3]);
+    memory.phases.insert(3, MemberPhase::Updating);
+    memory.disruption = Some(Disruption::Roll(Roll {
+        ordinal: 3,
+        reason: RollReason::VolumeRequested { pvc: "v".into() },
+        step: RollStep::Rejoining,
+        handed_off_pvc: None,
+        started_at: NOW - 3 * GRACE,
+        step_started_at: NOW - 2 * GRACE,
+    }));
+    let mut observed: BTreeMap<u32, MemberObs> = (0..3).map(|o| (o, member(true, None))).collect();
+    observed.insert(3, member(false, Some(NOW - GRACE / 2)));
+    let d = decide_at(&spec(4, 2), &memory, &observed);
+    assert_eq!(
+        d.actions,
+        [Action::CreatePod(3)],
+        "within the grace: on its old volume"
+    );
+    observed.insert(3, member(false, Some(NOW - 2 * GRACE)));
+    let d = decide_at(&spec(4, 2), &memory, &observed);
+    assert_eq!(
+        d.actions,
+        [Action::DeletePvc(3)],
+        "stale: a fresh volume instead"
+    );
+    assert!(stale_note(&d).is_some());
+}
