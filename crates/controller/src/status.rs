@@ -1164,7 +1164,8 @@ mod tests {
         observed.insert(5, kept(None));
         let d = decision(memory, ClusterPhase::Healthy, None);
         let st = status_of(&c, &d, &sizing, &observed, now);
-        let summary: Vec<(&str, &str, Option<Millis>, Option<Millis>, bool)> = st
+        type Row<'a> = (&'a str, &'a str, Option<Millis>, Option<Millis>, bool);
+        let summary: Vec<Row> = st
             .kept_volumes
             .iter()
             .map(|k| {
