@@ -12,9 +12,11 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use crate::types::*;
 
-/// Whether the member of `o` is part of the cluster's gossip right now: a member whose pod
-/// exists, is not going away, and is ready, or is still joining (a joining node already
-/// takes writes and deletes).
+/// Whether the member of `o` is part of the cluster's gossip right now, or has never been
+/// away: a member whose pod exists, is not going away and is ready, or a member still joining
+/// (a joining node already takes writes and deletes; one whose pod is not there yet, as the
+/// caches may show a new member's PVC before its pod, never held data it could bring back, and
+/// stamping it would cost two writes per new member).
 fn present(
     o: u32,
     members: &BTreeSet<u32>,
@@ -22,9 +24,8 @@ fn present(
     m: &MemberObs,
 ) -> bool {
     members.contains(&o)
-        && m.pod.as_ref().is_some_and(|p| {
-            !p.terminating && (p.ready || phases.get(&o) == Some(&MemberPhase::Joining))
-        })
+        && (phases.get(&o) == Some(&MemberPhase::Joining)
+            || m.pod.as_ref().is_some_and(|p| p.ready && !p.terminating))
 }
 
 /// Whether the member of `o` serves: ready and not going away.
@@ -139,11 +140,12 @@ mod tests {
     #[test]
     fn a_volume_is_stamped_when_its_member_stops_serving_and_cleared_when_it_serves_again() {
         use AbsenceChange::*;
-        let members: BTreeSet<u32> = (0..8).collect();
+        let members: BTreeSet<u32> = (0..8).chain([11]).collect();
         let mut phases: BTreeMap<u32, MemberPhase> =
             members.iter().map(|o| (*o, MemberPhase::Active)).collect();
         phases.insert(4, MemberPhase::Joining);
         phases.insert(7, MemberPhase::Joining);
+        phases.insert(11, MemberPhase::Joining);
         let mut observed: BTreeMap<u32, MemberObs> = [
             (0, obs(Some((true, false)), None)),              // serving
             (1, obs(None, None)),                             // pod gone
@@ -160,6 +162,8 @@ mod tests {
         let mut terminating = obs(None, None);
         terminating.pvc.as_mut().unwrap().terminating = true;
         observed.insert(10, terminating);
+        // A new member whose PVC the caches show before its pod: nothing to record.
+        observed.insert(11, obs(None, None));
         assert_eq!(
             absence_changes(&members, &phases, &observed),
             [Stamp(1), Stamp(2), Stamp(3), Clear(6), Stamp(8)]
