@@ -1564,6 +1564,59 @@ async fn a_kept_volume_is_reused_within_the_grace_and_replaced_once_stale() -> a
     env.cleanup().await
 }
 
+/// A member held down longer than the grace (its pod exists, not ready) is not left to come
+/// back on its stale data: its pod is deleted, then its PVC, and it rejoins on a fresh volume.
+async fn a_member_down_longer_than_the_grace_rejoins_on_a_fresh_volume() -> anyhow::Result<()> {
+    let sim = Sim::required()?;
+    let env = TestEnv::new("stale-down").await?;
+    let ns = env.namespace.clone();
+    let _op = Operator::start(&ns)?;
+    let mut s = spec(4);
+    s["storage"]["staleVolumeGraceSeconds"] = json!(10);
+    let api = create(&env, "demo", s).await?;
+    let all = ["demo-0", "demo-1", "demo-2", "demo-3"];
+    wait_healthy(&api, "demo", &all, T).await?;
+    let data = write_keys(&env, &all, "demo-0", "stale-down").await?;
+    let pvcs: Api<PersistentVolumeClaim> = env.api();
+    let uid = pvc_uid(&env, "data-demo-2").await?;
+
+    sim.set_faults(&ns, "demo-2", json!({"hold_down": true}))
+        .await?;
+    sim.crash(&ns, "demo-2").await?;
+    wait_until("the absence of data-demo-2 recorded", T, || async {
+        Ok(absent_since(&pvcs, "data-demo-2").await?.map(|_| ()))
+    })
+    .await?;
+    wait_until("a fresh data-demo-2", T, || async {
+        Ok((pvc_uid(&env, "data-demo-2")
+            .await
+            .ok()
+            .is_some_and(|u| u != uid))
+        .then_some(()))
+    })
+    .await?;
+    sim.set_faults(&ns, "demo-2", json!({"hold_down": false}))
+        .await?;
+    let c = wait_healthy(&api, "demo", &all, T).await?;
+    let fresh = pvc_uid(&env, "data-demo-2").await?;
+    assert_ne!(fresh, uid);
+    let m2 = status_of(&c)
+        .members
+        .into_iter()
+        .find(|m| m.name == "demo-2")
+        .unwrap();
+    assert_eq!(m2.pvc_uid.as_deref(), Some(fresh.as_str()));
+    assert_eq!(
+        absent_since(&pvcs, "data-demo-2").await?,
+        None,
+        "it serves again"
+    );
+    wait_events(&env.client, &ns, "demo", &["StaleVolumeReplaced"]).await?;
+    read_back(&env, &data).await?;
+    assert_no_loss(&Some(sim), &ns).await?;
+    env.cleanup().await
+}
+
 fn main() -> std::process::ExitCode {
     harness::run(marekvs_e2e::cases![
         creates_members_then_scales_3_5_3_removing_the_chosen_member_first,
@@ -1584,5 +1637,6 @@ fn main() -> std::process::ExitCode {
         a_paused_scale_down_is_planned_in_order_and_the_first_listed_member_leaves_first,
         a_mass_failure_replaces_no_volume_and_removes_no_one_until_members_are_back needs [Simulator],
         a_kept_volume_is_reused_within_the_grace_and_replaced_once_stale,
+        a_member_down_longer_than_the_grace_rejoins_on_a_fresh_volume needs [Simulator],
     ])
 }

@@ -39,10 +39,17 @@ fn member(pod: bool, absent_since: Option<Millis>) -> MemberObs {
     }
 }
 
+/// Every member Active, its re-replication counters quiet for a minute.
 fn active(members: &[u32]) -> Memory {
+    let quiet = Sample {
+        bootstraps_total: 0,
+        repairs_total: 0,
+        changed_at: NOW - 60_000,
+    };
     Memory {
         members: members.iter().copied().collect(),
         phases: members.iter().map(|o| (*o, MemberPhase::Active)).collect(),
+        samples: members.iter().map(|o| (*o, quiet)).collect(),
         ..Memory::default()
     }
 }
@@ -111,8 +118,32 @@ fn a_member_away_longer_than_the_grace_rejoins_on_a_fresh_volume() {
     observed.insert(3, member(false, Some(NOW - GRACE + 1_000)));
     let d = decide_at(&spec(4, 2), &memory, &observed);
     assert_eq!(d.actions, [Action::CreatePod(3)]);
-    // Past it: its volume goes, it rejoins as new.
+    // Past it, while another member reports under-replication: unknown is never safe, the
+    // volume waits for the others to hold its data.
     observed.insert(3, member(false, Some(NOW - 2 * GRACE)));
+    observed
+        .get_mut(&0)
+        .unwrap()
+        .scrape
+        .as_mut()
+        .unwrap()
+        .underreplicated = 4;
+    let d = decide_at(&spec(4, 2), &memory, &observed);
+    assert!(d.actions.is_empty(), "{:?}", d.actions);
+    let progress = d.progress.unwrap_or_default();
+    assert!(
+        progress
+            .contains("the volume of demo-3 is stale; replacing it once the others hold its data"),
+        "{progress}"
+    );
+    // Then its volume goes, and it rejoins as new.
+    observed
+        .get_mut(&0)
+        .unwrap()
+        .scrape
+        .as_mut()
+        .unwrap()
+        .underreplicated = 0;
     let d = decide_at(&spec(4, 2), &memory, &observed);
     assert_eq!(d.actions, [Action::DeletePvc(3)]);
     assert_eq!(d.memory.phases[&3], MemberPhase::Joining);

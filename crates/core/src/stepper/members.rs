@@ -196,7 +196,7 @@ impl Pass<'_> {
             }
             Some(_) => return,
         };
-        if self.hold(what) {
+        if self.hold(what) || !self.others_hold_the_data_of(o, &name) {
             return;
         }
         self.actions.insert(action);
@@ -213,6 +213,37 @@ impl Pass<'_> {
                     "data-{name} has been away from the cluster for {away}, longer than the stale-volume grace of {grace}s: it may hold keys deleted since, so it is deleted and {name} rejoins on a fresh volume (Joining)"
                 ),
             });
+        }
+    }
+
+    /// Whether the others are known to hold what a stale member's volume may hold: the
+    /// hand-off gate over every other recorded member (ready, scraped, 0 under-replicated,
+    /// views without it, re-replication quiet). Unknown is never safe: the volume waits. A
+    /// member that never held data (new, or `Joining`) needs no gate: a kept volume's data was
+    /// handed off when its member was removed.
+    fn others_hold_the_data_of(&mut self, o: u32, name: &str) -> bool {
+        let new_member = self.created.contains(&o)
+            || self.fresh.contains(&o)
+            || self.memory.phases.get(&o) == Some(&MemberPhase::Joining);
+        if new_member {
+            return true;
+        }
+        let others: Vec<u32> = self
+            .memory
+            .members
+            .iter()
+            .copied()
+            .filter(|m| *m != o)
+            .collect();
+        match self.gate(others.iter().copied(), others.len(), None) {
+            Ok(()) => true,
+            Err(b) => {
+                self.progress.push(format!(
+                    "the volume of {name} is stale; replacing it once the others hold its data: {}",
+                    b.message
+                ));
+                false
+            }
         }
     }
 
