@@ -509,6 +509,11 @@ async fn bad_specs_are_refused_at_apply_time() -> anyhow::Result<()> {
             "paused",
         ),
         (
+            "grace5".into(),
+            json!({"image": "x", "storage": {"size": "1Gi", "staleVolumeGraceSeconds": 5}}),
+            "staleVolumeGraceSeconds",
+        ),
+        (
             "reclaimstr".into(),
             json!({"image": "x", "reclaimPvcs": "no"}),
             "reclaimPvcs",
@@ -1639,6 +1644,185 @@ async fn a_paused_scale_down_is_planned_in_order_and_the_first_listed_member_lea
     env.cleanup().await
 }
 
+/// The absence recorded on a PVC (`marekvs.io/absent-since`), or none.
+async fn absent_since(
+    pvcs: &Api<PersistentVolumeClaim>,
+    name: &str,
+) -> anyhow::Result<Option<String>> {
+    Ok(pvcs
+        .get(name)
+        .await?
+        .metadata
+        .annotations
+        .and_then(|a| a.get("marekvs.io/absent-since").cloned()))
+}
+
+/// Kept volumes are mounted again while their absence is within `storage.staleVolumeGraceSeconds`
+/// and never past it: the returning member then gets a fresh PVC, an Event says why, and every
+/// key written before reads back.
+async fn a_kept_volume_is_reused_within_the_grace_and_replaced_once_stale() -> anyhow::Result<()> {
+    let env = TestEnv::new("stale").await?;
+    let ns = env.namespace.clone();
+    let _op = Operator::start(&ns)?;
+    let sim = Sim::from_env();
+    let api = create(&env, "demo", spec(4)).await?;
+    let four = ["demo-0", "demo-1", "demo-2", "demo-3"];
+    let three = &four[..3];
+    wait_healthy(&api, "demo", &four, T).await?;
+    let pvcs: Api<PersistentVolumeClaim> = env.api();
+    let data = write_keys(&env, &four, "demo-0", "stale-volumes").await?;
+    let uid = pvc_uid(&env, "data-demo-3").await?;
+    for m in four {
+        let pvc = format!("data-{m}");
+        assert_eq!(
+            absent_since(&pvcs, &pvc).await?,
+            None,
+            "{pvc}: its member serves"
+        );
+    }
+
+    // 4 → 3 with the default grace (1 h): the volume is kept, its absence recorded.
+    patch_spec(&api, "demo", json!({"nodes": 3})).await?;
+    wait_healthy(&api, "demo", three, T).await?;
+    let c = wait_cluster(&api, "demo", "data-demo-3 kept and reusable", T, |s| {
+        s.kept_volumes.len() == 1
+            && s.kept_volumes[0].name == "data-demo-3"
+            && s.kept_volumes[0].reusable
+            && s.kept_volumes[0].absent_since.is_some()
+    })
+    .await?;
+    let kept = &status_of(&c).kept_volumes[0];
+    assert_eq!(kept.member, "demo-3");
+    assert!(absent_since(&pvcs, "data-demo-3").await?.is_some());
+
+    // Back within the grace: the same volume, and the record goes once the member serves.
+    patch_spec(&api, "demo", json!({"nodes": 4})).await?;
+    wait_healthy(&api, "demo", &four, T).await?;
+    assert_eq!(
+        pvc_uid(&env, "data-demo-3").await?,
+        uid,
+        "reused within the grace"
+    );
+    wait_until("the absence of data-demo-3 cleared", T, || async {
+        Ok(absent_since(&pvcs, "data-demo-3")
+            .await?
+            .is_none()
+            .then_some(()))
+    })
+    .await?;
+    let s = status_of(&api.get("demo").await?);
+    assert!(s.kept_volumes.is_empty(), "{:?}", s.kept_volumes);
+
+    // 4 → 3 again, now with a 10 s grace; past it the kept volume is reported stale.
+    patch_spec(
+        &api,
+        "demo",
+        json!({"nodes": 3, "storage": {"staleVolumeGraceSeconds": 10}}),
+    )
+    .await?;
+    wait_healthy(&api, "demo", three, T).await?;
+    let c = wait_cluster(&api, "demo", "data-demo-3 no longer reusable", T, |s| {
+        s.kept_volumes.len() == 1 && !s.kept_volumes[0].reusable
+    })
+    .await?;
+    let kept = status_of(&c).kept_volumes[0].clone();
+    let (since, stale_at) = (kept.absent_since.unwrap(), kept.stale_at.unwrap());
+    assert_eq!(
+        stale_at.0.as_millisecond() - since.0.as_millisecond(),
+        10_000,
+        "stale 10 s after it left"
+    );
+    assert_eq!(
+        pvc_uid(&env, "data-demo-3").await?,
+        uid,
+        "kept until it is needed"
+    );
+
+    // 3 → 4: demo-3 comes back on a fresh volume, as a new member.
+    patch_spec(&api, "demo", json!({"nodes": 4})).await?;
+    let c = wait_healthy(&api, "demo", &four, T).await?;
+    let fresh = pvc_uid(&env, "data-demo-3").await?;
+    assert_ne!(fresh, uid, "a stale volume is never mounted again");
+    let m3 = status_of(&c)
+        .members
+        .into_iter()
+        .find(|m| m.name == "demo-3")
+        .unwrap();
+    assert_eq!(m3.pvc_uid.as_deref(), Some(fresh.as_str()));
+    wait_events(&env.client, &ns, "demo", &["StaleVolumeReplaced"]).await?;
+    let events: Api<k8s_openapi::api::events::v1::Event> = env.api();
+    let note = events
+        .list(&Default::default())
+        .await?
+        .items
+        .into_iter()
+        .find(|e| e.reason.as_deref() == Some("StaleVolumeReplaced"))
+        .and_then(|e| e.note)
+        .unwrap_or_default();
+    assert!(
+        note.starts_with("data-demo-3 has been away from the cluster for ")
+            && note.contains("longer than the stale-volume grace of 10s")
+            && note.contains("demo-3 rejoins on a fresh volume"),
+        "{note}"
+    );
+    read_back(&env, &data).await?;
+    assert_no_loss(&sim, &ns).await?;
+    env.cleanup().await
+}
+
+/// A member held down longer than the grace (its pod exists, not ready) is not left to come
+/// back on its stale data: its pod is deleted, then its PVC, and it rejoins on a fresh volume.
+async fn a_member_down_longer_than_the_grace_rejoins_on_a_fresh_volume() -> anyhow::Result<()> {
+    let sim = Sim::required()?;
+    let env = TestEnv::new("stale-down").await?;
+    let ns = env.namespace.clone();
+    let _op = Operator::start(&ns)?;
+    let mut s = spec(4);
+    s["storage"]["staleVolumeGraceSeconds"] = json!(10);
+    let api = create(&env, "demo", s).await?;
+    let all = ["demo-0", "demo-1", "demo-2", "demo-3"];
+    wait_healthy(&api, "demo", &all, T).await?;
+    let data = write_keys(&env, &all, "demo-0", "stale-down").await?;
+    let pvcs: Api<PersistentVolumeClaim> = env.api();
+    let uid = pvc_uid(&env, "data-demo-2").await?;
+
+    sim.set_faults(&ns, "demo-2", json!({"hold_down": true}))
+        .await?;
+    sim.crash(&ns, "demo-2").await?;
+    wait_until("the absence of data-demo-2 recorded", T, || async {
+        Ok(absent_since(&pvcs, "data-demo-2").await?.map(|_| ()))
+    })
+    .await?;
+    wait_until("a fresh data-demo-2", T, || async {
+        Ok((pvc_uid(&env, "data-demo-2")
+            .await
+            .ok()
+            .is_some_and(|u| u != uid))
+        .then_some(()))
+    })
+    .await?;
+    sim.set_faults(&ns, "demo-2", json!({"hold_down": false}))
+        .await?;
+    let c = wait_healthy(&api, "demo", &all, T).await?;
+    let fresh = pvc_uid(&env, "data-demo-2").await?;
+    assert_ne!(fresh, uid);
+    let m2 = status_of(&c)
+        .members
+        .into_iter()
+        .find(|m| m.name == "demo-2")
+        .unwrap();
+    assert_eq!(m2.pvc_uid.as_deref(), Some(fresh.as_str()));
+    assert_eq!(
+        absent_since(&pvcs, "data-demo-2").await?,
+        None,
+        "it serves again"
+    );
+    wait_events(&env.client, &ns, "demo", &["StaleVolumeReplaced"]).await?;
+    read_back(&env, &data).await?;
+    assert_no_loss(&Some(sim), &ns).await?;
+    env.cleanup().await
+}
+
 fn main() -> std::process::ExitCode {
     harness::run(marekvs_e2e::cases![
         creates_members_then_scales_3_5_3_removing_the_chosen_member_first,
@@ -1660,5 +1844,7 @@ fn main() -> std::process::ExitCode {
         a_mass_failure_replaces_no_volume_and_removes_no_one_until_members_are_back needs [Simulator],
         a_view_with_a_stranger_in_place_of_a_member_holds_the_scale_down_until_views_agree needs [Simulator],
         with_a_password_views_are_read_after_auth_and_a_refused_auth_holds_the_scale_down needs [Simulator],
+        a_kept_volume_is_reused_within_the_grace_and_replaced_once_stale,
+        a_member_down_longer_than_the_grace_rejoins_on_a_fresh_volume needs [Simulator],
     ])
 }

@@ -207,10 +207,24 @@ pub struct StorageSpec {
     /// replication. Its old PVC is deleted. Off by default: such changes are refused.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub replace_volumes: bool,
+
+    /// How long, in seconds, a volume may be away from the cluster (its member removed with
+    /// the volume kept, or its pod gone or not ready) and still be mounted again. Past it the
+    /// volume may hold keys deleted meanwhile whose tombstones the other members have purged:
+    /// it is deleted and its member rejoins on a fresh volume. Set it to the nodes' tombstone
+    /// grace (`gc_grace`, 1 h by default) or lower, never higher. At least 10 s (a pod restart
+    /// must not cost a member its volume), at most 30 days.
+    #[serde(default = "default_stale_volume_grace")]
+    #[schemars(range(min = 10, max = 2592000))]
+    pub stale_volume_grace_seconds: i32,
 }
 
 fn default_size() -> String {
     "10Gi".into()
+}
+
+fn default_stale_volume_grace() -> i32 {
+    3600
 }
 
 impl Default for StorageSpec {
@@ -219,6 +233,7 @@ impl Default for StorageSpec {
             size: default_size(),
             class_name: None,
             replace_volumes: false,
+            stale_volume_grace_seconds: default_stale_volume_grace(),
         }
     }
 }
@@ -400,6 +415,30 @@ pub struct MarekvsClusterStatus {
     /// condition is True and every removal, restart and volume replacement is held.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub views_disagree_since: Option<Time>,
+    /// Volumes kept for ordinals that are not members (a removed member's, with
+    /// `reclaimPvcs: false`), in ordinal order, and whether a scale-up may still mount each.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub kept_volumes: Vec<KeptVolume>,
+}
+
+/// A volume kept for an ordinal that is not a member.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct KeptVolume {
+    /// The PVC, `data-<member>`.
+    pub name: String,
+    /// The member it belonged to (and would belong to again on a scale-up).
+    pub member: String,
+    /// When its member left the cluster, as recorded on the PVC (the annotation
+    /// `marekvs.io/absent-since`); absent until the operator has recorded it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub absent_since: Option<Time>,
+    /// When it stops being reusable: `absentSince` plus `storage.staleVolumeGraceSeconds`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stale_at: Option<Time>,
+    /// A scale-up onto this ordinal would mount it; false once it is stale (it would be
+    /// deleted and the member would join on a fresh volume).
+    pub reusable: bool,
 }
 
 /// One member that would leave, and what holds it.
@@ -721,6 +760,7 @@ mod tests {
             "\"jsonPath\":\".status.plan[0].member\"",
             "\"status\":{}",
             "\"specReplicasPath\":\".spec.nodes\"",
+            "\"staleVolumeGraceSeconds\":{\"default\":3600",
         ] {
             assert!(crd.contains(needle), "CRD lacks {needle}");
         }

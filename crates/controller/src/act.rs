@@ -11,11 +11,14 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource, ResourceExt};
 use marekvs_api::MarekvsCluster;
-use marekvs_core::{Action, EventKind};
+use marekvs_core::stale::AbsenceChange;
+use marekvs_core::{Action, EventKind, Millis};
 use serde_json::json;
 use tracing::warn;
 
-use crate::build::{self, ANNOTATION_DRAINED_AT, ANNOTATION_DRAINED_RESTARTS, MANAGER};
+use crate::build::{
+    self, ANNOTATION_ABSENT_SINCE, ANNOTATION_DRAINED_AT, ANNOTATION_DRAINED_RESTARTS, MANAGER,
+};
 use crate::error::Error;
 use crate::observe::{Children, restarts, volume};
 use crate::reconcile::Ctx;
@@ -226,6 +229,51 @@ fn ok_if(r: Result<(), kube::Error>, codes: &[u16]) -> Result<(), kube::Error> {
         Err(kube::Error::Api(e)) if codes.contains(&e.code) => Ok(()),
         other => other,
     }
+}
+
+/// Write the absence records the core asks for (`stale::absence_changes`) on the PVCs: when a
+/// member stopped serving, or nothing once it serves again. Only on those transitions: a
+/// cluster at rest writes none. Each patch names the uid observed, so a PVC re-created under
+/// the same name since is not stamped in its place (the API server refuses the patch). A
+/// failure is logged and does not stop the pass: the next one asks again.
+pub async fn record_absences(
+    ctx: &Ctx,
+    cr: &MarekvsCluster,
+    changes: &[AbsenceChange],
+    pvcs: &BTreeMap<u32, Arc<PersistentVolumeClaim>>,
+    now: Millis,
+) {
+    let api: Api<PersistentVolumeClaim> =
+        Api::namespaced(ctx.client.clone(), &cr.namespace().unwrap_or_default());
+    for change in changes {
+        let (AbsenceChange::Stamp(o) | AbsenceChange::Clear(o)) = *change;
+        let Some(pvc) = pvcs.get(&o) else {
+            continue;
+        };
+        let value = match change {
+            AbsenceChange::Stamp(_) => json!(to_timestamp(now).to_string()),
+            AbsenceChange::Clear(_) => serde_json::Value::Null,
+        };
+        let patch = json!({"metadata": {
+            "uid": pvc.uid(),
+            "annotations": {ANNOTATION_ABSENT_SINCE: value},
+        }});
+        let name = pvc.name_any();
+        match api
+            .patch(&name, &PatchParams::default(), &Patch::Merge(patch))
+            .await
+        {
+            Ok(_) => ctx.metrics.actions.inc(match change {
+                AbsenceChange::Stamp(_) => "stamp_absence",
+                AbsenceChange::Clear(_) => "clear_absence",
+            }),
+            Err(e) => warn!(pvc = %name, "recording its absence: {e}"),
+        }
+    }
+}
+
+fn to_timestamp(ms: Millis) -> Timestamp {
+    Timestamp::from_millisecond(ms).unwrap_or(Timestamp::UNIX_EPOCH)
 }
 
 /// Expand the volumes the core picks (spec.storage.size grew; shrinking or another class

@@ -38,6 +38,11 @@ pub const ANNOTATION_TEMPLATE_HASH: &str = "marekvs.io/template-hash";
 /// `PodObs::replace_volume`; once the replacement is recorded in `status.rollout`, the record
 /// carries the request (the annotation goes with the pod that is deleted).
 pub const ANNOTATION_REPLACE_VOLUME: &str = "marekvs.io/replace-volume";
+/// On a member's PVC: since when its member has been away from the cluster (RFC 3339), written
+/// when it stops serving or is removed and dropped when it serves again (`core::stale`). A
+/// volume away longer than `storage.staleVolumeGraceSeconds` is never mounted again. Removing
+/// the annotation by hand accepts the volume as it is (it is stamped again from then).
+pub const ANNOTATION_ABSENT_SINCE: &str = "marekvs.io/absent-since";
 /// On the Services and the PDB: the hash of the content last applied, so an unchanged object is
 /// not applied again on every pass.
 pub const ANNOTATION_APPLIED_HASH: &str = "marekvs.io/applied-hash";

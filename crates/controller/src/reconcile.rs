@@ -28,6 +28,7 @@ use kube::{Client, Resource, ResourceExt};
 use marekvs_api::MarekvsCluster;
 use marekvs_core::pace::next_look_ms;
 use marekvs_core::sizing::{SizingInput, size};
+use marekvs_core::stale::absence_changes;
 use marekvs_core::transitions::{Reporting, transition_notes, unknown_removal_choices};
 use marekvs_core::{Input, Millis, decide};
 use tracing::warn;
@@ -195,6 +196,8 @@ pub async fn pass(cr: &MarekvsCluster, ctx: &Ctx) -> Result<Next, Error> {
     )
     .await?;
     act::grow_volumes(ctx, cr, &children.pvcs).await;
+    let absences = absence_changes(&decision.memory.members, &decision.memory.phases, &observed);
+    act::record_absences(ctx, cr, &absences, &children.pvcs, now).await;
     Ok(Next::LookAgainIn(Duration::from_millis(
         next_look_ms(&memory, &decision) as u64,
     )))

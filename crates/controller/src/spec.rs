@@ -30,6 +30,7 @@ pub fn cluster_spec(cr: &MarekvsCluster) -> Result<ClusterSpec, Error> {
         settle_ms: i64::from(s.scale_down.settle_seconds.max(1)) * 1000,
         handoff_timeout_ms: i64::from(s.scale_down.handoff_timeout_seconds.max(1)) * 1000,
         paused: s.paused,
+        stale_volume_grace_ms: i64::from(s.storage.stale_volume_grace_seconds.max(1)) * 1000,
     })
 }
 

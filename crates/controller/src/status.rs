@@ -9,8 +9,9 @@ use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use marekvs_api::conditions::*;
 use marekvs_api::{
-    AutoscaleStatus, LoadSampleStatus, MarekvsCluster, MarekvsClusterStatus, MemberMetrics,
-    MemberStatus, PlanHold, PlanHoldKind, PlanStep, RemovalStatus, RolloutReason, RolloutStatus,
+    AutoscaleStatus, KeptVolume, LoadSampleStatus, MarekvsCluster, MarekvsClusterStatus,
+    MemberMetrics, MemberStatus, PlanHold, PlanHoldKind, PlanStep, RemovalStatus, RolloutReason,
+    RolloutStatus,
 };
 use marekvs_core::autoscale::{LoadMemory, LoadSample, ScaleMemory};
 use marekvs_core::sizing::Sizing;
@@ -282,9 +283,36 @@ pub fn status_from(input: &StatusInput) -> MarekvsClusterStatus {
         }),
         plan: d.plan.iter().map(|p| plan_step(&name, p)).collect(),
         views_disagree_since: d.memory.views_split_since.map(to_time),
+        kept_volumes: kept_volumes(input),
     };
     load_and_autoscale(input, &mut st, &t);
     st
+}
+
+/// The volumes of non-members (`status.keptVolumes`): constant while nothing changes (the
+/// times are recorded ones, no age that would change every pass), so a cluster at rest writes
+/// no status for them.
+fn kept_volumes(input: &StatusInput) -> Vec<KeptVolume> {
+    let spec = &input.sizing.spec;
+    let grace = spec.stale_volume_grace_ms;
+    marekvs_core::stale::kept_volumes(
+        &input.decision.memory.members,
+        input.observed,
+        grace,
+        input.now,
+    )
+    .into_iter()
+    .map(|k| {
+        let member = spec.member_name(k.ordinal);
+        KeptVolume {
+            name: format!("data-{member}"),
+            member,
+            absent_since: k.absent_since.map(to_time),
+            stale_at: k.absent_since.map(|since| to_time(since + grace)),
+            reusable: k.reusable,
+        }
+    })
+    .collect()
 }
 
 /// One step of the core's plan as `status.plan` shows it.
@@ -1162,5 +1190,74 @@ mod tests {
             .find(|c| c.type_ == MASS_FAILURE)
             .unwrap();
         assert_eq!(mf.status, "False");
+    }
+
+    /// Kept volumes of non-members, with when they left and whether they are reusable; a
+    /// later pass over the same world yields the same list (no age that would need a write).
+    #[test]
+    fn kept_volumes_list_non_members_with_their_absence_and_reusability() {
+        let c = cr(json!({"image": "x", "nodes": 3,
+            "storage": {"size": "1Gi", "staleVolumeGraceSeconds": 60}}));
+        let sizing = Sizing {
+            spec: cluster_spec(&c).unwrap(),
+            load: LoadMemory::default(),
+            scaling: None,
+        };
+        let now: Millis = 1_700_000_000_000;
+        let memory = Memory {
+            members: [0, 1, 2].into(),
+            ..Memory::default()
+        };
+        let kept = |since: Option<Millis>| MemberObs {
+            pod: None,
+            pvc: Some(marekvs_core::PvcObs {
+                uid: "v".into(),
+                absent_since: since,
+                ..Default::default()
+            }),
+            scrape: None,
+        };
+        let mut observed: BTreeMap<u32, MemberObs> = (0..3).map(|o| (o, scraped(3, 0))).collect();
+        observed.insert(3, kept(Some(now - 30_000)));
+        observed.insert(4, kept(Some(now - 61_000)));
+        observed.insert(5, kept(None));
+        let d = decision(memory, ClusterPhase::Healthy, None);
+        let st = status_of(&c, &d, &sizing, &observed, now);
+        type Row<'a> = (&'a str, &'a str, Option<Millis>, Option<Millis>, bool);
+        let summary: Vec<Row> = st
+            .kept_volumes
+            .iter()
+            .map(|k| {
+                (
+                    k.name.as_str(),
+                    k.member.as_str(),
+                    k.absent_since.as_ref().map(from_time),
+                    k.stale_at.as_ref().map(from_time),
+                    k.reusable,
+                )
+            })
+            .collect();
+        assert_eq!(
+            summary,
+            [
+                (
+                    "data-demo-3",
+                    "demo-3",
+                    Some(now - 30_000),
+                    Some(now + 30_000),
+                    true
+                ),
+                (
+                    "data-demo-4",
+                    "demo-4",
+                    Some(now - 61_000),
+                    Some(now - 1_000),
+                    false
+                ),
+                ("data-demo-5", "demo-5", None, None, true),
+            ]
+        );
+        let later = status_of(&c, &d, &sizing, &observed, now + 10_000);
+        assert_eq!(later.kept_volumes, st.kept_volumes);
     }
 }

@@ -213,24 +213,24 @@ mod tests {
     #[test]
     fn cluster_nodes_lines_are_a_view_by_identity() {
         let nodes = format!(
-            "{A} 10.0.0.1:6379@7373 myself,master - 0 0 0 connected\n{B} 10.0.0.2:6379@7373 master - 0 0 0 connected\n"
+            "{A} 127.0.0.1:6379@7373 myself,master - 0 0 0 connected\n{B} 127.0.0.2:6379@7373 master - 0 0 0 connected\n"
         );
         let v = parse_view(A, &nodes).unwrap();
         assert_eq!(v.id, A);
         assert_eq!(
             v.peers,
             [
-                (A.into(), "10.0.0.1:6379".into()),
-                (B.into(), "10.0.0.2:6379".into())
+                (A.into(), "127.0.0.1:6379".into()),
+                (B.into(), "127.0.0.2:6379".into())
             ]
             .into()
         );
         // Its own id missing, a bad id, a short line, a duplicate: unknown, never a guess.
-        let b_only = format!("{B} 10.0.0.2:6379@7373 master - 0 0 0 connected\n");
+        let b_only = format!("{B} 127.0.0.2:6379@7373 master - 0 0 0 connected\n");
         assert!(parse_view(A, &b_only).is_err());
         assert!(parse_view("xyz", &nodes).is_err());
-        assert!(parse_view(A, &format!("{A} 10.0.0.1:6379@7373\n")).is_err());
-        assert!(parse_view(A, &format!("{nodes}{B} 10.0.0.9:6379@7373 master\n")).is_err());
+        assert!(parse_view(A, &format!("{A} 127.0.0.1:6379@7373\n")).is_err());
+        assert!(parse_view(A, &format!("{nodes}{B} 127.0.0.9:6379@7373 master\n")).is_err());
         assert!(parse_view(A, "").is_err());
     }
 

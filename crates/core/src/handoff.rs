@@ -278,7 +278,7 @@ mod tests {
         assert_eq!(b.reason, BlockReason::ViewsNotConverged);
         assert!(
             b.message
-                .contains("demo-2 sees demo-0, demo-2, stranger 00000000 at 10.0.0.7"),
+                .contains("demo-2 sees demo-0, demo-2, stranger 00000000 at 127.0.0.7"),
             "{}",
             b.message
         );

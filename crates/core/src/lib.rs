@@ -11,6 +11,7 @@ pub mod plan;
 pub mod recreate;
 pub mod rng;
 pub mod sizing;
+pub mod stale;
 pub mod stepper;
 pub mod transitions;
 pub mod types;

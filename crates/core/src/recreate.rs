@@ -71,6 +71,7 @@ mod tests {
             settle_ms: 5_000,
             handoff_timeout_ms: 600_000,
             paused: false,
+            stale_volume_grace_ms: 3_600_000,
         }
     }
 

@@ -93,6 +93,8 @@ struct Pass<'a> {
 
     /// Members added by this pass's scale-up.
     created: BTreeSet<u32>,
+    /// Members this pass moves off a stale volume: they rejoin as new (`Joining`).
+    fresh: BTreeSet<u32>,
     /// Whether `member_phases` found a member Replacing, or Joining (before any removal or
     /// rollout step moved this pass).
     replacing: bool,
@@ -142,6 +144,7 @@ impl<'a> Pass<'a> {
             disruption: input.memory.disruption.clone(),
             phases: BTreeMap::new(),
             created: BTreeSet::new(),
+            fresh: BTreeSet::new(),
             replacing: false,
             joining: false,
             completed: None,

@@ -138,6 +138,7 @@ mod tests {
             settle_ms: 1_000,
             handoff_timeout_ms: 60_000,
             paused: false,
+            stale_volume_grace_ms: 3_600_000,
         }
     }
 

@@ -54,6 +54,9 @@ pub struct ClusterSpec {
     /// `spec.paused`: hold every disruptive action (drain, pod or volume deletion); members
     /// are still created and re-created, and status keeps being reported.
     pub paused: bool,
+    /// A volume away from the cluster longer than this is stale: never mounted again, its
+    /// member gets a fresh one (`spec.storage.staleVolumeGraceSeconds`; see `stale`).
+    pub stale_volume_grace_ms: Millis,
 }
 
 impl ClusterSpec {
@@ -94,6 +97,10 @@ pub struct PvcObs {
     /// It cannot become what the spec asks in place (another class, or smaller), and the user
     /// opted into replacing volumes: a rolling update moves the member to a fresh volume.
     pub outdated: bool,
+    /// Since when its member has been away from the cluster (removed, or its pod gone, going
+    /// away or not ready), as recorded on the volume; `None` while its member serves, or
+    /// before the operator first saw it away (see `stale`).
+    pub absent_since: Option<Millis>,
 }
 
 /// Everything observed about one ordinal.
@@ -133,7 +140,7 @@ impl View {
             id: Self::ordinal_id(me),
             peers: sees
                 .into_iter()
-                .map(|o| (Self::ordinal_id(o), format!("10.0.0.{o}:6379")))
+                .map(|o| (Self::ordinal_id(o), format!("127.0.0.{o}:6379")))
                 .collect(),
         }
     }

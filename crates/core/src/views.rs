@@ -181,6 +181,7 @@ mod tests {
             settle_ms: 0,
             handoff_timeout_ms: 60_000,
             paused: false,
+            stale_volume_grace_ms: 3_600_000,
         }
     }
 
@@ -225,12 +226,12 @@ mod tests {
         let v = obs.get_mut(&3).unwrap().view.as_mut().unwrap();
         v.peers.remove(&View::ordinal_id(2));
         v.peers
-            .insert("ffffffffffff".into(), "10.9.9.9:6379".into());
+            .insert("ffffffffffff".into(), "127.9.9.9:6379".into());
         let Agreement::Disagree(who) = agreement(&spec(), &all(), &obs) else {
             panic!("a swapped member must disagree");
         };
         assert!(
-            who.contains("demo-3 sees demo-0, demo-1, demo-3, stranger ffffffff at 10.9.9.9:6379"),
+            who.contains("demo-3 sees demo-0, demo-1, demo-3, stranger ffffffff at 127.9.9.9:6379"),
             "{who}"
         );
     }

@@ -28,6 +28,8 @@
 //! or more members down, `mass_failure`) the operator only re-creates pods on their own volumes;
 //! no drain, pod or volume deletion, and no new removal or restart, while the ready members'
 //! views disagree by identity or a suspected partition is reported.
+//! no pod is ever (re)created on a volume away from the cluster longer than the stale-volume
+//! grace (the absence as the operator recorded it on the volume, `stale`).
 //! Once faults stop, the cluster converges to the spec.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -36,6 +38,7 @@ use marekvs_core::autoscale::{LoadMemory, Policy, ScaleMemory};
 use marekvs_core::recreate::{creations_before_scrapes, still_to_do};
 use marekvs_core::rng::SplitMix64;
 use marekvs_core::sizing::{SizingInput, size, unscraped_target};
+use marekvs_core::stale::{AbsenceChange, absence_changes, is_stale};
 use marekvs_core::transitions::{Reported, Reporting, transition_notes};
 use marekvs_core::volumes::{StorageWish, Volume};
 use marekvs_core::*;
@@ -83,6 +86,8 @@ struct Vol {
     size_gi: u64,
     class: u8,
     deleting: bool,
+    /// Since when its member has been away (the PVC annotation the shell writes), in ms.
+    absent_since: Option<Millis>,
 }
 
 impl Vol {
@@ -136,6 +141,8 @@ struct World {
     /// Members whose pod the operator deleted and that have no pod yet.
     op_deleted: BTreeSet<u32>,
     storage: Storage,
+    /// `spec.storage.staleVolumeGraceSeconds`, in ms.
+    stale_grace_ms: Millis,
     trace: bool,
 }
 
@@ -145,7 +152,7 @@ fn weight(p: usize, o: u32) -> u64 {
 }
 
 impl World {
-    fn new(rf: usize, trace: bool) -> World {
+    fn new(rf: usize, stale_grace_ms: Millis, trace: bool) -> World {
         World {
             t: 0,
             rf,
@@ -165,6 +172,7 @@ impl World {
                 size_gi: 4,
                 class: 0,
             },
+            stale_grace_ms,
             trace,
         }
     }
@@ -340,7 +348,7 @@ impl World {
         {
             v.peers.remove(&View::ordinal_id(*peer));
             v.peers
-                .insert(View::ordinal_id(1000 + *peer), "10.9.9.9:6379".into());
+                .insert(View::ordinal_id(1000 + *peer), "127.9.9.9:6379".into());
         }
         v
     }
@@ -415,6 +423,7 @@ impl World {
                         uid: v.uid.to_string(),
                         terminating: v.deleting,
                         outdated: !self.storage.wish().fits_in_place(&v.volume()),
+                        absent_since: v.absent_since,
                     }),
                     scrape,
                     view,
@@ -457,6 +466,38 @@ impl World {
         }
     }
 
+    /// Write the absence records the core asks for (the shell's PVC annotations), each on the
+    /// volume observed (by uid); counts those stamped and cleared.
+    fn record_absences(
+        &mut self,
+        changes: &[AbsenceChange],
+        observed: &BTreeMap<u32, MemberObs>,
+        counts: &mut Counts,
+    ) {
+        let now = self.t as Millis * 1000;
+        for c in changes {
+            let (AbsenceChange::Stamp(o) | AbsenceChange::Clear(o)) = *c;
+            let seen = observed
+                .get(&o)
+                .and_then(|m| m.pvc.as_ref())
+                .map(|v| &v.uid);
+            let Some(v) = self
+                .vols
+                .get_mut(&o)
+                .filter(|v| Some(&v.uid.to_string()) == seen)
+            else {
+                continue;
+            };
+            if matches!(c, AbsenceChange::Stamp(_)) {
+                v.absent_since = Some(now);
+                counts.absences_stamped += 1;
+            } else {
+                v.absent_since = None;
+                counts.absences_cleared += 1;
+            }
+        }
+    }
+
     /// Partitions that no current member's volume holds.
     fn lost(&self, members: &BTreeSet<u32>) -> Vec<usize> {
         if !self.born {
@@ -470,7 +511,22 @@ impl World {
 
     fn apply(&mut self, a: Action, members: &BTreeSet<u32>) -> Result<(), String> {
         let t = self.t;
+        let now = t as Millis * 1000;
         match a {
+            // The invariant: no pod is (re)created on a volume away longer than the grace.
+            Action::CreatePod(o)
+                if !self.pods.contains_key(&o)
+                    && self.vols.get(&o).is_some_and(|v| {
+                        !v.deleting
+                            && v.absent_since
+                                .is_some_and(|since| now - since > self.stale_grace_ms)
+                    }) =>
+            {
+                return Err(format!(
+                    "created a pod on data-{o}, away since {:?} ms (grace {} ms)",
+                    self.vols[&o].absent_since, self.stale_grace_ms
+                ));
+            }
             Action::CreatePvc(o) => {
                 if !self.vols.contains_key(&o) {
                     self.next_uid += 1;
@@ -482,6 +538,7 @@ impl World {
                             size_gi: self.storage.size_gi,
                             class: self.storage.class,
                             deleting: false,
+                            absent_since: None,
                         },
                     );
                 }
@@ -595,6 +652,16 @@ struct Counts {
     views_held_passes: u64,
     /// Passes that reported a suspected partition.
     suspected_partition_passes: u64,
+    /// Absence records written on volumes (stamped, cleared).
+    absences_stamped: u64,
+    absences_cleared: u64,
+    /// Pods created on a volume with an absence recorded, within the grace (reused).
+    stamped_volumes_reused: u64,
+    /// Creations checked against a stale volume's record (the invariant's branch: a pod
+    /// created where the volume is stale would be a violation).
+    stale_volume_checks: u64,
+    /// Stale volumes replaced by fresh ones (`StaleVolumeReplaced` announced).
+    stale_volumes_replaced: u64,
 }
 
 impl std::ops::AddAssign for Counts {
@@ -612,6 +679,11 @@ impl std::ops::AddAssign for Counts {
         self.views_disagree_passes += o.views_disagree_passes;
         self.views_held_passes += o.views_held_passes;
         self.suspected_partition_passes += o.suspected_partition_passes;
+        self.absences_stamped += o.absences_stamped;
+        self.absences_cleared += o.absences_cleared;
+        self.stamped_volumes_reused += o.stamped_volumes_reused;
+        self.stale_volume_checks += o.stale_volume_checks;
+        self.stale_volumes_replaced += o.stale_volumes_replaced;
     }
 }
 
@@ -844,6 +916,7 @@ impl Operator {
                     if status.memory.members.contains(o) => {}
                 _ => violations.push(format!("t={}: {a:?} before the scrapes", w.t)),
             }
+            count_creation(w, a, counts);
             if let Err(e) = w.apply(*a, &self.persisted.memory.members) {
                 violations.push(format!("t={}: {e}", w.t));
             }
@@ -988,6 +1061,7 @@ impl Operator {
                 violations.push(format!("t={t}: {}: on the same volume", n.message));
             }
         }
+        count_stale(w, &d, &observed, counts, violations);
         self.previous = std::mem::replace(&mut self.persisted, written);
         let actions = still_to_do(&d.actions, &made);
         let n = if faulty && rng.chance(0.02) {
@@ -997,18 +1071,76 @@ impl Operator {
         } else {
             actions.len()
         };
+        if w.trace {
+            eprintln!(
+                "t={t} progress {:?} blocked {:?} mass {:?}",
+                d.progress, d.blocked, d.mass_failure
+            );
+        }
         if w.trace && !actions.is_empty() {
             eprintln!("t={t} {:?} actions {:?}", d.phase, &actions[..n]);
         }
         for a in &actions[..n] {
+            count_creation(w, a, counts);
             if let Err(e) = w.apply(*a, &self.persisted.memory.members) {
                 violations.push(format!("t={t}: {e}"));
             }
         }
         if n == actions.len() {
             w.grow_volumes(counts, violations);
+            let changes = absence_changes(&d.memory.members, &d.memory.phases, &observed);
+            w.record_absences(&changes, &observed, counts);
         }
         pass
+    }
+}
+
+/// A pod about to be created on a volume with an absence recorded: within the grace it is
+/// reused; past it `World::apply` reports the violation.
+fn count_creation(w: &World, a: &Action, counts: &mut Counts) {
+    let now = w.t as Millis * 1000;
+    if let Action::CreatePod(o) = a
+        && !w.pods.contains_key(o)
+        && let Some(since) = w.vols.get(o).and_then(|v| v.absent_since)
+    {
+        counts.invariant_checks += 1;
+        if now - since <= w.stale_grace_ms {
+            counts.stamped_volumes_reused += 1;
+        }
+    }
+}
+
+/// Members without a pod on a stale volume (the case the invariant guards), and stale volumes
+/// announced as replaced: each such volume is stale, and the pass deletes it.
+fn count_stale(
+    w: &World,
+    d: &Decision,
+    observed: &BTreeMap<u32, MemberObs>,
+    counts: &mut Counts,
+    violations: &mut Vec<String>,
+) {
+    let now = w.t as Millis * 1000;
+    let stale = |o: &u32| {
+        observed
+            .get(o)
+            .and_then(|m| m.pvc.as_ref())
+            .is_some_and(|v| !v.terminating && is_stale(v, w.stale_grace_ms, now))
+    };
+    counts.stale_volume_checks += d
+        .memory
+        .members
+        .iter()
+        .filter(|o| stale(o) && observed.get(o).is_none_or(|m| m.pod.is_none()))
+        .count() as u64;
+    for n in d.notes.iter().filter(|n| n.reason == "StaleVolumeReplaced") {
+        counts.stale_volumes_replaced += 1;
+        counts.invariant_checks += 1;
+        let replaced = n
+            .member
+            .is_some_and(|o| stale(&o) && d.actions.contains(&Action::DeletePvc(o)));
+        if !replaced {
+            violations.push(format!("t={}: {} (not stale, or kept)", w.t, n.message));
+        }
     }
 }
 
@@ -1126,6 +1258,8 @@ fn run(seed: u64, trace: bool) -> Outcome {
         settle_ms: 3_000,
         handoff_timeout_ms: 60_000,
         paused: false,
+        // Short, so that kept volumes and long-down members go stale within a schedule.
+        stale_volume_grace_ms: (10 + SplitMix64(!seed).below(30) as Millis) * 1000,
     };
     let policy = rng.chance(0.3).then(|| Policy {
         min_nodes: rf + 1,
@@ -1143,7 +1277,7 @@ fn run(seed: u64, trace: bool) -> Outcome {
         down_until: 0,
     };
     let mut ops = rng.below(100 * u64::from(rf + 3));
-    let mut w = World::new(rf as usize, trace);
+    let mut w = World::new(rf as usize, op.spec.stale_volume_grace_ms, trace);
     let mut counts = Counts::default();
     let mut violations = Vec::new();
     let mut converged = None;
@@ -1240,7 +1374,8 @@ fn no_schedule_loses_data_or_disrupts_two_members_and_every_one_converges() {
     println!(
         "dst: {schedules} schedules, {} steps, {} faults injected, {} invariant checks, {} failing; \
          {} early creations ({} from a stale status), {} passes with the autoscaler moving the target, {} transition Events, {} volumes grown in place, {} fresh volumes asked for on a pod and carried out, {} passes in a mass failure, \
-         {} passes with views disagreeing by identity ({} with a removal or restart held), {} passes reporting a suspected partition",
+         {} passes with views disagreeing by identity ({} with a removal or restart held), {} passes reporting a suspected partition; \
+         volume absences: {} stamped, {} cleared, {} pods created on a volume away within the grace, {} passes with a member's stale volume and no pod, {} stale volumes replaced",
         counts.steps,
         counts.faults,
         counts.invariant_checks,
@@ -1255,6 +1390,11 @@ fn no_schedule_loses_data_or_disrupts_two_members_and_every_one_converges() {
         counts.views_disagree_passes,
         counts.views_held_passes,
         counts.suspected_partition_passes,
+        counts.absences_stamped,
+        counts.absences_cleared,
+        counts.stamped_volumes_reused,
+        counts.stale_volume_checks,
+        counts.stale_volumes_replaced,
     );
     assert!(
         failed.is_empty(),
@@ -1272,5 +1412,9 @@ fn no_schedule_loses_data_or_disrupts_two_members_and_every_one_converges() {
         assert!(counts.mass_failure_passes > 0, "{counts:?}");
         assert!(counts.views_held_passes > 0, "{counts:?}");
         assert!(counts.suspected_partition_passes > 0, "{counts:?}");
+        assert!(counts.absences_cleared > 0, "{counts:?}");
+        assert!(counts.stamped_volumes_reused > 0, "{counts:?}");
+        assert!(counts.stale_volume_checks > 0, "{counts:?}");
+        assert!(counts.stale_volumes_replaced > 0, "{counts:?}");
     }
 }

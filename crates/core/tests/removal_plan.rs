@@ -17,6 +17,7 @@ fn spec(nodes: u32, rf: u32) -> ClusterSpec {
         settle_ms: 3_000,
         handoff_timeout_ms: 60_000,
         paused: false,
+        stale_volume_grace_ms: 3_600_000,
     }
 }
 

@@ -16,6 +16,7 @@ fn spec(nodes: u32, rf: u32) -> ClusterSpec {
         settle_ms: 3_000,
         handoff_timeout_ms: 60_000,
         paused: false,
+        stale_volume_grace_ms: 3_600_000,
     }
 }
 
@@ -51,6 +52,7 @@ impl World {
                         uid: format!("uid-{}", self.pvc_seq),
                         terminating: false,
                         outdated: false,
+                        absent_since: None,
                     });
                 }
                 Action::CreatePod(o) => {
@@ -135,7 +137,7 @@ fn swap_a_view(obs: &mut BTreeMap<u32, MemberObs>) -> bool {
         return false;
     };
     v.peers.remove(&other);
-    v.peers.insert("f".repeat(40), "10.9.9.9:6379".into());
+    v.peers.insert("f".repeat(40), "127.9.9.9:6379".into());
     true
 }
 
@@ -1053,6 +1055,7 @@ fn arb_obs() -> impl Strategy<Value = MemberObs> {
                 uid: "u".into(),
                 terminating,
                 outdated,
+                absent_since: None,
             }),
             scrape: scrape.map(|(view, under, join, rep)| Scrape {
                 view_members: view,
@@ -1144,6 +1147,7 @@ fn calm_asking(mem: &Memory, outdated: bool, asking: Option<u32>) -> BTreeMap<u3
                 uid: if Some(*o) == moved { "fresh" } else { "u" }.into(),
                 terminating: false,
                 outdated: false,
+                absent_since: None,
             });
             (
                 *o,

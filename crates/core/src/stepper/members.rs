@@ -4,6 +4,7 @@
 use std::collections::BTreeSet;
 
 use crate::plan::free_ordinals;
+use crate::stale::{absence_in_words, is_stale};
 use crate::types::*;
 
 use super::{Pass, normal};
@@ -31,9 +32,14 @@ impl Pass<'_> {
     /// Cancel a removal when the spec grew back: the victim stays. A drained node cannot be
     /// un-drained, so its pod is recycled (it restarts on its own PVC and rejoins).
     pub(super) fn cancel_removal(&mut self) {
-        if let Some(v) = self.removal().map(|r| r.ordinal)
+        if let Some((v, step)) = self.removal().map(|r| (r.ordinal, r.step))
             && self.members.len() <= self.target
         {
+            // Past its hand-off the others hold its data: it comes back as a new member
+            // (Joining), whose volume holds nothing they rely on (a stale one may go).
+            if step >= RemovalStep::Deleting {
+                self.fresh.insert(v);
+            }
             self.notes.push(normal(
                 "RemovalCancelled",
                 format!(
@@ -70,10 +76,10 @@ impl Pass<'_> {
         for o in free_ordinals(&taken, &self.spec.remove_first, want) {
             self.members.insert(o);
             self.created.insert(o);
-            let on = if self.obs(o).pvc.is_some() {
-                " on its existing volume"
-            } else {
-                ""
+            let on = match &self.obs(o).pvc {
+                Some(v) if self.stale(v) => " on a fresh volume (its kept volume is stale)",
+                Some(_) => " on its existing volume",
+                None => "",
             };
             self.notes.push(normal(
                 "MemberCreated",
@@ -121,6 +127,11 @@ impl Pass<'_> {
                 self.actions.insert(Action::CreatePvc(o));
                 true
             }
+            // A stale volume is never mounted again: no pod is created on it.
+            Some(p) if !p.terminating && self.stale(p) => {
+                self.leave_stale_volume(o, p, m.pod.as_ref());
+                return false;
+            }
             // A member moving to a fresh volume gets its new pod only on the new volume.
             Some(p) if rolling.is_some_and(|r| r.leaves_volume(p)) => false,
             Some(p) => !p.terminating,
@@ -153,6 +164,86 @@ impl Pass<'_> {
                 false
             }
             Some(p) => p.drained && !p.terminating && !rolling,
+        }
+    }
+
+    /// Whether the volume has been away longer than the grace.
+    pub(super) fn stale(&self, v: &PvcObs) -> bool {
+        is_stale(v, self.spec.stale_volume_grace_ms, self.now)
+    }
+
+    /// A member on a stale volume moves to a fresh one and rejoins as new: its pod, if one is
+    /// left that does not serve, is deleted first (kubelet would otherwise restart it on the
+    /// stale data), then the volume. A joining pod is left to join; one that serves is back
+    /// already. Held by `spec.paused` and by a mass failure (neither data thrown away nor
+    /// resurrected: the member stays down and the hold is reported).
+    fn leave_stale_volume(&mut self, o: u32, v: &PvcObs, pod: Option<&PodObs>) {
+        let name = self.spec.member_name(o);
+        let away = absence_in_words(v, self.now);
+        let grace = self.spec.stale_volume_grace_ms / 1000;
+        let what = format!(
+            "a fresh volume for {name} (its volume has been away {away}, longer than the stale-volume grace of {grace}s)"
+        );
+        let action = match pod {
+            None => Action::DeletePvc(o),
+            Some(p)
+                if !p.ready
+                    && !p.terminating
+                    && self.memory.phases.get(&o) != Some(&MemberPhase::Joining)
+                    && self.disruption.is_none() =>
+            {
+                Action::DeletePod(o)
+            }
+            Some(_) => return,
+        };
+        if self.hold(what) || !self.others_hold_the_data_of(o, &name) {
+            return;
+        }
+        self.actions.insert(action);
+        self.progress.push(format!(
+            "moving {name} to a fresh volume: its volume is stale"
+        ));
+        if action == Action::DeletePvc(o) {
+            self.fresh.insert(o);
+            self.notes.push(Note {
+                kind: EventKind::Warning,
+                reason: "StaleVolumeReplaced",
+                member: Some(o),
+                message: format!(
+                    "data-{name} has been away from the cluster for {away}, longer than the stale-volume grace of {grace}s: it may hold keys deleted since, so it is deleted and {name} rejoins on a fresh volume (Joining)"
+                ),
+            });
+        }
+    }
+
+    /// Whether the others are known to hold what a stale member's volume may hold: the
+    /// hand-off gate over every other recorded member (ready, scraped, 0 under-replicated,
+    /// views without it, re-replication quiet). Unknown is never safe: the volume waits. A
+    /// member that never held data (new, or `Joining`) needs no gate: a kept volume's data was
+    /// handed off when its member was removed.
+    fn others_hold_the_data_of(&mut self, o: u32, name: &str) -> bool {
+        let new_member = self.created.contains(&o)
+            || self.fresh.contains(&o)
+            || self.memory.phases.get(&o) == Some(&MemberPhase::Joining);
+        if new_member {
+            return true;
+        }
+        let others: Vec<u32> = self
+            .memory
+            .members
+            .iter()
+            .copied()
+            .filter(|m| *m != o)
+            .collect();
+        match self.gate(others.iter().copied(), others.len(), None) {
+            Ok(()) => true,
+            Err(b) => {
+                self.progress.push(format!(
+                    "the volume of {name} is stale; replacing it once the others hold its data: {}",
+                    b.message
+                ));
+                false
+            }
         }
     }
 
@@ -208,7 +299,7 @@ impl Pass<'_> {
             }
             _ => {}
         }
-        if self.created.contains(&o) {
+        if self.created.contains(&o) || self.fresh.contains(&o) {
             return MemberPhase::Joining;
         }
         let m = self.obs(o);

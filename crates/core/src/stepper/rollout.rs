@@ -219,8 +219,9 @@ impl Pass<'_> {
                         .push(format!("replacing the volume of {name}"));
                 }
             }
-            Some(v) if r.leaves_volume(v) && !v.terminating => {
-                // Its pod went before the hand-off: keep its data, restart it on it.
+            Some(v) if r.leaves_volume(v) && !v.terminating && !self.stale(v) => {
+                // Its pod went before the hand-off: keep its data, restart it on it (unless it
+                // is stale: the children phase then replaces it).
                 self.actions.insert(Action::CreatePod(r.ordinal));
                 self.progress.push(format!(
                     "{name} lost its pod before its data was handed off: restarting it on its old volume"

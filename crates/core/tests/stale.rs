@@ -1,0 +1,272 @@
+//! Stale volumes through `decide`: a volume away longer than the grace is never mounted again.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use marekvs_core::*;
+
+const NOW: Millis = 1_700_000_000_000;
+const GRACE: Millis = 60_000;
+
+fn spec(nodes: u32, rf: u32) -> ClusterSpec {
+    ClusterSpec {
+        name: "demo".into(),
+        nodes,
+        replication_factor: rf,
+        remove_first: BTreeSet::new(),
+        reclaim_pvcs: false,
+        settle_ms: 3_000,
+        handoff_timeout_ms: 60_000,
+        paused: false,
+        stale_volume_grace_ms: GRACE,
+    }
+}
+
+fn member(pod: bool, absent_since: Option<Millis>) -> MemberObs {
+    MemberObs {
+        pod: pod.then(|| PodObs {
+            ready: true,
+            ..PodObs::default()
+        }),
+        pvc: Some(PvcObs {
+            uid: "v".into(),
+            absent_since,
+            ..PvcObs::default()
+        }),
+        scrape: pod.then(|| Scrape {
+            view_members: 3,
+            ..Scrape::default()
+        }),
+        view: None,
+    }
+}
+
+/// Every member Active, its re-replication counters quiet for a minute.
+fn active(members: &[u32]) -> Memory {
+    let quiet = Sample {
+        bootstraps_total: 0,
+        repairs_total: 0,
+        changed_at: NOW - 60_000,
+    };
+    Memory {
+        members: members.iter().copied().collect(),
+        phases: members.iter().map(|o| (*o, MemberPhase::Active)).collect(),
+        samples: members.iter().map(|o| (*o, quiet)).collect(),
+        ..Memory::default()
+    }
+}
+
+fn decide_at(spec: &ClusterSpec, memory: &Memory, observed: &BTreeMap<u32, MemberObs>) -> Decision {
+    // Every scraped member sees every scraped member: views agree by identity.
+    let scraped: Vec<u32> = observed
+        .iter()
+        .filter(|(_, m)| m.scrape.is_some())
+        .map(|(o, _)| *o)
+        .collect();
+    let mut observed = observed.clone();
+    for (o, m) in observed.iter_mut() {
+        m.view = m
+            .scrape
+            .as_ref()
+            .map(|_| View::of_ordinals(*o, scraped.iter().copied()));
+    }
+    decide(&Input {
+        spec,
+        memory,
+        observed: &observed,
+        now: NOW,
+    })
+}
+
+fn stale_note(d: &Decision) -> Option<&Note> {
+    d.notes.iter().find(|n| n.reason == "StaleVolumeReplaced")
+}
+
+#[test]
+fn a_scale_up_reuses_a_kept_volume_within_the_grace_and_replaces_a_stale_one() {
+    let memory = active(&[0, 1, 2]);
+    let mut observed: BTreeMap<u32, MemberObs> = (0..3).map(|o| (o, member(true, None))).collect();
+    observed.insert(3, member(false, Some(NOW - GRACE)));
+    let d = decide_at(&spec(4, 2), &memory, &observed);
+    assert_eq!(
+        d.actions,
+        [Action::CreatePod(3)],
+        "within the grace: reused"
+    );
+    assert!(stale_note(&d).is_none());
+
+    observed.insert(3, member(false, Some(NOW - GRACE - 1)));
+    let d = decide_at(&spec(4, 2), &memory, &observed);
+    assert_eq!(
+        d.actions,
+        [Action::DeletePvc(3)],
+        "stale: deleted, no pod on it"
+    );
+    assert_eq!(d.memory.phases[&3], MemberPhase::Joining);
+    let note = stale_note(&d).expect("announced");
+    assert_eq!(note.member, Some(3));
+    assert_eq!(note.kind, EventKind::Warning);
+    assert!(
+        note.message
+            .contains("data-demo-3 has been away from the cluster for 1m 0s"),
+        "{}",
+        note.message
+    );
+    assert!(d.notes.iter().any(|n| {
+        n.reason == "MemberCreated"
+            && n.message
+                .contains("fresh volume (its kept volume is stale)")
+    }));
+
+    // The next pass: the volume is gone, a fresh one and the pod on it.
+    observed.remove(&3);
+    let d = decide_at(&spec(4, 2), &d.memory, &observed);
+    assert_eq!(d.actions, [Action::CreatePvc(3), Action::CreatePod(3)]);
+    assert_eq!(d.memory.phases[&3], MemberPhase::Joining);
+}
+
+#[test]
+fn a_member_away_longer_than_the_grace_rejoins_on_a_fresh_volume() {
+    let memory = active(&[0, 1, 2, 3]);
+    let mut observed: BTreeMap<u32, MemberObs> = (0..4).map(|o| (o, member(true, None))).collect();
+    // Pod gone within the grace: re-created on its own volume.
+    observed.insert(3, member(false, Some(NOW - GRACE + 1_000)));
+    let d = decide_at(&spec(4, 2), &memory, &observed);
+    assert_eq!(d.actions, [Action::CreatePod(3)]);
+    // Past it, while another member reports under-replication: unknown is never safe, the
+    // volume waits for the others to hold its data.
+    observed.insert(3, member(false, Some(NOW - 2 * GRACE)));
+    observed
+        .get_mut(&0)
+        .unwrap()
+        .scrape
+        .as_mut()
+        .unwrap()
+        .underreplicated = 4;
+    let d = decide_at(&spec(4, 2), &memory, &observed);
+    assert!(d.actions.is_empty(), "{:?}", d.actions);
+    let progress = d.progress.unwrap_or_default();
+    assert!(
+        progress
+            .contains("the volume of demo-3 is stale; replacing it once the others hold its data"),
+        "{progress}"
+    );
+    // Then its volume goes, and it rejoins as new.
+    observed
+        .get_mut(&0)
+        .unwrap()
+        .scrape
+        .as_mut()
+        .unwrap()
+        .underreplicated = 0;
+    let d = decide_at(&spec(4, 2), &memory, &observed);
+    assert_eq!(d.actions, [Action::DeletePvc(3)]);
+    assert_eq!(d.memory.phases[&3], MemberPhase::Joining);
+    assert!(stale_note(&d).is_some());
+    // Its pod exists but has not served for that long (crash loop): deleted first, so kubelet
+    // does not restart it on the stale data.
+    let mut m = member(true, Some(NOW - 2 * GRACE));
+    m.pod.as_mut().unwrap().ready = false;
+    m.scrape = None;
+    observed.insert(3, m.clone());
+    let mut unready = memory.clone();
+    unready.phases.insert(3, MemberPhase::Unready);
+    let d = decide_at(&spec(4, 2), &unready, &observed);
+    assert_eq!(d.actions, [Action::DeletePod(3)]);
+    assert!(stale_note(&d).is_none(), "announced with its volume");
+    // A joining pod is left to join.
+    let mut joining = memory.clone();
+    joining.phases.insert(3, MemberPhase::Joining);
+    let d = decide_at(&spec(4, 2), &joining, &observed);
+    assert!(d.actions.is_empty(), "{:?}", d.actions);
+}
+
+#[test]
+fn a_mass_failure_or_a_pause_holds_a_stale_volume_and_says_so() {
+    // RF 2, two members down, one of them away past the grace: neither deleted nor mounted.
+    let memory = active(&[0, 1, 2, 3]);
+    let mut observed: BTreeMap<u32, MemberObs> = (0..4).map(|o| (o, member(true, None))).collect();
+    observed.insert(2, member(false, Some(NOW - 1_000)));
+    observed.insert(3, member(false, Some(NOW - 2 * GRACE)));
+    let d = decide_at(&spec(4, 2), &memory, &observed);
+    assert_eq!(
+        d.actions,
+        [Action::CreatePod(2)],
+        "only the pod on its own, fresh-enough volume"
+    );
+    assert!(d.mass_failure.is_some());
+    let progress = d.progress.unwrap_or_default();
+    assert!(
+        progress.contains("a fresh volume for demo-3 (its volume has been away 2m 0s"),
+        "{progress}"
+    );
+    assert_eq!(d.memory.phases[&3], MemberPhase::Replacing);
+
+    let paused = ClusterSpec {
+        paused: true,
+        ..spec(4, 2)
+    };
+    observed.insert(2, member(true, None));
+    let d = decide_at(&paused, &memory, &observed);
+    assert!(d.actions.is_empty(), "{:?}", d.actions);
+    assert_eq!(d.phase, ClusterPhase::Paused);
+    assert!(
+        d.blocked
+            .unwrap()
+            .message
+            .contains("a fresh volume for demo-3")
+    );
+}
+
+#[test]
+fn a_removal_cancelled_past_its_hand_off_brings_its_member_back_as_new() {
+    let mut memory = active(&[0, 1]);
+    memory.members.insert(2);
+    memory.phases.insert(2, MemberPhase::Leaving);
+    memory.disruption = Some(Disruption::Removal(Removal {
+        ordinal: 2,
+        reason: VictimReason::HighestOrdinal,
+        step: RemovalStep::Settling,
+        started_at: NOW - 3 * GRACE,
+        step_started_at: NOW - 2 * GRACE,
+    }));
+    let mut observed: BTreeMap<u32, MemberObs> = (0..2).map(|o| (o, member(true, None))).collect();
+    observed.insert(2, member(false, Some(NOW - 2 * GRACE)));
+    // RF 1: with the victim counted down this would be a mass failure holding it for good.
+    let d = decide_at(&spec(3, 1), &memory, &observed);
+    assert_eq!(d.memory.disruption, None);
+    assert_eq!(d.memory.phases[&2], MemberPhase::Joining);
+    assert_eq!(d.actions, [Action::DeletePvc(2)]);
+    assert!(d.mass_failure.is_none());
+}
+
+/// A member asked to move to a fresh volume that lost its pod before its hand-off is normally
+/// restarted on its old volume (its data is not on the others yet); not on a stale one.
+#[test]
+fn a_restart_before_the_hand_off_is_not_made_on_a_stale_volume() {
+    let mut memory = active(&[0, 1, 2, 3]);
+    memory.phases.insert(3, MemberPhase::Updating);
+    memory.disruption = Some(Disruption::Roll(Roll {
+        ordinal: 3,
+        reason: RollReason::VolumeRequested { pvc: "v".into() },
+        step: RollStep::Rejoining,
+        handed_off_pvc: None,
+        started_at: NOW - 3 * GRACE,
+        step_started_at: NOW - 2 * GRACE,
+    }));
+    let mut observed: BTreeMap<u32, MemberObs> = (0..3).map(|o| (o, member(true, None))).collect();
+    observed.insert(3, member(false, Some(NOW - GRACE / 2)));
+    let d = decide_at(&spec(4, 2), &memory, &observed);
+    assert_eq!(
+        d.actions,
+        [Action::CreatePod(3)],
+        "within the grace: on its old volume"
+    );
+    observed.insert(3, member(false, Some(NOW - 2 * GRACE)));
+    let d = decide_at(&spec(4, 2), &memory, &observed);
+    assert_eq!(
+        d.actions,
+        [Action::DeletePvc(3)],
+        "stale: a fresh volume instead"
+    );
+    assert!(stale_note(&d).is_some());
+}
