@@ -662,6 +662,9 @@ struct Counts {
     stale_volume_checks: u64,
     /// Stale volumes replaced by fresh ones (`StaleVolumeReplaced` announced).
     stale_volumes_replaced: u64,
+    /// Stale volumes of a mass failure held for the user, who kept their data once faults
+    /// stopped (the annotation removed).
+    stale_held_for_user: u64,
 }
 
 impl std::ops::AddAssign for Counts {
@@ -684,6 +687,7 @@ impl std::ops::AddAssign for Counts {
         self.stamped_volumes_reused += o.stamped_volumes_reused;
         self.stale_volume_checks += o.stale_volume_checks;
         self.stale_volumes_replaced += o.stale_volumes_replaced;
+        self.stale_held_for_user += o.stale_held_for_user;
     }
 }
 
@@ -880,6 +884,9 @@ struct Pass {
     phase: ClusterPhase,
     quiet: bool,
     target: u32,
+    /// Down members of a mass failure whose volume is stale: the operator holds them for the
+    /// user's decision (keep the data or discard it), as `docs/storage.md` says.
+    held_stale: Vec<u32>,
 }
 
 impl Operator {
@@ -979,10 +986,24 @@ impl Operator {
             suspected_partition: d.suspected_partition.as_ref(),
         };
         let notes = transition_notes(&sizing.spec, &status.reported, reporting);
+        let held_stale = d
+            .mass_failure
+            .iter()
+            .flat_map(|m| m.down.iter().copied())
+            .filter(|o| {
+                observed.get(o).is_some_and(|m| {
+                    m.pod.is_none()
+                        && m.pvc
+                            .as_ref()
+                            .is_some_and(|v| is_stale(v, self.spec.stale_volume_grace_ms, now))
+                })
+            })
+            .collect();
         let pass = Pass {
             phase: d.phase,
             quiet: d.actions.is_empty(),
             target: sizing.spec.target(),
+            held_stale,
         };
         // The status write carries the resourceVersion the decision was based on: a decision
         // made on a stale status conflicts (409) and nothing is done.
@@ -1307,6 +1328,18 @@ fn run(seed: u64, trace: bool) -> Outcome {
             if !faulty && pass.phase == ClusterPhase::Healthy && pass.quiet {
                 converged = Some(pass.target);
             }
+            // Once faults stop, the user answers a held stale volume as documented: keeping
+            // its data (the annotation removed; the operator stamps it again from now). Its
+            // deletion would lose the only copies with replicationFactor 1, which the user may
+            // choose but invariant 1 would rightly report.
+            if !faulty {
+                for o in &pass.held_stale {
+                    if let Some(v) = w.vols.get_mut(o) {
+                        v.absent_since = None;
+                        counts.stale_held_for_user += 1;
+                    }
+                }
+            }
         }
         violations.extend(check_step(
             &mut w,
@@ -1375,7 +1408,7 @@ fn no_schedule_loses_data_or_disrupts_two_members_and_every_one_converges() {
         "dst: {schedules} schedules, {} steps, {} faults injected, {} invariant checks, {} failing; \
          {} early creations ({} from a stale status), {} passes with the autoscaler moving the target, {} transition Events, {} volumes grown in place, {} fresh volumes asked for on a pod and carried out, {} passes in a mass failure, \
          {} passes with views disagreeing by identity ({} with a removal or restart held), {} passes reporting a suspected partition; \
-         volume absences: {} stamped, {} cleared, {} pods created on a volume away within the grace, {} passes with a member's stale volume and no pod, {} stale volumes replaced",
+         volume absences: {} stamped, {} cleared, {} pods created on a volume away within the grace, {} passes with a member's stale volume and no pod, {} stale volumes replaced, {} stale volumes of a mass failure kept by the user",
         counts.steps,
         counts.faults,
         counts.invariant_checks,
@@ -1395,6 +1428,7 @@ fn no_schedule_loses_data_or_disrupts_two_members_and_every_one_converges() {
         counts.stamped_volumes_reused,
         counts.stale_volume_checks,
         counts.stale_volumes_replaced,
+        counts.stale_held_for_user,
     );
     assert!(
         failed.is_empty(),
