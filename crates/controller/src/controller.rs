@@ -19,11 +19,19 @@ use crate::error::Error;
 use crate::recreate::{DeletedPod, RecreationLock, on_pod_deleted};
 use crate::{build, observe, reconcile, scrape, telemetry};
 
+/// How the operator talks to members.
+pub struct Members {
+    /// Of one scrape or drain call.
+    pub timeout: Duration,
+    /// Scrapes in flight at once across every cluster.
+    pub max_concurrent_scrapes: usize,
+}
+
 /// Run the controller until a shutdown signal.
 pub async fn run(
     client: Client,
     namespace: Option<String>,
-    member_timeout: Duration,
+    members: Members,
     cluster_domain: String,
     metrics: Arc<telemetry::Metrics>,
 ) -> anyhow::Result<()> {
@@ -98,7 +106,9 @@ pub async fn run(
     let ctx = Arc::new(reconcile::Ctx {
         client: client.clone(),
         recorder: Recorder::new(client.clone(), reporter),
-        members: scrape::MemberClient::new(member_timeout).with_metrics(metrics.clone()),
+        members: scrape::MemberClient::new(members.timeout)
+            .with_max_concurrent(members.max_concurrent_scrapes)
+            .with_metrics(metrics.clone()),
         cluster_domain,
         pods: pods.clone(),
         pvcs: pvcs.clone(),
@@ -127,6 +137,7 @@ pub async fn run(
     let service_stream = service_stream.inspect(move |r| note_child(&m, r));
     let m = metrics.clone();
     let pdb_stream = pdb_stream.inspect(move |r| note_child(&m, r));
+    let first_pass = (metrics.clone(), crs.clone());
     tokio::spawn(ready_when_synced(
         (
             crs.clone(),
@@ -150,7 +161,11 @@ pub async fn run(
         })
         .shutdown_on_signal()
         .run(reconcile::reconcile, reconcile::error_policy, ctx)
-        .for_each(|r| async move { log_outcome(r) })
+        .for_each(|r| {
+            note_first_pass(&first_pass.0, &first_pass.1, &r);
+            log_outcome(r);
+            futures::future::ready(())
+        })
         .await;
     Ok(())
 }
@@ -181,6 +196,20 @@ type Outcome = Result<
     (ObjectRef<MarekvsCluster>, kube::runtime::controller::Action),
     kube::runtime::controller::Error<Error, watcher::Error>,
 >;
+
+/// A completed pass counts towards the term's first full pass (see `first_pass`).
+fn note_first_pass(metrics: &telemetry::Metrics, crs: &Store<MarekvsCluster>, r: &Outcome) {
+    let Ok((obj, _)) = r else { return };
+    let key = (obj.namespace.clone().unwrap_or_default(), obj.name.clone());
+    metrics.passed(key, || {
+        observe::synced(crs).then(|| {
+            crs.state()
+                .iter()
+                .map(|cr| (cr.namespace().unwrap_or_default(), cr.name_any()))
+                .collect()
+        })
+    });
+}
 
 /// Log a pass's outcome: expected retries at debug, anything else as a warning.
 fn log_outcome(r: Outcome) {

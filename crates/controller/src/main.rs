@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use std::sync::atomic::Ordering;
 
+use clap::builder::TypedValueParser as _;
 use clap::{Parser, Subcommand};
 use kube::CustomResourceExt;
 use marekvs_api::MarekvsCluster;
@@ -33,6 +34,13 @@ enum Command {
         /// Timeout of one member scrape or drain call, in milliseconds.
         #[arg(long, default_value_t = 1500)]
         member_timeout_ms: u64,
+        /// Member reads in flight at once (a /metrics scrape or a view read over RESP),
+        /// across every cluster. A read that finds no free slot within the member timeout is
+        /// not run and counts as unknown.
+        #[arg(long, default_value_t = marekvs_operator::scrape::DEFAULT_MAX_CONCURRENT_SCRAPES,
+              value_parser = clap::value_parser!(u16).range(1..).map(usize::from),
+              env = "MAREKVS_OPERATOR_MAX_CONCURRENT_SCRAPES")]
+        max_concurrent_scrapes: usize,
         /// Cluster DNS domain, for the gossip seed name.
         #[arg(long, default_value = "cluster.local")]
         cluster_domain: String,
@@ -76,6 +84,7 @@ async fn main() -> anyhow::Result<()> {
         Command::Run {
             namespace,
             member_timeout_ms,
+            max_concurrent_scrapes,
             cluster_domain,
             leader_elect,
             lease_namespace,
@@ -98,12 +107,15 @@ async fn main() -> anyhow::Result<()> {
             let controller = controller::run(
                 client.clone(),
                 namespace.clone(),
-                Duration::from_millis(member_timeout_ms),
+                controller::Members {
+                    timeout: Duration::from_millis(member_timeout_ms),
+                    max_concurrent_scrapes,
+                },
                 cluster_domain,
                 metrics.clone(),
             );
             if !leader_elect {
-                metrics.leading.store(true, Ordering::Relaxed);
+                metrics.lead();
                 return controller.await;
             }
             // A standby is ready: it is doing its job (waiting to take over).
@@ -127,7 +139,7 @@ async fn main() -> anyhow::Result<()> {
                 Duration::from_secs(lease_duration_seconds.max(2)),
             );
             let term_start = elector.acquire().await;
-            metrics.leading.store(true, Ordering::Relaxed);
+            metrics.lead();
             metrics.ready.store(false, Ordering::Relaxed);
             tokio::select! {
                 r = controller => {

@@ -124,7 +124,7 @@ pub async fn pass(cr: &MarekvsCluster, ctx: &Ctx) -> Result<Next, Error> {
     let password = views::password(&ctx.client, cr).await;
     let (scrapes, read_views) = tokio::join!(
         scrape_all(&ctx.members, &children.pods),
-        views::read_all(&children.pods, &password, ctx.members.timeout()),
+        views::read_all(&ctx.members, &children.pods, &password),
     );
     let observed = with_views(with_scrapes(unscraped, &scrapes), &read_views);
 

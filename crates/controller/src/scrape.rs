@@ -44,10 +44,18 @@ async fn read_capped(mut r: reqwest::Response, cap: usize, ip: &str) -> Option<S
     Some(String::from_utf8_lossy(&body).into_owned())
 }
 
+/// Scrapes in flight at once across the whole operator, unless `--max-concurrent-scrapes`
+/// says otherwise. A scrape of a live member takes milliseconds, so 64 slots serve thousands of
+/// members every 10 s; what the bound stops is a new leader (or a restart) opening a
+/// connection to every member of every cluster at the same moment.
+pub const DEFAULT_MAX_CONCURRENT_SCRAPES: usize = 64;
+
 #[derive(Clone)]
 pub struct MemberClient {
     http: reqwest::Client,
     timeout: Duration,
+    /// One permit per scrape in flight, shared by every clone (every reconcile).
+    slots: std::sync::Arc<tokio::sync::Semaphore>,
     metrics: Option<std::sync::Arc<crate::telemetry::Metrics>>,
 }
 
@@ -69,6 +77,7 @@ impl MemberClient {
         MemberClient {
             http,
             timeout,
+            slots: std::sync::Arc::new(tokio::sync::Semaphore::new(DEFAULT_MAX_CONCURRENT_SCRAPES)),
             metrics: None,
         }
     }
@@ -76,6 +85,12 @@ impl MemberClient {
     /// The short timeout of every call to a member (views over RESP use it too).
     pub fn timeout(&self) -> Duration {
         self.timeout
+    }
+
+    /// At most `n` scrapes in flight at once (at least 1), across every clone of this client.
+    pub fn with_max_concurrent(mut self, n: usize) -> Self {
+        self.slots = std::sync::Arc::new(tokio::sync::Semaphore::new(n.max(1)));
+        self
     }
 
     /// Record scrape latency and failures here.
@@ -94,17 +109,45 @@ impl MemberClient {
 
     /// `/metrics`, parsed; `None` on any failure (unknown is never safe), any status but 2xx
     /// included: a redirect is not followed.
+    ///
+    /// Waits for one of the shared slots first, at most one timeout: a scrape that got no
+    /// slot in that time did not run and is unknown too. The wait does not eat into the call's
+    /// own timeout (a member is never judged on less time than that), and is itself capped,
+    /// so however many members hang, one scrape takes at most two timeouts.
     pub async fn scrape(&self, ip: &str) -> Option<Scrape> {
-        let start = std::time::Instant::now();
-        let scrape = self.scrape_once(ip).await;
+        let timed = async {
+            let start = std::time::Instant::now();
+            (self.scrape_once(ip).await, start.elapsed())
+        };
+        let (scrape, took) = self.bounded(ip, timed).await?;
         if let Some(m) = &self.metrics {
-            m.scrape_duration.observe(start.elapsed());
+            m.scrape_duration.observe(took);
             if scrape.is_none() {
                 m.scrape_failures
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             }
         }
         scrape
+    }
+
+    /// Runs one read of a member (a `/metrics` scrape, or its view over RESP) in one of the
+    /// shared slots: `None` when no slot came free within one timeout (the read did not run,
+    /// and is unknown). The wait is capped and does not eat into the read's own timeout.
+    pub async fn bounded<T>(
+        &self,
+        ip: &str,
+        read: impl std::future::Future<Output = T>,
+    ) -> Option<T> {
+        let Ok(Ok(_slot)) = tokio::time::timeout(self.timeout, self.slots.acquire()).await else {
+            debug!(ip, "no member-read slot free within the timeout; unknown");
+            if let Some(m) = &self.metrics {
+                m.scrapes_not_run
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+            return None;
+        };
+        let _in_flight = self.metrics.as_ref().map(|m| m.scrapes_in_flight.enter());
+        Some(read.await)
     }
 
     async fn scrape_once(&self, ip: &str) -> Option<Scrape> {
@@ -148,6 +191,7 @@ impl MemberClient {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeMap;
     use std::time::Instant;
 
     use k8s_openapi::api::core::v1::Pod;
@@ -259,6 +303,118 @@ mod tests {
         junk.extend_from_slice(&[0xff, 0xfe, 0, 1, 2, 3]);
         raw_member("127.42.1.5", junk).await;
         assert!(client.scrape("127.42.1.5").await.is_none());
+    }
+
+    fn pods_at(ips: &[&str]) -> BTreeMap<u32, std::sync::Arc<Pod>> {
+        ips.iter()
+            .enumerate()
+            .map(|(o, ip)| {
+                let pod: Pod =
+                    serde_json::from_value(serde_json::json!({"status": {"podIP": ip}})).unwrap();
+                (o as u32, std::sync::Arc::new(pod))
+            })
+            .collect()
+    }
+
+    /// A member on `ip:9121` that answers [`GOOD`] after `delay`.
+    async fn slow_member(ip: &'static str, delay: Duration) {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let l = tokio::net::TcpListener::bind((ip, PORT_METRICS as u16))
+            .await
+            .expect("bind loopback");
+        let answer = format!(
+            "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{GOOD}",
+            GOOD.len()
+        );
+        tokio::spawn(async move {
+            while let Ok((mut io, _)) = l.accept().await {
+                let answer = answer.clone();
+                tokio::spawn(async move {
+                    let mut req = [0u8; 1024];
+                    let _ = io.read(&mut req).await;
+                    tokio::time::sleep(delay).await;
+                    let _ = io.write_all(answer.as_bytes()).await;
+                    let _ = io.shutdown().await;
+                });
+            }
+        });
+    }
+
+    /// Six live members behind two slots: every scrape waits its turn and succeeds, never
+    /// more than two at once, and the peak is what the metrics say.
+    #[tokio::test]
+    async fn scrapes_beyond_the_bound_wait_for_a_slot_and_the_peak_is_counted() {
+        let ips = [
+            "127.42.3.1",
+            "127.42.3.2",
+            "127.42.3.3",
+            "127.42.3.4",
+            "127.42.3.5",
+            "127.42.3.6",
+        ];
+        for ip in ips {
+            slow_member(ip, Duration::from_millis(100)).await;
+        }
+        let metrics = std::sync::Arc::new(crate::telemetry::Metrics::default());
+        let client = MemberClient::new(Duration::from_secs(2))
+            .with_max_concurrent(2)
+            .with_metrics(metrics.clone());
+        let start = Instant::now();
+        let results = scrape_all(&client, &pods_at(&ips)).await;
+        let took = start.elapsed();
+        assert_eq!(results.len(), 6);
+        assert!(results.values().all(Option::is_some), "{results:?}");
+        assert_eq!(metrics.scrapes_in_flight.high_water(), 2);
+        assert_eq!(metrics.scrapes_in_flight.current(), 0);
+        assert!(
+            took >= Duration::from_millis(300),
+            "3 rounds of 2: {took:?}"
+        );
+        let text = metrics.render();
+        assert!(text.contains("marekvs_operator_member_scrapes_in_flight_max 2\n"));
+        assert!(text.contains("marekvs_operator_member_scrapes_not_run_total 0\n"));
+    }
+
+    /// Hung members holding every slot cannot stall a pass: a scrape waits for a slot at
+    /// most one timeout, then is unknown without being run. Six hung members behind one slot
+    /// would otherwise take six timeouts.
+    #[tokio::test]
+    async fn hung_members_cannot_turn_a_bounded_pool_into_a_stall() {
+        let ips = [
+            "127.42.4.1",
+            "127.42.4.2",
+            "127.42.4.3",
+            "127.42.4.4",
+            "127.42.4.5",
+            "127.42.4.6",
+        ];
+        let mut listeners = Vec::new();
+        for ip in ips {
+            listeners.push(hung_member(ip).await);
+        }
+        let metrics = std::sync::Arc::new(crate::telemetry::Metrics::default());
+        let timeout = Duration::from_millis(300);
+        let client = MemberClient::new(timeout)
+            .with_max_concurrent(1)
+            .with_metrics(metrics.clone());
+        let start = Instant::now();
+        let results = scrape_all(&client, &pods_at(&ips)).await;
+        let took = start.elapsed();
+        assert!(
+            results.values().all(Option::is_none),
+            "a scrape that could not run is unknown, never healthy"
+        );
+        assert!(took < timeout * 4, "6 hung members, 1 slot: {took:?}");
+        let not_run = metrics
+            .scrapes_not_run
+            .load(std::sync::atomic::Ordering::Relaxed);
+        let failed = metrics
+            .scrape_failures
+            .load(std::sync::atomic::Ordering::Relaxed);
+        assert_eq!(not_run + failed, 6);
+        assert!(not_run >= 4, "at most 2 could have had the slot: {not_run}");
+        assert_eq!(metrics.scrapes_in_flight.high_water(), 1);
+        drop(listeners);
     }
 
     /// Like [`raw_member`], counting the connections it accepts.

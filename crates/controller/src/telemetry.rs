@@ -17,6 +17,8 @@ use axum::http::StatusCode;
 use axum::routing::get;
 use tracing::info;
 
+use crate::first_pass::{ClusterKey, FirstPass};
+
 /// Bucket bounds (seconds) shared by every latency histogram: 1 ms to 30 s.
 const BUCKETS: [f64; 16] = [
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0,
@@ -95,6 +97,38 @@ impl LabeledCounter {
     }
 }
 
+/// A gauge of work in flight and its high-water mark since the start.
+#[derive(Default)]
+pub struct InFlight {
+    now: AtomicU64,
+    max: AtomicU64,
+}
+
+impl InFlight {
+    /// One more in flight until the guard is dropped.
+    pub fn enter(&self) -> InFlightGuard<'_> {
+        let n = self.now.fetch_add(1, Ordering::Relaxed) + 1;
+        self.max.fetch_max(n, Ordering::Relaxed);
+        InFlightGuard(self)
+    }
+
+    pub fn current(&self) -> u64 {
+        self.now.load(Ordering::Relaxed)
+    }
+
+    pub fn high_water(&self) -> u64 {
+        self.max.load(Ordering::Relaxed)
+    }
+}
+
+pub struct InFlightGuard<'a>(&'a InFlight);
+
+impl Drop for InFlightGuard<'_> {
+    fn drop(&mut self) {
+        self.0.now.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 /// Who is waiting to be reconciled, and since when: filled by the watch triggers and by the
 /// requeues the reconciler asks for, drained when a reconcile starts.
 #[derive(Default)]
@@ -114,6 +148,12 @@ pub struct Metrics {
     pub actions: LabeledCounter,
     pub api_requests: LabeledCounter,
     pub scrape_failures: AtomicU64,
+    /// Member scrapes holding one of the shared slots (`--max-concurrent-scrapes`).
+    pub scrapes_in_flight: InFlight,
+    /// Scrapes that found no free slot within their timeout: not run, unknown.
+    pub scrapes_not_run: AtomicU64,
+    /// This term's first full pass over every cluster.
+    pub first_pass: Mutex<FirstPass>,
     queue: Mutex<Queue>,
     /// Caches synced (leader) or standing by: see `/readyz`.
     pub ready: AtomicBool,
@@ -150,6 +190,30 @@ impl Metrics {
             drop(q);
             self.queue_wait
                 .observe(now.saturating_duration_since(since));
+        }
+    }
+
+    /// This replica leads from now on.
+    pub fn lead(&self) {
+        self.leading.store(true, Ordering::Relaxed);
+        self.first_pass
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .lead(Instant::now(), std::time::SystemTime::now());
+    }
+
+    /// A pass over `key` completed; `known` lists every cluster (`None` until known). Logs
+    /// the first full pass's duration when this pass completes it.
+    pub fn passed(&self, key: ClusterKey, known: impl FnOnce() -> Option<Vec<ClusterKey>>) {
+        let mut first = self.first_pass.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(took) = first.passed(key, Instant::now(), known) {
+            let clusters = first.clusters_passed();
+            drop(first);
+            info!(
+                clusters,
+                seconds = took.as_secs_f64(),
+                "first full pass over every cluster since leading"
+            );
         }
     }
 
@@ -228,7 +292,52 @@ impl Metrics {
             "# HELP marekvs_operator_leader Whether this replica leads.\n# TYPE marekvs_operator_leader gauge\nmarekvs_operator_leader {}",
             u8::from(self.leading.load(Ordering::Relaxed))
         );
+        self.render_scrape_slots(&mut out);
+        self.render_first_pass(&mut out);
         out
+    }
+
+    fn render_scrape_slots(&self, out: &mut String) {
+        let _ = writeln!(
+            out,
+            "# HELP marekvs_operator_member_scrapes_in_flight Member scrapes holding a slot now.\n# TYPE marekvs_operator_member_scrapes_in_flight gauge\nmarekvs_operator_member_scrapes_in_flight {}",
+            self.scrapes_in_flight.current()
+        );
+        let _ = writeln!(
+            out,
+            "# HELP marekvs_operator_member_scrapes_in_flight_max The most member scrapes in flight at once since the start.\n# TYPE marekvs_operator_member_scrapes_in_flight_max gauge\nmarekvs_operator_member_scrapes_in_flight_max {}",
+            self.scrapes_in_flight.high_water()
+        );
+        let _ = writeln!(
+            out,
+            "# HELP marekvs_operator_member_scrapes_not_run_total Scrapes that found no free slot within their timeout (unknown).\n# TYPE marekvs_operator_member_scrapes_not_run_total counter\nmarekvs_operator_member_scrapes_not_run_total {}",
+            self.scrapes_not_run.load(Ordering::Relaxed)
+        );
+    }
+
+    /// Written only once known: no leading time before leading, no duration before the
+    /// first full pass is done.
+    fn render_first_pass(&self, out: &mut String) {
+        let first = self.first_pass.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(since) = first.leading_since_unix() else {
+            return;
+        };
+        let _ = writeln!(
+            out,
+            "# HELP marekvs_operator_leading_since_seconds When this replica began to lead (Unix time).\n# TYPE marekvs_operator_leading_since_seconds gauge\nmarekvs_operator_leading_since_seconds {since:.3}"
+        );
+        let _ = writeln!(
+            out,
+            "# HELP marekvs_operator_first_pass_clusters Distinct clusters with a completed pass since leading, up to the first full pass.\n# TYPE marekvs_operator_first_pass_clusters gauge\nmarekvs_operator_first_pass_clusters {}",
+            first.clusters_passed()
+        );
+        if let Some(took) = first.duration() {
+            let _ = writeln!(
+                out,
+                "# HELP marekvs_operator_first_pass_seconds From leading to the end of the first completed pass over every cluster.\n# TYPE marekvs_operator_first_pass_seconds gauge\nmarekvs_operator_first_pass_seconds {:.3}",
+                took.as_secs_f64()
+            );
+        }
     }
 }
 
@@ -415,6 +524,33 @@ mod tests {
         assert!(text.contains("marekvs_operator_reconcile_duration_seconds_count 2"));
         assert!(text.contains("marekvs_operator_actions_total{action=\"create_pod\"} 2"));
         // Our own parser of the exposition format reads it back.
+        assert!(
+            text.lines()
+                .all(|l| l.starts_with('#') || l.split_whitespace().count() == 2)
+        );
+    }
+
+    /// Nothing about leading is written before leading, and the duration only once every
+    /// cluster had a completed pass.
+    #[test]
+    fn the_first_pass_is_rendered_once_known() {
+        let m = Metrics::default();
+        let key = |n: &str| ("ns".to_string(), n.to_string());
+        let known = || Some(vec![key("a"), key("b")]);
+        assert!(
+            !m.render()
+                .contains("marekvs_operator_leading_since_seconds")
+        );
+        m.lead();
+        m.passed(key("a"), known);
+        let text = m.render();
+        assert!(text.contains("marekvs_operator_leading_since_seconds "));
+        assert!(text.contains("marekvs_operator_first_pass_clusters 1\n"));
+        assert!(!text.contains("marekvs_operator_first_pass_seconds"));
+        m.passed(key("b"), known);
+        let text = m.render();
+        assert!(text.contains("marekvs_operator_first_pass_clusters 2\n"));
+        assert!(text.contains("marekvs_operator_first_pass_seconds "));
         assert!(
             text.lines()
                 .all(|l| l.starts_with('#') || l.split_whitespace().count() == 2)

@@ -61,11 +61,13 @@ pub async fn password(client: &kube::Client, cr: &MarekvsCluster) -> Password {
 }
 
 /// Each member's view, read concurrently: k dead members cost one timeout, not k.
+/// Each read takes one of the member client's shared slots, like a scrape.
 pub async fn read_all(
+    client: &crate::scrape::MemberClient,
     pods: &BTreeMap<u32, Arc<Pod>>,
     password: &Password,
-    timeout: Duration,
 ) -> BTreeMap<u32, Option<View>> {
+    let timeout = client.timeout();
     let pass = match password {
         Password::None => None,
         Password::Known(p) => Some(p.as_str()),
@@ -75,7 +77,10 @@ pub async fn read_all(
         let ip = p.status.as_ref().and_then(|s| s.pod_ip.clone());
         async move {
             let v = match ip {
-                Some(ip) => read_view(&ip, pass, timeout).await,
+                Some(ip) => client
+                    .bounded(&ip, read_view(&ip, pass, timeout))
+                    .await
+                    .flatten(),
                 None => None,
             };
             (*o, v)

@@ -9,6 +9,12 @@
 //!                                             many clusters (created N at a time, default 20):
 //!                                             reconcile latency, RSS, CPU, API requests by
 //!                                             verb in steady state
+//!   bench failover [--clusters N] [--members N] [--runs N] [--batch N] [--after-seconds N]
+//!                                             N clusters under a leader with a standby (both
+//!                                             electing); SIGKILL the leader: kill → lease
+//!                                             acquired, acquired → first full pass, peak
+//!                                             scrapes in flight, API writes during the pass
+//!                                             and the N seconds after
 //!
 //! Every figure is printed as a line starting with `RESULT` (tab-separated), for the table in
 //! docs/benchmarks.md.
@@ -69,16 +75,29 @@ async fn main() -> anyhow::Result<()> {
             arg(&args, "--batch", 20),
         )
     };
+    let failover_with_args = || {
+        failover(
+            arg(&args, "--clusters", 200),
+            arg(&args, "--members", 8),
+            arg(&args, "--runs", 3),
+            arg(&args, "--batch", 20),
+            arg(&args, "--after-seconds", 60),
+        )
+    };
     match what {
         "steps" => steps(arg(&args, "--runs", 3)).await,
         "replace" => replace(arg(&args, "--runs", 20)).await,
         "scale" => scale_with_args().await,
+        "failover" => failover_with_args().await,
         "all" => {
             steps(arg(&args, "--runs", 3)).await?;
             replace(arg(&args, "--runs", 20)).await?;
-            scale_with_args().await
+            scale_with_args().await?;
+            failover_with_args().await
         }
-        other => anyhow::bail!("unknown benchmark {other:?}: steps, replace, scale or all"),
+        other => {
+            anyhow::bail!("unknown benchmark {other:?}: steps, replace, scale, failover or all")
+        }
     }
 }
 
@@ -610,26 +629,18 @@ fn proc_stat(pid: u32) -> Option<(f64, u64)> {
     Some((ticks / 100.0, rss))
 }
 
-async fn scale(clusters: u64, members: u64, steady: u64, batch: u64) -> anyhow::Result<()> {
-    let env = TestEnv::new("bench-scale").await?;
-    let ns = env.namespace.clone();
-    let op = Operator::start_with(
-        &ns,
-        &[
-            ("RUST_LOG", "warn"),
-            ("MAREKVS_OPERATOR_METRICS_ADDR", "127.0.0.1:31081"),
-        ],
-    )?;
-    let pid = op.pid().context("operator pid")?;
-    let metrics_url = "http://127.0.0.1:31081/metrics";
-    let http = http();
-    let scrape_op = || async { anyhow::Ok(http.get(metrics_url).send().await?.text().await?) };
+/// `clusters` clusters of `members` members each, created `batch` at a time, each batch
+/// Healthy before the next: what is measured is the steady state, and a 2-core machine
+/// bringing up 1,600 members at once mostly measures its own control plane (the PV binder
+/// managed about 1.3 claims a second). Returns how long it took.
+async fn create_clusters(
+    env: &TestEnv,
+    clusters: u64,
+    members: u64,
+    batch: u64,
+) -> anyhow::Result<Duration> {
     let started = Instant::now();
-    let mut apis = Vec::new();
     let all: Api<MarekvsCluster> = env.api();
-    // Created `batch` at a time, each batch Healthy before the next: what is measured is the
-    // steady state, and a 2-core machine bringing up 1,600 members at once mostly measures
-    // its own control plane (the PV binder managed about 1.3 claims a second).
     let batch = batch.clamp(1, clusters.max(1));
     let mut created = 0;
     while created < clusters {
@@ -638,7 +649,7 @@ async fn scale(clusters: u64, members: u64, steady: u64, batch: u64) -> anyhow::
             let name = format!("c{i}");
             let mut sp = spec(members as u32);
             sp["scaleDown"]["settleSeconds"] = json!(2);
-            apis.push((name.clone(), create(&env, &name, sp).await?));
+            create(env, &name, sp).await?;
         }
         created = upto;
         wait_until(
@@ -661,7 +672,24 @@ async fn scale(clusters: u64, members: u64, steady: u64, batch: u64) -> anyhow::
         )
         .await?;
     }
-    let bring_up = started.elapsed();
+    Ok(started.elapsed())
+}
+
+async fn scale(clusters: u64, members: u64, steady: u64, batch: u64) -> anyhow::Result<()> {
+    let env = TestEnv::new("bench-scale").await?;
+    let ns = env.namespace.clone();
+    let op = Operator::start_with(
+        &ns,
+        &[
+            ("RUST_LOG", "warn"),
+            ("MAREKVS_OPERATOR_METRICS_ADDR", "127.0.0.1:31081"),
+        ],
+    )?;
+    let pid = op.pid().context("operator pid")?;
+    let metrics_url = "http://127.0.0.1:31081/metrics";
+    let http = http();
+    let scrape_op = || async { anyhow::Ok(http.get(metrics_url).send().await?.text().await?) };
+    let bring_up = create_clusters(&env, clusters, members, batch).await?;
     println!(
         "RESULT\tscale: {clusters}×{members} created and Healthy\t{:.0}s",
         bring_up.as_secs_f64()
@@ -758,4 +786,320 @@ async fn scale(clusters: u64, members: u64, steady: u64, batch: u64) -> anyhow::
         rss_max as f64 / 1024.0
     );
     env.cleanup().await
+}
+
+// ---------------------------------------------------------------------------------------------
+// 5: failover at scale.
+
+/// The metrics ports of the two replicas (beside the scale benchmark's 31081).
+const FAILOVER_PORTS: [u16; 2] = [31082, 31083];
+/// What the API server counts as writes.
+const WRITE_VERBS: [&str; 5] = ["POST", "PUT", "PATCH", "DELETE", "APPLY"];
+
+/// One operator replica with leader election on, its metrics on a fixed port.
+struct Replica {
+    op: Operator,
+    port: u16,
+}
+
+impl Replica {
+    fn start(ns: &str, turn: &LeaseTurn, port: u16) -> anyhow::Result<Replica> {
+        let log = std::env::var("BENCH_OPERATOR_LOG")
+            .unwrap_or_else(|_| "warn,marekvs_operator=info".into());
+        let addr = format!("127.0.0.1:{port}");
+        let op = Operator::start_electing(
+            ns,
+            turn,
+            &[
+                ("RUST_LOG", log.as_str()),
+                ("MAREKVS_OPERATOR_METRICS_ADDR", addr.as_str()),
+            ],
+        )?;
+        Ok(Replica { op, port })
+    }
+
+    async fn metrics(&self, http: &reqwest::Client) -> anyhow::Result<String> {
+        let url = format!("http://127.0.0.1:{}/metrics", self.port);
+        Ok(http
+            .get(url)
+            .timeout(Duration::from_secs(10))
+            .send()
+            .await?
+            .error_for_status()?
+            .text()
+            .await?)
+    }
+
+    /// Until its `marekvs_operator_leader` gauge says `leading`.
+    async fn wait_role(&self, http: &reqwest::Client, leading: bool) -> anyhow::Result<()> {
+        let what = if leading { "leading" } else { "standing by" };
+        wait_until(&format!(":{} {what}", self.port), T, || async {
+            let Ok(text) = self.metrics(http).await else {
+                return Ok(None);
+            };
+            let leader = metric(&text, "marekvs_operator_leader");
+            Ok((leader == Some(f64::from(u8::from(leading)))).then_some(()))
+        })
+        .await
+    }
+}
+
+/// The value of an unlabelled series, if it is there.
+fn metric(text: &str, name: &str) -> Option<f64> {
+    text.lines()
+        .find(|l| l.split_whitespace().next() == Some(name))
+        .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+}
+
+/// Every value of `label` of a counter, with its value.
+fn by_label(text: &str, name: &str, label: &str) -> BTreeMap<String, f64> {
+    let prefix = format!("{name}{{");
+    let key = format!("{label}=\"");
+    text.lines()
+        .filter(|l| l.starts_with(&prefix))
+        .filter_map(|l| {
+            let (series, v) = l.rsplit_once(' ')?;
+            let value = series.split(&key).nth(1)?.split('"').next()?;
+            Some((value.to_string(), v.parse::<f64>().ok()?))
+        })
+        .fold(BTreeMap::new(), |mut m, (k, v)| {
+            *m.entry(k).or_insert(0.0) += v;
+            m
+        })
+}
+
+/// How much each label value of a counter grew between two readings (only those that did).
+fn grew_by_label(before: &str, after: &str, name: &str, label: &str) -> BTreeMap<String, f64> {
+    let b = by_label(before, name, label);
+    by_label(after, name, label)
+        .into_iter()
+        .map(|(k, v)| (k.clone(), v - b.get(&k).copied().unwrap_or(0.0)))
+        .filter(|(_, d)| *d > 0.0)
+        .collect()
+}
+
+/// API server writes (all clients) between two readings, by verb then by resource.
+fn apiserver_writes(before: &str, after: &str) -> (f64, BTreeMap<String, f64>) {
+    let name = "apiserver_request_total";
+    let write = |l: &&str| {
+        WRITE_VERBS
+            .iter()
+            .any(|v| l.contains(&format!("verb=\"{v}\"")))
+    };
+    let only_writes = |t: &str| t.lines().filter(write).collect::<Vec<_>>().join("\n");
+    let (b, a) = (only_writes(before), only_writes(after));
+    let by_resource = grew_by_label(&b, &a, name, "resource");
+    (by_resource.values().sum(), by_resource)
+}
+
+fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_default()
+}
+
+fn fmt_counts(m: &BTreeMap<String, f64>) -> String {
+    if m.is_empty() {
+        return "none".into();
+    }
+    m.iter()
+        .map(|(k, v)| format!("{k} {v:.0}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// One failover's figures.
+struct FailoverRun {
+    to_acquire: f64,
+    first_pass: f64,
+    peak_scrapes: f64,
+    /// The new leader's own writes (its client's count, by verb), during the first pass and
+    /// in the `after` window that follows.
+    writes_pass: f64,
+    writes_after: f64,
+}
+
+async fn failover(
+    clusters: u64,
+    members: u64,
+    runs: u64,
+    batch: u64,
+    after: u64,
+) -> anyhow::Result<()> {
+    let env = TestEnv::new("bench-failover").await?;
+    let ns = env.namespace.clone();
+    let turn = LeaseTurn::take(&env).await?;
+    let http = http();
+    let mut leader = Replica::start(&ns, &turn, FAILOVER_PORTS[0])?;
+    leader.wait_role(&http, true).await?;
+    let mut standby = Replica::start(&ns, &turn, FAILOVER_PORTS[1])?;
+    let bring_up = create_clusters(&env, clusters, members, batch).await?;
+    println!(
+        "RESULT\tfailover: {clusters}×{members} created and Healthy\t{:.0}s",
+        bring_up.as_secs_f64()
+    );
+    let mut results = Vec::new();
+    for run in 0..runs {
+        let r = failover_once(&env, &http, &mut leader, &standby, after, run).await?;
+        results.push(r);
+        // The standby leads now; a fresh standby takes the killed leader's port.
+        let fresh = Replica::start(&ns, &turn, leader.port)?;
+        leader = std::mem::replace(&mut standby, fresh);
+    }
+    let col = |f: fn(&FailoverRun) -> f64| results.iter().map(f).collect::<Vec<_>>();
+    summary(
+        "failover: kill → lease acquired",
+        "s",
+        col(|r| r.to_acquire),
+    );
+    summary(
+        "failover: lease acquired → first full pass",
+        "s",
+        col(|r| r.first_pass),
+    );
+    summary(
+        "failover: peak member scrapes in flight",
+        "",
+        col(|r| r.peak_scrapes),
+    );
+    summary(
+        "failover: new leader's writes during the first pass",
+        "",
+        col(|r| r.writes_pass),
+    );
+    summary(
+        &format!("failover: new leader's writes in the {after} s after it"),
+        "",
+        col(|r| r.writes_after),
+    );
+    drop((leader, standby));
+    env.cleanup().await
+}
+
+/// Kill the leader (SIGKILL) with `standby` standing by; time the take-over and the first
+/// full pass, and count the writes around it.
+async fn failover_once(
+    env: &TestEnv,
+    http: &reqwest::Client,
+    leader: &mut Replica,
+    standby: &Replica,
+    after: u64,
+    run: u64,
+) -> anyhow::Result<FailoverRun> {
+    let apiserver = || async {
+        anyhow::Ok(
+            env.client
+                .request_text(http::Request::get("/metrics").body(vec![])?)
+                .await?,
+        )
+    };
+    standby.wait_role(http, false).await?;
+    // A baseline of the API server's writes (kwok, the simulator's kubelet, the leader) while
+    // the standby reads the Lease a few times.
+    let baseline_window = Duration::from_secs(30);
+    let api_base = apiserver().await?;
+    tokio::time::sleep(baseline_window).await;
+    let api0 = apiserver().await?;
+    let op0 = standby.metrics(http).await?;
+    let load_at_kill = loadavg();
+    let (killed_at, killed) = (std::time::SystemTime::now(), Instant::now());
+    leader.op.kill().await?;
+    let deadline = Instant::now() + T;
+    // A poll that gets no answer in time is retried (and counted): a new leader busy with
+    // its first pass may answer its own /metrics late.
+    let mut late_polls = 0;
+    let op1 = loop {
+        match standby.metrics(http).await {
+            Ok(text) if metric(&text, "marekvs_operator_first_pass_seconds").is_some() => {
+                break text;
+            }
+            Ok(_) => {}
+            Err(_) => late_polls += 1,
+        }
+        anyhow::ensure!(Instant::now() < deadline, "no first full pass after {T:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let api1 = apiserver().await?;
+    let pass_end = Instant::now();
+    tokio::time::sleep(Duration::from_secs(after)).await;
+    let op2 = standby.metrics(http).await?;
+    let api2 = apiserver().await?;
+    let load_after = loadavg();
+    let since = metric(&op1, "marekvs_operator_leading_since_seconds").context("leading since")?;
+    let killed_unix = killed_at
+        .duration_since(std::time::UNIX_EPOCH)?
+        .as_secs_f64();
+    let first_pass = metric(&op1, "marekvs_operator_first_pass_seconds").unwrap_or(f64::NAN);
+    let peak = metric(&op2, "marekvs_operator_member_scrapes_in_flight_max").unwrap_or(f64::NAN);
+    let own = "marekvs_operator_api_requests_total";
+    let writes = |a: &str, b: &str| -> BTreeMap<String, f64> {
+        grew_by_label(a, b, own, "verb")
+            .into_iter()
+            .filter(|(v, _)| WRITE_VERBS.contains(&v.as_str()))
+            .collect()
+    };
+    let (w_pass, w_after) = (writes(&op0, &op1), writes(&op1, &op2));
+    let r = FailoverRun {
+        to_acquire: since - killed_unix,
+        first_pass,
+        peak_scrapes: peak,
+        writes_pass: w_pass.values().sum(),
+        writes_after: w_after.values().sum(),
+    };
+    let tag = format!("failover run {run}");
+    println!("RESULT\t{tag}: kill → lease acquired\t{:.2}s", r.to_acquire);
+    println!(
+        "RESULT\t{tag}: lease acquired → first full pass over {} clusters\t{:.2}s",
+        metric(&op1, "marekvs_operator_first_pass_clusters").unwrap_or(f64::NAN),
+        r.first_pass
+    );
+    println!(
+        "RESULT\t{tag}: member scrapes in flight, peak\t{peak:.0} (not run for want of a slot: {:.0})",
+        metric(&op2, "marekvs_operator_member_scrapes_not_run_total").unwrap_or(f64::NAN)
+    );
+    let grew =
+        |a: &str, b: &str, name: &str, label: &str| fmt_counts(&grew_by_label(a, b, name, label));
+    println!(
+        "RESULT\t{tag}: new leader's requests during the first pass\t{}; actions: {}; errors: {}",
+        grew(&op0, &op1, own, "verb"),
+        grew(&op0, &op1, "marekvs_operator_actions_total", "action"),
+        grew(
+            &op0,
+            &op1,
+            "marekvs_operator_reconcile_errors_total",
+            "kind"
+        ),
+    );
+    println!(
+        "RESULT\t{tag}: new leader's requests in the {after} s after\t{}; actions: {}",
+        grew(&op1, &op2, own, "verb"),
+        grew(&op1, &op2, "marekvs_operator_actions_total", "action"),
+    );
+    let per_minute = |n: f64, d: Duration| n / d.as_secs_f64() * 60.0;
+    let windows = [
+        ("baseline (leader alive)", &api_base, &api0, baseline_window),
+        (
+            "kill → first pass done",
+            &api0,
+            &api1,
+            pass_end.duration_since(killed),
+        ),
+        ("the minute after", &api1, &api2, Duration::from_secs(after)),
+    ];
+    for (label, a, b, d) in windows {
+        let (n, by) = apiserver_writes(a, b);
+        println!(
+            "RESULT\t{tag}: API server writes, all clients, {label}\t{:.0}/min ({n:.0} in {:.1}s: {})",
+            per_minute(n, d),
+            d.as_secs_f64(),
+            fmt_counts(&by)
+        );
+    }
+    println!(
+        "RESULT\t{tag}: polls of the new leader's /metrics unanswered within 10 s during the first pass\t{late_polls}"
+    );
+    println!(
+        "RESULT\t{tag}: load average (1, 5, 15 min)\tat the kill {load_at_kill}; after {load_after}"
+    );
+    Ok(r)
 }
