@@ -666,6 +666,8 @@ pub enum BlockReason {
     Replacing,
     HandoffTimeout,
     Paused,
+    /// An object that is not the cluster's holds a member's name (`status.lookAlikes`).
+    LookAlike,
 }
 
 #[cfg(test)]

@@ -187,6 +187,7 @@ mod tests {
                 view_members: view,
                 ..Scrape::default()
             }),
+            look_alike: false,
         }
     }
 

@@ -105,6 +105,7 @@ mod tests {
                 ..PvcObs::default()
             }),
             scrape: None,
+            look_alike: false,
         }
     }
 

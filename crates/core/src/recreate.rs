@@ -85,6 +85,7 @@ mod tests {
                 ..PvcObs::default()
             }),
             scrape: None,
+            look_alike: false,
         }
     }
 

@@ -58,6 +58,7 @@ pub fn decide(input: &Input) -> Decision {
     pass.start_removal();
     pass.start_roll();
     pass.hold_for_pause();
+    pass.hold_for_look_alikes();
     pass.reclaim_volumes();
     pass.plan_removals();
     pass.report()
@@ -68,6 +69,7 @@ static UNSEEN: MemberObs = MemberObs {
     pod: None,
     pvc: None,
     scrape: None,
+    look_alike: false,
 };
 
 /// One pass of the runbook: what it was given, what it derived, and what it decided so far.
@@ -114,6 +116,10 @@ struct Pass<'a> {
     mass: Option<MassFailure>,
     /// What the mass failure holds back, in words.
     mass_held: Vec<String>,
+    /// Ordinals whose name a look-alike holds (`MemberObs::look_alike`).
+    look_alikes: Vec<u32>,
+    /// Disruptive steps the look-alikes hold back, in words.
+    look_alike_held: Vec<String>,
 }
 
 impl<'a> Pass<'a> {
@@ -142,6 +148,13 @@ impl<'a> Pass<'a> {
             plan: Vec::new(),
             mass: mass_failure(input.spec, input.memory, input.observed),
             mass_held: Vec::new(),
+            look_alikes: input
+                .observed
+                .iter()
+                .filter(|(_, m)| m.look_alike)
+                .map(|(o, _)| *o)
+                .collect(),
+            look_alike_held: Vec::new(),
         }
     }
 
@@ -200,7 +213,7 @@ impl<'a> Pass<'a> {
     }
 
     /// Whether a disruptive step (`what`, in words) is held: by `spec.paused` (which blocks
-    /// the cluster) or by a mass failure.
+    /// the cluster), by a mass failure, or by a look-alike (which blocks it too).
     fn hold(&mut self, what: String) -> bool {
         if self.spec.paused {
             self.held.push(what);
@@ -208,9 +221,32 @@ impl<'a> Pass<'a> {
         } else if self.mass.is_some() {
             self.mass_held.push(what);
             true
+        } else if !self.look_alikes.is_empty() {
+            self.look_alike_held.push(what);
+            true
         } else {
             false
         }
+    }
+
+    /// The names look-alikes hold, in words.
+    fn look_alike_names(&self) -> String {
+        self.look_alikes
+            .iter()
+            .map(|o| self.spec.member_name(*o))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
+    /// What blocks a disruptive step while look-alikes are there (`None`: none is).
+    fn look_alike_block(&self, holding: &str) -> Option<Blocked> {
+        (!self.look_alikes.is_empty()).then(|| Blocked {
+            reason: BlockReason::LookAlike,
+            message: format!(
+                "objects that are not this cluster's hold the names of {} (status.lookAlikes): holding {holding} until they are gone",
+                self.look_alike_names()
+            ),
+        })
     }
 
     /// Members (being) created by this pass, PVCs or pods.

@@ -103,6 +103,10 @@ pub struct MemberObs {
     pub pvc: Option<PvcObs>,
     /// `None`: no pod IP, or the scrape failed or timed out.
     pub scrape: Option<Scrape>,
+    /// A look-alike (a pod or PVC with this member's name and the cluster's labels that is not
+    /// the cluster's, see `ownership`) holds its name: nothing is created in its name, and no
+    /// disruptive step starts or continues while it is there.
+    pub look_alike: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -279,6 +283,8 @@ pub enum BlockReason {
     Replacing,
     HandoffTimeout,
     Paused,
+    /// A look-alike holds a member's name (see `ownership`): unknown is never safe.
+    LookAlike,
 }
 
 impl BlockReason {
@@ -293,6 +299,7 @@ impl BlockReason {
             BlockReason::Replacing => "Replacing",
             BlockReason::HandoffTimeout => "HandoffTimeout",
             BlockReason::Paused => "Paused",
+            BlockReason::LookAlike => "LookAlike",
         }
     }
 }

@@ -298,6 +298,7 @@ fn healthy(o: u32, view: u64, sample: Option<&Sample>) -> MemberObs {
             repairs_total: sample.map_or(0, |s| s.repairs_total),
             ..Scrape::default()
         }),
+        look_alike: false,
     }
 }
 

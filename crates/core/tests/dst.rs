@@ -129,6 +129,9 @@ struct World {
     /// Members whose pod the operator deleted and that have no pod yet.
     op_deleted: BTreeSet<u32>,
     storage: Storage,
+    /// Look-alikes: pods a user made with a member's name and the cluster's labels that the
+    /// cluster does not control, by ordinal, until the tick the user deletes them.
+    look_alikes: BTreeMap<u32, u64>,
     trace: bool,
 }
 
@@ -156,6 +159,7 @@ impl World {
                 size_gi: 4,
                 class: 0,
             },
+            look_alikes: BTreeMap::new(),
             trace,
         }
     }
@@ -199,6 +203,7 @@ impl World {
     fn step(&mut self) {
         self.t += 1;
         let t = self.t;
+        self.look_alikes.retain(|_, until| t < *until);
         // Processes: exits after the flush, restarts after a crash.
         let mut gone = Vec::new();
         for (o, p) in self.pods.iter_mut() {
@@ -328,6 +333,7 @@ impl World {
             .keys()
             .chain(self.vols.keys())
             .chain(members.iter())
+            .chain(self.look_alikes.keys())
             .copied()
             .collect();
         for o in ords {
@@ -382,6 +388,7 @@ impl World {
                         outdated: !self.storage.wish().fits_in_place(&v.volume()),
                     }),
                     scrape,
+                    look_alike: self.look_alikes.contains_key(&o),
                 },
             );
         }
@@ -434,6 +441,14 @@ impl World {
 
     fn apply(&mut self, a: Action, members: &BTreeSet<u32>) -> Result<(), String> {
         let t = self.t;
+        let (Action::CreatePvc(o)
+        | Action::CreatePod(o)
+        | Action::Drain(o)
+        | Action::DeletePod(o)
+        | Action::DeletePvc(o)) = a;
+        if self.look_alikes.contains_key(&o) {
+            return Err(format!("{a:?}: its name is held by a look-alike"));
+        }
         match a {
             Action::CreatePvc(o) => {
                 if !self.vols.contains_key(&o) {
@@ -553,6 +568,10 @@ struct Counts {
     fresh_volumes: u64,
     /// Passes that found the cluster in a mass failure (replicationFactor or more down).
     mass_failure_passes: u64,
+    /// Passes that observed a look-alike.
+    look_alike_passes: u64,
+    /// Of those, passes that held a wanted disruptive step for it (blocked: LookAlike).
+    look_alike_blocked: u64,
 }
 
 impl std::ops::AddAssign for Counts {
@@ -567,6 +586,8 @@ impl std::ops::AddAssign for Counts {
         self.volumes_grown += o.volumes_grown;
         self.fresh_volumes += o.fresh_volumes;
         self.mass_failure_passes += o.mass_failure_passes;
+        self.look_alike_passes += o.look_alike_passes;
+        self.look_alike_blocked += o.look_alike_blocked;
     }
 }
 
@@ -698,6 +719,16 @@ fn inject_faults(
     if rng.chance(0.02) {
         spec.paused = !spec.paused;
         faults += 1;
+    }
+    if rng.chance(0.01) {
+        // A user makes a pod with a member's name and the cluster's labels, not controlled by
+        // the cluster (or orphans one): on a name that is free, a member's or not. Deleted
+        // again later.
+        let o = rng.below(u64::from(spec.nodes) + 3) as u32;
+        if !w.pods.contains_key(&o) {
+            w.look_alikes.insert(o, t + 3 + rng.below(40));
+            faults += 1;
+        }
     }
     for o in w.pods.keys() {
         if !w.view_lag.contains_key(o) || rng.chance(0.1) {
@@ -880,6 +911,23 @@ impl Operator {
                 ..Reported::default()
             },
         };
+        // While a look-alike holds a name, nothing disruptive is done (and `apply` refuses any
+        // action in its name).
+        if observed.values().any(|m| m.look_alike) {
+            counts.look_alike_passes += 1;
+            if d.blocked.as_ref().map(|b| b.reason) == Some(BlockReason::LookAlike) {
+                counts.look_alike_blocked += 1;
+            }
+            for a in &d.actions {
+                counts.invariant_checks += 1;
+                if matches!(
+                    a,
+                    Action::Drain(_) | Action::DeletePod(_) | Action::DeletePvc(_)
+                ) {
+                    violations.push(format!("t={t}: {a:?} while a look-alike is there"));
+                }
+            }
+        }
         // In a mass failure (by the rule itself, over what this pass was given), the operator
         // only re-creates pods on their own volumes (and volumes of members never Active).
         if let Some(m) = mass_failure(&sizing.spec, &status.memory, &observed) {
@@ -1041,6 +1089,7 @@ fn run(seed: u64, trace: bool) -> Outcome {
             );
         } else if !faulty {
             op.spec.paused = false;
+            w.look_alikes.clear();
             w.view_lag.values_mut().for_each(|l| *l = 0);
         }
         if w.trace {
@@ -1117,7 +1166,8 @@ fn no_schedule_loses_data_or_disrupts_two_members_and_every_one_converges() {
     }
     println!(
         "dst: {schedules} schedules, {} steps, {} faults injected, {} invariant checks, {} failing; \
-         {} early creations ({} from a stale status), {} passes with the autoscaler moving the target, {} transition Events, {} volumes grown in place, {} fresh volumes asked for on a pod and carried out, {} passes in a mass failure",
+         {} early creations ({} from a stale status), {} passes with the autoscaler moving the target, {} transition Events, {} volumes grown in place, {} fresh volumes asked for on a pod and carried out, {} passes in a mass failure, \
+         {} passes with a look-alike ({} of them holding a wanted disruptive step for it)",
         counts.steps,
         counts.faults,
         counts.invariant_checks,
@@ -1129,6 +1179,8 @@ fn no_schedule_loses_data_or_disrupts_two_members_and_every_one_converges() {
         counts.volumes_grown,
         counts.fresh_volumes,
         counts.mass_failure_passes,
+        counts.look_alike_passes,
+        counts.look_alike_blocked,
     );
     assert!(
         failed.is_empty(),
@@ -1144,5 +1196,6 @@ fn no_schedule_loses_data_or_disrupts_two_members_and_every_one_converges() {
         assert!(counts.volumes_grown > 0, "{counts:?}");
         assert!(counts.fresh_volumes > 0, "{counts:?}");
         assert!(counts.mass_failure_passes > 0, "{counts:?}");
+        assert!(counts.look_alike_blocked > 0, "{counts:?}");
     }
 }

@@ -50,6 +50,7 @@ fn healthy(n: u32) -> (Memory, BTreeMap<u32, MemberObs>) {
                     view_members: u64::from(n),
                     ..Scrape::default()
                 }),
+                look_alike: false,
             },
         );
     }

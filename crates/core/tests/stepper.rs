@@ -83,7 +83,8 @@ impl World {
                 }
             }
         }
-        self.obs.retain(|_, m| m.pod.is_some() || m.pvc.is_some());
+        self.obs
+            .retain(|_, m| m.pod.is_some() || m.pvc.is_some() || m.look_alike);
     }
 
     fn scrape(&mut self, now: Millis) {
@@ -212,6 +213,7 @@ fn members_waiting_only_for_their_pods_are_not_polled() {
             view_members: 3,
             ..Scrape::default()
         }),
+        look_alike: false,
     };
     let requeue = |observed: BTreeMap<u32, MemberObs>| {
         decide(&Input {
@@ -1014,6 +1016,7 @@ fn arb_obs() -> impl Strategy<Value = MemberObs> {
                 repairs_total: rep,
                 ..Scrape::default()
             }),
+            look_alike: false,
         })
 }
 
@@ -1092,7 +1095,15 @@ fn calm_asking(mem: &Memory, outdated: bool, asking: Option<u32>) -> BTreeMap<u3
                 terminating: false,
                 outdated: false,
             });
-            (*o, MemberObs { pod, pvc, scrape })
+            (
+                *o,
+                MemberObs {
+                    pod,
+                    pvc,
+                    scrape,
+                    look_alike: false,
+                },
+            )
         })
         .collect()
 }
@@ -1642,4 +1653,111 @@ fn creating_a_cluster_is_not_a_mass_failure() {
     assert!(d.actions.contains(&Action::CreatePvc(0)));
     let ds = drive(&s, &mut w, &mut mem, 2_000, 60);
     assert_eq!(ds.last().unwrap().phase, ClusterPhase::Healthy);
+}
+
+fn disruptive(d: &Decision) -> bool {
+    d.actions.iter().any(|a| {
+        matches!(
+            a,
+            Action::Drain(_) | Action::DeletePod(_) | Action::DeletePvc(_)
+        )
+    })
+}
+
+/// A look-alike (an object with a member's name that is not the cluster's) on the name of a
+/// member whose pod is gone: nothing is created in its name, no scale-down starts, and the
+/// cluster says why; once it is deleted the member comes back and the scale-down proceeds.
+#[test]
+fn a_look_alike_on_a_members_name_holds_every_disruptive_step_until_it_is_gone() {
+    let mut s = spec(4, 2);
+    let mut w = World::new(2_000);
+    let mut mem = Memory::default();
+    drive(&s, &mut w, &mut mem, 0, 60);
+    assert_eq!(names(&mem), vec![0, 1, 2, 3]);
+    // Its pod went, and a look-alike took its name before the operator re-created it.
+    let m = w.obs.get_mut(&1).unwrap();
+    m.pod = None;
+    m.scrape = None;
+    m.look_alike = true;
+    s.nodes = 3;
+    let ds = drive(&s, &mut w, &mut mem, 100_000, 30);
+    for d in &ds {
+        assert!(!disruptive(d), "{:?}", d.actions);
+        assert!(
+            !d.actions
+                .iter()
+                .any(|a| matches!(a, Action::CreatePod(1) | Action::CreatePvc(1))),
+            "{:?}",
+            d.actions
+        );
+    }
+    let last = ds.last().unwrap();
+    assert_eq!(last.phase, ClusterPhase::Blocked);
+    let b = last.blocked.as_ref().unwrap();
+    assert_eq!(b.reason, BlockReason::LookAlike);
+    assert!(b.message.contains("demo-1"), "{}", b.message);
+    assert!(
+        last.progress.as_deref().unwrap_or("").contains("demo-1"),
+        "{:?}",
+        last.progress
+    );
+    assert_eq!(names(&mem), vec![0, 1, 2, 3], "nobody removed");
+    // The user deletes the look-alike: the member's pod comes back, then one member leaves.
+    w.obs.get_mut(&1).unwrap().look_alike = false;
+    let ds = drive(&s, &mut w, &mut mem, 200_000, 300);
+    assert!(ds[0].actions.contains(&Action::CreatePod(1)));
+    assert_eq!(ds.last().unwrap().phase, ClusterPhase::Healthy);
+    assert_eq!(names(&mem), vec![0, 1, 2]);
+}
+
+/// A look-alike on a free name: a scale-up never picks that name, and a removal in progress
+/// holds its next disruptive step while it is there.
+#[test]
+fn a_look_alike_on_a_free_name_is_skipped_by_a_scale_up_and_holds_a_removal_mid_step() {
+    let mut s = spec(3, 2);
+    let mut w = World::new(2_000);
+    let mut mem = Memory::default();
+    drive(&s, &mut w, &mut mem, 0, 60);
+    w.obs.insert(
+        3,
+        MemberObs {
+            look_alike: true,
+            ..MemberObs::default()
+        },
+    );
+    s.nodes = 4;
+    let ds = drive(&s, &mut w, &mut mem, 100_000, 60);
+    assert!(ds[0].actions.contains(&Action::CreatePod(4)));
+    assert!(!ds.iter().any(|d| d.actions.contains(&Action::CreatePod(3))));
+    assert_eq!(names(&mem), vec![0, 1, 2, 4]);
+    // A removal under way when the look-alike appears: held at its step, then finished.
+    w.obs.remove(&3);
+    s.nodes = 3;
+    let now = run_until(&s, &mut w, &mut mem, 200_000, |m| m.removal().is_some());
+    w.obs.insert(
+        3,
+        MemberObs {
+            look_alike: true,
+            ..MemberObs::default()
+        },
+    );
+    let ds = drive(&s, &mut w, &mut mem, now, 30);
+    for d in &ds {
+        assert!(
+            !disruptive(d),
+            "{:?} {:?} {:?}",
+            d.actions,
+            d.memory.disruption,
+            d.blocked
+        );
+    }
+    assert_eq!(
+        ds.last().unwrap().blocked.as_ref().map(|b| b.reason),
+        Some(BlockReason::LookAlike)
+    );
+    assert!(mem.removal().is_some(), "still under way, not dropped");
+    w.obs.remove(&3);
+    let ds = drive(&s, &mut w, &mut mem, now + 100_000, 300);
+    assert_eq!(ds.last().unwrap().phase, ClusterPhase::Healthy);
+    assert_eq!(mem.members.len(), 3);
 }

@@ -155,6 +155,7 @@ impl Pass<'_> {
             && self.obs(v).pvc.is_some()
             && !self.spec.paused
             && self.mass.is_none()
+            && self.look_alikes.is_empty()
         {
             self.actions.insert(Action::DeletePvc(v));
         }
@@ -292,6 +293,8 @@ impl Pass<'_> {
                     self.target
                 ),
             })
+        } else if let Some(b) = self.look_alike_block("the scale-down") {
+            Err(b)
         } else if self.creating() {
             Err(Blocked {
                 reason: BlockReason::Replacing,

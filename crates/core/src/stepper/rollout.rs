@@ -220,8 +220,11 @@ impl Pass<'_> {
                 }
             }
             Some(v) if r.leaves_volume(v) && !v.terminating => {
-                // Its pod went before the hand-off: keep its data, restart it on it.
-                self.actions.insert(Action::CreatePod(r.ordinal));
+                // Its pod went before the hand-off: keep its data, restart it on it (unless a
+                // look-alike took its name; `children_of` says so).
+                if !self.obs(r.ordinal).look_alike {
+                    self.actions.insert(Action::CreatePod(r.ordinal));
+                }
                 self.progress.push(format!(
                     "{name} lost its pod before its data was handed off: restarting it on its old volume"
                 ));
@@ -325,6 +328,8 @@ impl Pass<'_> {
                 reason: BlockReason::Paused,
                 message: format!("spec.paused is set: holding {held}"),
             })
+        } else if let Some(b) = self.look_alike_block("the rolling update") {
+            Err(b)
         } else if self.creating() || self.replacing {
             Err(Blocked {
                 reason: BlockReason::Replacing,
