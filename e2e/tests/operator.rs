@@ -12,6 +12,7 @@ use anyhow::Context as _;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use marekvs_api::{BlockReason, LookAlikeKind};
 use marekvs_e2e::*;
 use serde_json::{Value, json};
 
@@ -750,16 +751,128 @@ async fn deleting_the_cluster_keeps_volumes_and_a_new_one_adopts_them() -> anyho
         );
     }
     create(&env, "demo", spec(3)).await?;
-    wait_healthy(&api, "demo", &all, T).await?;
+    let c = wait_healthy(&api, "demo", &all, T).await?;
+    let pvcs: Api<PersistentVolumeClaim> = env.api();
     for (i, uid) in uids.iter().enumerate() {
+        let pvc = pvcs.get(&format!("data-demo-{i}")).await?;
+        assert_eq!(pvc.metadata.uid.as_ref(), Some(uid), "volume re-adopted");
+        // Stamped for the earlier object, stamped again for this one.
         assert_eq!(
-            &pvc_uid(&env, &format!("data-demo-{i}")).await?,
-            uid,
-            "volume re-adopted"
+            pvc.metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get("marekvs.io/cluster-uid")),
+            c.metadata.uid.as_ref(),
+            "data-demo-{i} stamped with the new object's uid"
         );
     }
+    assert!(status_of(&c).look_alikes.is_empty());
+    wait_events(&env.client, &env.namespace, "demo", &["VolumeAdopted"]).await?;
     // Every member went away and came back on its volume: so did every key.
     read_back(&env, &data).await?;
+    env.cleanup().await
+}
+
+/// A pod with a member's name and the cluster's labels, not controlled by the cluster (made by
+/// hand, or orphaned by `--cascade=orphan`): reported (status, condition, Event), its name
+/// skipped by a scale-up, every disruptive step held while it is there, and never drained nor
+/// deleted. Once the user deletes it, the held scale-down proceeds and every key reads back.
+async fn a_look_alike_pod_is_reported_and_never_adopted_drained_or_deleted() -> anyhow::Result<()> {
+    let env = TestEnv::new("lookalike").await?;
+    let ns = env.namespace.clone();
+    let _op = Operator::start(&ns)?;
+    let sim = Sim::from_env();
+    let api = create(&env, "demo", spec(3)).await?;
+    let all = ["demo-0", "demo-1", "demo-2"];
+    wait_healthy(&api, "demo", &all, T).await?;
+    let data = write_keys(&env, &all, "demo-0", "lookalike").await?;
+
+    // The look-alike: demo-0's labels (ordinal 3), no owner reference; bound to no node, so
+    // it never runs (a data-plane stranger is not what is tested here).
+    let pods: Api<Pod> = env.api();
+    let mut labels = pods
+        .get("demo-0")
+        .await?
+        .metadata
+        .labels
+        .unwrap_or_default();
+    labels.insert("marekvs.io/ordinal".into(), "3".into());
+    let look_alike: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "demo-3", "labels": labels},
+        "spec": {"nodeName": "nowhere", "containers": [{"name": "marekvs", "image": "look-alike:1"}]}
+    }))?;
+    let made = pods.create(&PostParams::default(), &look_alike).await?;
+    let c = wait_cluster(&api, "demo", "look-alike reported", T, |s| {
+        s.look_alikes
+            .iter()
+            .any(|l| l.name == "demo-3" && l.member == "demo-3")
+            && condition(s, "LookAlikes").is_some_and(|c| c.status == "True")
+    })
+    .await?;
+    let listed = &status_of(&c).look_alikes[0];
+    assert_eq!(listed.kind, LookAlikeKind::Pod);
+    assert!(listed.why.contains("no controller"), "{}", listed.why);
+    wait_events(&env.client, &ns, "demo", &["LookAlike"]).await?;
+    let events: Api<k8s_openapi::api::events::v1::Event> = env.api();
+    let warning = events
+        .list(&Default::default())
+        .await?
+        .items
+        .into_iter()
+        .find(|e| e.reason.as_deref() == Some("LookAlike"))
+        .context("the LookAlike event")?;
+    assert_eq!(warning.type_.as_deref(), Some("Warning"));
+    let note = warning.note.unwrap_or_default();
+    assert!(
+        note.contains("Pod demo-3") && note.contains("member demo-3"),
+        "{note}"
+    );
+
+    // A scale-up skips the name it holds.
+    patch_spec(&api, "demo", json!({"nodes": 4})).await?;
+    let grown = ["demo-0", "demo-1", "demo-2", "demo-4"];
+    wait_healthy(&api, "demo", &grown, T).await?;
+
+    // A scale-down is held while it is there: no removal starts, the cluster says why.
+    patch_spec(&api, "demo", json!({"nodes": 3})).await?;
+    wait_cluster(&api, "demo", "blocked by the look-alike", T, |s| {
+        s.block_reason == Some(BlockReason::LookAlike)
+    })
+    .await?;
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let st = status_of(&api.get("demo").await?);
+    assert!(
+        st.removal.is_none(),
+        "no removal while a look-alike is there"
+    );
+    assert_eq!(st.instance_names, grown);
+    assert_eq!(st.block_reason, Some(BlockReason::LookAlike));
+    // Never adopted, drained or deleted.
+    let still = pods.get("demo-3").await?;
+    assert_eq!(still.metadata.uid, made.metadata.uid, "the same object");
+    assert!(still.metadata.deletion_timestamp.is_none());
+    let annotations = still.metadata.annotations.unwrap_or_default();
+    assert!(
+        !annotations.contains_key("marekvs.io/drained-at"),
+        "{annotations:?}"
+    );
+    assert!(st.members.iter().all(|m| m.name != "demo-3"));
+
+    // The user deletes it: the held scale-down proceeds.
+    pods.delete("demo-3", &DeleteParams::default()).await?;
+    let c = wait_healthy(&api, "demo", &all, T).await?;
+    let st = status_of(&c);
+    assert!(st.look_alikes.is_empty());
+    assert!(condition(&st, "LookAlikes").is_some_and(|c| c.status == "False"));
+    wait_events(
+        &env.client,
+        &ns,
+        "demo",
+        &["LookAlikeGone", "MemberRemoved"],
+    )
+    .await?;
+    read_back(&env, &data).await?;
+    assert_no_loss(&sim, &ns).await?;
     env.cleanup().await
 }
 
@@ -1443,6 +1556,7 @@ fn main() -> std::process::ExitCode {
         a_deleted_pod_returns_on_its_volume_and_a_deleted_pod_and_pvc_rejoin_fresh,
         an_annotated_pod_moves_its_member_to_a_fresh_volume_without_losing_a_key,
         deleting_the_cluster_keeps_volumes_and_a_new_one_adopts_them,
+        a_look_alike_pod_is_reported_and_never_adopted_drained_or_deleted,
         an_operator_killed_mid_drain_continues_without_a_second_member_leaving needs [OwnOperator],
         growing_back_during_a_hand_off_cancels_the_removal_and_restarts_the_drained_member needs [Simulator],
         reclaim_pvcs_deletes_a_removed_members_volume_and_storage_grows_in_place,
