@@ -858,8 +858,10 @@ async fn a_look_alike_pod_is_reported_and_never_adopted_drained_or_deleted() -> 
     );
     assert!(st.members.iter().all(|m| m.name != "demo-3"));
 
-    // The user deletes it: the held scale-down proceeds.
-    pods.delete("demo-3", &DeleteParams::default()).await?;
+    // The user deletes it (at once: no kubelet runs it to confirm a graceful deletion): the
+    // held scale-down proceeds.
+    pods.delete("demo-3", &DeleteParams::default().grace_period(0))
+        .await?;
     let c = wait_healthy(&api, "demo", &all, T).await?;
     let st = status_of(&c);
     assert!(st.look_alikes.is_empty());
