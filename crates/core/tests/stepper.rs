@@ -1761,3 +1761,54 @@ fn a_look_alike_on_a_free_name_is_skipped_by_a_scale_up_and_holds_a_removal_mid_
     assert_eq!(ds.last().unwrap().phase, ClusterPhase::Healthy);
     assert_eq!(mem.members.len(), 3);
 }
+
+/// The cluster object deleted with `--cascade=orphan` and created again: its volumes are its
+/// own (re-adopted), the orphaned pods on their names are look-alikes. The members come back
+/// on those names, waiting for them (no fresh member beside the strangers, nothing disruptive),
+/// and get their pods on their own volumes once the user deletes the orphans.
+#[test]
+fn orphaned_pods_on_kept_volumes_make_their_members_wait_not_new_ones() {
+    let s = spec(3, 2);
+    let mut w = World::new(2_000);
+    for o in 0..3 {
+        w.obs.insert(
+            o,
+            MemberObs {
+                pvc: Some(PvcObs {
+                    uid: format!("kept-{o}"),
+                    terminating: false,
+                    outdated: false,
+                }),
+                look_alike: true,
+                ..MemberObs::default()
+            },
+        );
+    }
+    let mut mem = Memory::default();
+    let ds = drive(&s, &mut w, &mut mem, 0, 20);
+    for d in &ds {
+        assert!(d.actions.is_empty(), "{:?}", d.actions);
+    }
+    assert_eq!(
+        names(&mem),
+        vec![0, 1, 2],
+        "the members of the kept volumes"
+    );
+    for o in 0..3 {
+        w.obs.get_mut(&o).unwrap().look_alike = false;
+    }
+    let ds = drive(&s, &mut w, &mut mem, 100_000, 60);
+    assert_eq!(
+        ds[0].actions,
+        vec![
+            Action::CreatePod(0),
+            Action::CreatePod(1),
+            Action::CreatePod(2)
+        ],
+        "on their own volumes"
+    );
+    assert_eq!(ds.last().unwrap().phase, ClusterPhase::Healthy);
+    for o in 0..3 {
+        assert_eq!(uid_of(&w, o), format!("kept-{o}"));
+    }
+}

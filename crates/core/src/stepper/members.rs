@@ -63,7 +63,11 @@ impl Pass<'_> {
             .chain(
                 self.observed
                     .iter()
-                    .filter(|(_, m)| m.pod.is_some() || m.look_alike)
+                    // A name a look-alike holds is skipped, unless the cluster's own volume
+                    // is there: the member's data is on it, so it is chosen and waits for
+                    // its name (after `kubectl delete mkv --cascade=orphan` and a new object,
+                    // the orphaned pods hold every name: no fresh member is made beside them).
+                    .filter(|(_, m)| m.pod.is_some() || (m.look_alike && m.pvc.is_none()))
                     .map(|(o, _)| *o),
             )
             .collect();
