@@ -878,6 +878,110 @@ async fn a_look_alike_pod_is_reported_and_never_adopted_drained_or_deleted() -> 
     env.cleanup().await
 }
 
+/// `kubectl delete mkv demo --cascade=orphan` leaves the pods running without an owner; a new
+/// object of the same name re-adopts the kept volumes, but the orphaned pods are look-alikes:
+/// reported, never adopted nor deleted, and no fresh member is made beside them. Once the user
+/// deletes them, the members come back on their own volumes, stamped for the new object, and
+/// every key reads back.
+async fn orphaned_pods_are_look_alikes_and_their_members_readopt_their_volumes_once_they_go()
+-> anyhow::Result<()> {
+    let env = TestEnv::new("orphans").await?;
+    let ns = env.namespace.clone();
+    let _op = Operator::start(&ns)?;
+    let api = create(&env, "demo", spec(3)).await?;
+    let all = ["demo-0", "demo-1", "demo-2"];
+    wait_healthy(&api, "demo", &all, T).await?;
+    let data = write_keys(&env, &all, "demo-0", "orphans").await?;
+    let mut uids = Vec::new();
+    for m in all {
+        uids.push(pvc_uid(&env, &format!("data-{m}")).await?);
+    }
+    api.delete("demo", &DeleteParams::orphan()).await?;
+    wait_until("cluster object gone", T, || async {
+        Ok(api.get_opt("demo").await?.is_none().then_some(()))
+    })
+    .await?;
+    let pods: Api<Pod> = env.api();
+    let orphans = wait_until("pods orphaned (no owner left)", T, || async {
+        let list = pods.list(&Default::default()).await?.items;
+        let orphaned = list.len() == 3
+            && list.iter().all(|p| {
+                p.metadata
+                    .owner_references
+                    .as_ref()
+                    .is_none_or(|r| r.is_empty())
+            });
+        Ok(orphaned.then_some(list))
+    })
+    .await?;
+
+    let c = create(&env, "demo", spec(3)).await?;
+    let listed = wait_cluster(&c, "demo", "the orphans reported", T, |s| {
+        s.look_alikes.len() == 3 && s.instance_names == all
+    })
+    .await?;
+    assert!(
+        status_of(&listed)
+            .look_alikes
+            .iter()
+            .all(|l| l.kind == LookAlikeKind::Pod && l.member == l.name)
+    );
+    wait_events(&env.client, &ns, "demo", &["LookAlike", "VolumeAdopted"]).await?;
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    // Nothing created beside them, none of them touched.
+    let now = pods.list(&Default::default()).await?.items;
+    let uids_of = |l: &[Pod]| -> BTreeSet<Option<String>> {
+        l.iter().map(|p| p.metadata.uid.clone()).collect()
+    };
+    assert_eq!(
+        uids_of(&now),
+        uids_of(&orphans),
+        "the same three pods, no other"
+    );
+    assert!(now.iter().all(|p| p.metadata.deletion_timestamp.is_none()));
+    let st = status_of(&api.get("demo").await?);
+    assert!(st.removal.is_none() && st.rollout.is_none());
+    assert_ne!(st.phase, Some(ClusterPhase::Healthy));
+
+    // The user deletes the orphans: the members come back on their own volumes.
+    for m in all {
+        pods.delete(m, &DeleteParams::default()).await?;
+    }
+    let c = wait_healthy(&api, "demo", &all, T).await?;
+    assert!(status_of(&c).look_alikes.is_empty());
+    let pvcs: Api<PersistentVolumeClaim> = env.api();
+    for (m, uid) in all.iter().zip(&uids) {
+        let pvc = pvcs.get(&format!("data-{m}")).await?;
+        assert_eq!(
+            pvc.metadata.uid.as_ref(),
+            Some(uid),
+            "{m} on its own volume"
+        );
+        assert_eq!(
+            pvc.metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get("marekvs.io/cluster-uid")),
+            c.metadata.uid.as_ref()
+        );
+    }
+    let now = pods.list(&Default::default()).await?.items;
+    assert!(
+        now.iter().all(|p| p
+            .metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .any(|r| Some(&r.uid) == c.metadata.uid.as_ref())),
+        "every pod the new object's"
+    );
+    wait_events(&env.client, &ns, "demo", &["LookAlikeGone"]).await?;
+    // Every member was down at once (the orphans deleted together): the simulator's counter
+    // of partitions without a running copy is no measure here; the keys read back are.
+    read_back(&env, &data).await?;
+    env.cleanup().await
+}
+
 async fn an_operator_killed_mid_drain_continues_without_a_second_member_leaving()
 -> anyhow::Result<()> {
     let sim = Sim::from_env();
@@ -1559,6 +1663,7 @@ fn main() -> std::process::ExitCode {
         an_annotated_pod_moves_its_member_to_a_fresh_volume_without_losing_a_key,
         deleting_the_cluster_keeps_volumes_and_a_new_one_adopts_them,
         a_look_alike_pod_is_reported_and_never_adopted_drained_or_deleted,
+        orphaned_pods_are_look_alikes_and_their_members_readopt_their_volumes_once_they_go,
         an_operator_killed_mid_drain_continues_without_a_second_member_leaving needs [OwnOperator],
         growing_back_during_a_hand_off_cancels_the_removal_and_restarts_the_drained_member needs [Simulator],
         reclaim_pvcs_deletes_a_removed_members_volume_and_storage_grows_in_place,
