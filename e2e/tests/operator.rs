@@ -12,6 +12,7 @@ use anyhow::Context as _;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use marekvs_api::{BlockReason, LookAlikeKind};
 use marekvs_e2e::*;
 use serde_json::{Value, json};
 
@@ -770,15 +771,233 @@ async fn deleting_the_cluster_keeps_volumes_and_a_new_one_adopts_them() -> anyho
         );
     }
     create(&env, "demo", spec(3)).await?;
-    wait_healthy(&api, "demo", &all, T).await?;
+    let c = wait_healthy(&api, "demo", &all, T).await?;
+    let pvcs: Api<PersistentVolumeClaim> = env.api();
     for (i, uid) in uids.iter().enumerate() {
+        let pvc = pvcs.get(&format!("data-demo-{i}")).await?;
+        assert_eq!(pvc.metadata.uid.as_ref(), Some(uid), "volume re-adopted");
+        // Stamped for the earlier object, stamped again for this one.
         assert_eq!(
-            &pvc_uid(&env, &format!("data-demo-{i}")).await?,
-            uid,
-            "volume re-adopted"
+            pvc.metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get("marekvs.io/cluster-uid")),
+            c.metadata.uid.as_ref(),
+            "data-demo-{i} stamped with the new object's uid"
         );
     }
+    assert!(status_of(&c).look_alikes.is_empty());
+    wait_events(&env.client, &env.namespace, "demo", &["VolumeAdopted"]).await?;
     // Every member went away and came back on its volume: so did every key.
+    read_back(&env, &data).await?;
+    env.cleanup().await
+}
+
+/// A pod with a member's name and the cluster's labels, not controlled by the cluster (made by
+/// hand, or orphaned by `--cascade=orphan`): reported (status, condition, Event), its name
+/// skipped by a scale-up, every disruptive step held while it is there, and never drained nor
+/// deleted. Once the user deletes it, the held scale-down proceeds and every key reads back.
+async fn a_look_alike_pod_is_reported_and_never_adopted_drained_or_deleted() -> anyhow::Result<()> {
+    let env = TestEnv::new("lookalike").await?;
+    let ns = env.namespace.clone();
+    let _op = Operator::start(&ns)?;
+    let sim = Sim::from_env();
+    let api = create(&env, "demo", spec(3)).await?;
+    let all = ["demo-0", "demo-1", "demo-2"];
+    wait_healthy(&api, "demo", &all, T).await?;
+    let data = write_keys(&env, &all, "demo-0", "lookalike").await?;
+
+    // The look-alike: demo-0's labels (ordinal 3), no owner reference; bound to no node, so
+    // it never runs (a data-plane stranger is not what is tested here).
+    let pods: Api<Pod> = env.api();
+    let mut labels = pods
+        .get("demo-0")
+        .await?
+        .metadata
+        .labels
+        .unwrap_or_default();
+    labels.insert("marekvs.io/ordinal".into(), "3".into());
+    let look_alike: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "demo-3", "labels": labels},
+        "spec": {"nodeName": "nowhere", "containers": [{"name": "marekvs", "image": "look-alike:1"}]}
+    }))?;
+    let made = pods.create(&PostParams::default(), &look_alike).await?;
+    let c = wait_cluster(&api, "demo", "look-alike reported", T, |s| {
+        s.look_alikes
+            .iter()
+            .any(|l| l.name == "demo-3" && l.member == "demo-3")
+            && condition(s, "LookAlikes").is_some_and(|c| c.status == "True")
+    })
+    .await?;
+    let listed = &status_of(&c).look_alikes[0];
+    assert_eq!(listed.kind, LookAlikeKind::Pod);
+    assert!(listed.why.contains("no controller"), "{}", listed.why);
+    wait_events(&env.client, &ns, "demo", &["LookAlike"]).await?;
+    let events: Api<k8s_openapi::api::events::v1::Event> = env.api();
+    let warning = events
+        .list(&Default::default())
+        .await?
+        .items
+        .into_iter()
+        .find(|e| e.reason.as_deref() == Some("LookAlike"))
+        .context("the LookAlike event")?;
+    assert_eq!(warning.type_.as_deref(), Some("Warning"));
+    let note = warning.note.unwrap_or_default();
+    assert!(
+        note.contains("Pod demo-3") && note.contains("member demo-3"),
+        "{note}"
+    );
+
+    // A scale-up skips the name it holds.
+    patch_spec(&api, "demo", json!({"nodes": 4})).await?;
+    let grown = ["demo-0", "demo-1", "demo-2", "demo-4"];
+    wait_healthy(&api, "demo", &grown, T).await?;
+
+    // A scale-down is held while it is there: no removal starts, the cluster says why.
+    patch_spec(&api, "demo", json!({"nodes": 3})).await?;
+    wait_cluster(&api, "demo", "blocked by the look-alike", T, |s| {
+        s.block_reason == Some(BlockReason::LookAlike)
+    })
+    .await?;
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let st = status_of(&api.get("demo").await?);
+    assert!(
+        st.removal.is_none(),
+        "no removal while a look-alike is there"
+    );
+    assert_eq!(st.instance_names, grown);
+    assert_eq!(st.block_reason, Some(BlockReason::LookAlike));
+    // Never adopted, drained or deleted.
+    let still = pods.get("demo-3").await?;
+    assert_eq!(still.metadata.uid, made.metadata.uid, "the same object");
+    assert!(still.metadata.deletion_timestamp.is_none());
+    let annotations = still.metadata.annotations.unwrap_or_default();
+    assert!(
+        !annotations.contains_key("marekvs.io/drained-at"),
+        "{annotations:?}"
+    );
+    assert!(st.members.iter().all(|m| m.name != "demo-3"));
+
+    // The user deletes it (at once: no kubelet runs it to confirm a graceful deletion): the
+    // held scale-down proceeds.
+    pods.delete("demo-3", &DeleteParams::default().grace_period(0))
+        .await?;
+    let c = wait_healthy(&api, "demo", &all, T).await?;
+    let st = status_of(&c);
+    assert!(st.look_alikes.is_empty());
+    assert!(condition(&st, "LookAlikes").is_some_and(|c| c.status == "False"));
+    wait_events(
+        &env.client,
+        &ns,
+        "demo",
+        &["LookAlikeGone", "MemberRemoved"],
+    )
+    .await?;
+    read_back(&env, &data).await?;
+    assert_no_loss(&sim, &ns).await?;
+    env.cleanup().await
+}
+
+/// `kubectl delete mkv demo --cascade=orphan` leaves the pods running without an owner; a new
+/// object of the same name re-adopts the kept volumes, but the orphaned pods are look-alikes:
+/// reported, never adopted nor deleted, and no fresh member is made beside them. Once the user
+/// deletes them, the members come back on their own volumes, stamped for the new object, and
+/// every key reads back.
+async fn orphaned_pods_are_look_alikes_and_their_members_readopt_their_volumes_once_they_go()
+-> anyhow::Result<()> {
+    let env = TestEnv::new("orphans").await?;
+    let ns = env.namespace.clone();
+    let _op = Operator::start(&ns)?;
+    let api = create(&env, "demo", spec(3)).await?;
+    let all = ["demo-0", "demo-1", "demo-2"];
+    wait_healthy(&api, "demo", &all, T).await?;
+    let data = write_keys(&env, &all, "demo-0", "orphans").await?;
+    let mut uids = Vec::new();
+    for m in all {
+        uids.push(pvc_uid(&env, &format!("data-{m}")).await?);
+    }
+    api.delete("demo", &DeleteParams::orphan()).await?;
+    wait_until("cluster object gone", T, || async {
+        Ok(api.get_opt("demo").await?.is_none().then_some(()))
+    })
+    .await?;
+    let pods: Api<Pod> = env.api();
+    let orphans = wait_until("pods orphaned (no owner left)", T, || async {
+        let list = pods.list(&Default::default()).await?.items;
+        let orphaned = list.len() == 3
+            && list.iter().all(|p| {
+                p.metadata
+                    .owner_references
+                    .as_ref()
+                    .is_none_or(|r| r.is_empty())
+            });
+        Ok(orphaned.then_some(list))
+    })
+    .await?;
+
+    let c = create(&env, "demo", spec(3)).await?;
+    let listed = wait_cluster(&c, "demo", "the orphans reported", T, |s| {
+        s.look_alikes.len() == 3 && s.instance_names == all
+    })
+    .await?;
+    assert!(
+        status_of(&listed)
+            .look_alikes
+            .iter()
+            .all(|l| l.kind == LookAlikeKind::Pod && l.member == l.name)
+    );
+    wait_events(&env.client, &ns, "demo", &["LookAlike", "VolumeAdopted"]).await?;
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    // Nothing created beside them, none of them touched.
+    let now = pods.list(&Default::default()).await?.items;
+    let uids_of = |l: &[Pod]| -> BTreeSet<Option<String>> {
+        l.iter().map(|p| p.metadata.uid.clone()).collect()
+    };
+    assert_eq!(
+        uids_of(&now),
+        uids_of(&orphans),
+        "the same three pods, no other"
+    );
+    assert!(now.iter().all(|p| p.metadata.deletion_timestamp.is_none()));
+    let st = status_of(&api.get("demo").await?);
+    assert!(st.removal.is_none() && st.rollout.is_none());
+    assert_ne!(st.phase, Some(ClusterPhase::Healthy));
+
+    // The user deletes the orphans: the members come back on their own volumes.
+    for m in all {
+        pods.delete(m, &DeleteParams::default()).await?;
+    }
+    let c = wait_healthy(&api, "demo", &all, T).await?;
+    assert!(status_of(&c).look_alikes.is_empty());
+    let pvcs: Api<PersistentVolumeClaim> = env.api();
+    for (m, uid) in all.iter().zip(&uids) {
+        let pvc = pvcs.get(&format!("data-{m}")).await?;
+        assert_eq!(
+            pvc.metadata.uid.as_ref(),
+            Some(uid),
+            "{m} on its own volume"
+        );
+        assert_eq!(
+            pvc.metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get("marekvs.io/cluster-uid")),
+            c.metadata.uid.as_ref()
+        );
+    }
+    let now = pods.list(&Default::default()).await?.items;
+    assert!(
+        now.iter().all(|p| p
+            .metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .any(|r| Some(&r.uid) == c.metadata.uid.as_ref())),
+        "every pod the new object's"
+    );
+    wait_events(&env.client, &ns, "demo", &["LookAlikeGone"]).await?;
+    // Every member was down at once (the orphans deleted together): the simulator's counter
+    // of partitions without a running copy is no measure here; the keys read back are.
     read_back(&env, &data).await?;
     env.cleanup().await
 }
@@ -1833,6 +2052,8 @@ fn main() -> std::process::ExitCode {
         a_deleted_pod_returns_on_its_volume_and_a_deleted_pod_and_pvc_rejoin_fresh,
         an_annotated_pod_moves_its_member_to_a_fresh_volume_without_losing_a_key,
         deleting_the_cluster_keeps_volumes_and_a_new_one_adopts_them,
+        a_look_alike_pod_is_reported_and_never_adopted_drained_or_deleted,
+        orphaned_pods_are_look_alikes_and_their_members_readopt_their_volumes_once_they_go,
         an_operator_killed_mid_drain_continues_without_a_second_member_leaving needs [OwnOperator],
         growing_back_during_a_hand_off_cancels_the_removal_and_restarts_the_drained_member needs [Simulator],
         reclaim_pvcs_deletes_a_removed_members_volume_and_storage_grows_in_place,

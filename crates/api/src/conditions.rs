@@ -21,6 +21,10 @@ pub const MASS_FAILURE: &str = "MassFailure";
 pub const SUSPECTED_PARTITION: &str = "SuspectedPartition";
 /// Cluster: whether every entry of spec.removeMembers names a current member.
 pub const REMOVAL_CHOICES: &str = "RemovalChoices";
+/// True while objects that are not the cluster's hold members' names (`status.lookAlikes`).
+pub const LOOK_ALIKES: &str = "LookAlikes";
+pub const REASON_LOOK_ALIKES_FOUND: &str = "NotThisClusters";
+pub const REASON_NO_LOOK_ALIKES: &str = "NoneFound";
 
 /// Member: its pod is Ready.
 pub const MEMBER_READY: &str = "Ready";

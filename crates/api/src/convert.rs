@@ -34,7 +34,7 @@ same_variants!(RolloutStep <=> RollStep { Draining, HandingOff, Deleting, Rejoin
 same_variants!(VictimReason <=> VictimReason { UserChosen, NotReady, HighestOrdinal });
 same_variants!(BlockReason <=> BlockReason {
     NotAllReady, MetricsUnavailable, Underreplicated, JoinPending, ViewsNotConverged,
-    RepairInProgress, Replacing, HandoffTimeout, Paused,
+    RepairInProgress, Replacing, HandoffTimeout, Paused, LookAlike,
 });
 
 impl RemovalStep {
@@ -85,6 +85,7 @@ mod tests {
             marekvs_core::BlockReason::Replacing,
             marekvs_core::BlockReason::HandoffTimeout,
             marekvs_core::BlockReason::Paused,
+            marekvs_core::BlockReason::LookAlike,
         ] {
             let api = BlockReason::from(b);
             assert_eq!(marekvs_core::BlockReason::from(api), b);

@@ -419,6 +419,13 @@ pub struct MarekvsClusterStatus {
     /// `reclaimPvcs: false`), in ordinal order, and whether a scale-up may still mount each.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub kept_volumes: Vec<KeptVolume>,
+    /// Objects with a member's name and the cluster's labels that are not the cluster's (a pod
+    /// it does not control, a PVC the operator did not create): never adopted, scraped,
+    /// drained, deleted or counted as ready. While one is listed, nothing is created in its
+    /// member's name and every disruptive step waits (`blockReason: LookAlike`). Delete it (or,
+    /// for a volume that is the member's data, see docs/replacing-members.md).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub look_alikes: Vec<LookAlikeStatus>,
 }
 
 /// A volume kept for an ordinal that is not a member.
@@ -439,6 +446,29 @@ pub struct KeptVolume {
     /// A scale-up onto this ordinal would mount it; false once it is stale (it would be
     /// deleted and the member would join on a fresh volume).
     pub reusable: bool,
+}
+
+/// An object that looks like a member's but is not the cluster's.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LookAlikeStatus {
+    /// `Pod` or `PersistentVolumeClaim`.
+    pub kind: LookAlikeKind,
+    /// The object's name.
+    pub name: String,
+    /// The member whose name it holds.
+    pub member: String,
+    /// Why it is not the cluster's, in words.
+    pub why: String,
+}
+
+/// The kind of a look-alike.
+#[derive(
+    Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, JsonSchema,
+)]
+pub enum LookAlikeKind {
+    Pod,
+    PersistentVolumeClaim,
 }
 
 /// One member that would leave, and what holds it.
@@ -739,6 +769,8 @@ pub enum BlockReason {
     Replacing,
     HandoffTimeout,
     Paused,
+    /// An object that is not the cluster's holds a member's name (`status.lookAlikes`).
+    LookAlike,
 }
 
 #[cfg(test)]

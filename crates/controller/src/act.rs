@@ -17,7 +17,8 @@ use serde_json::json;
 use tracing::warn;
 
 use crate::build::{
-    self, ANNOTATION_ABSENT_SINCE, ANNOTATION_DRAINED_AT, ANNOTATION_DRAINED_RESTARTS, MANAGER,
+    self, ANNOTATION_ABSENT_SINCE, ANNOTATION_CLUSTER_UID, ANNOTATION_DRAINED_AT,
+    ANNOTATION_DRAINED_RESTARTS, MANAGER,
 };
 use crate::error::Error;
 use crate::observe::{Children, restarts, volume};
@@ -151,7 +152,7 @@ async fn act(
     };
     match action {
         Action::CreatePvc(o) => {
-            let pvc = build::pvc(cr, o);
+            let pvc = build::pvc(cr, o)?;
             let r = pvcs.create(&post_params(), &pvc).await.map(|_| ());
             ok_if(r, &[409]).map_err(failed(pvc.name_any()))?;
         }
@@ -274,6 +275,56 @@ pub async fn record_absences(
 
 fn to_timestamp(ms: Millis) -> Timestamp {
     Timestamp::from_millisecond(ms).unwrap_or(Timestamp::UNIX_EPOCH)
+}
+
+/// Stamp the volumes this cluster re-adopts (`Children::to_stamp`: made for an earlier object
+/// of the same name, or by an earlier version of the operator) with its uid, each with an
+/// Event naming its member. A failure is reported and retried by the next pass (until then the
+/// volume still counts as the cluster's).
+pub async fn stamp_volumes(ctx: &Ctx, cr: &MarekvsCluster, children: &Children) {
+    let Some(uid) = cr.uid() else {
+        return;
+    };
+    let api: Api<PersistentVolumeClaim> =
+        Api::namespaced(ctx.client.clone(), &cr.namespace().unwrap_or_default());
+    for (o, from) in &children.to_stamp {
+        let Some(pvc) = children.pvcs.get(o) else {
+            continue;
+        };
+        let name = pvc.name_any();
+        let member = format!("{}-{o}", cr.name_any());
+        // Only the object observed: not one re-created under the same name since.
+        let patch =
+            json!({"metadata": {"uid": pvc.uid(), "annotations": {ANNOTATION_CLUSTER_UID: uid}}});
+        ctx.metrics.actions.inc("stamp_pvc");
+        let (kind, reason, message) = match api
+            .patch(&name, &PatchParams::default(), &Patch::Merge(patch))
+            .await
+        {
+            Ok(_) => (
+                EventKind::Normal,
+                "VolumeAdopted",
+                match from {
+                    Some(old) => format!(
+                        "{name} of {member} was created for an earlier {} (uid {old}): re-adopted, stamped with this object's uid",
+                        cr.name_any()
+                    ),
+                    None => format!(
+                        "{name} of {member} (created by an earlier version of the operator, mounted by its pod): stamped with this object's uid"
+                    ),
+                },
+            ),
+            Err(e) => {
+                warn!(pvc = %name, "stamping volume: {e}");
+                (
+                    EventKind::Warning,
+                    "VolumeAdoptionFailed",
+                    format!("{name} of {member}: {e}"),
+                )
+            }
+        };
+        publish(ctx, &cr.object_ref(&()), kind, reason, &message).await;
+    }
 }
 
 /// Expand the volumes the core picks (spec.storage.size grew; shrinking or another class

@@ -43,6 +43,11 @@ pub const ANNOTATION_REPLACE_VOLUME: &str = "marekvs.io/replace-volume";
 /// volume away longer than `storage.staleVolumeGraceSeconds` is never mounted again. Removing
 /// the annotation by hand accepts the volume as it is (it is stamped again from then).
 pub const ANNOTATION_ABSENT_SINCE: &str = "marekvs.io/absent-since";
+/// On a member's PVC: the uid of the cluster object it was created for. PVCs have no owner
+/// reference (data outlives the object), so this is how the operator tells its own volumes
+/// from look-alikes (`marekvs_core::ownership`); a later object of the same name re-adopts a
+/// volume stamped with an earlier uid and stamps it again.
+pub const ANNOTATION_CLUSTER_UID: &str = "marekvs.io/cluster-uid";
 /// On the Services and the PDB: the hash of the content last applied, so an unchanged object is
 /// not applied again on every pass.
 pub const ANNOTATION_APPLIED_HASH: &str = "marekvs.io/applied-hash";
@@ -181,13 +186,15 @@ pub fn pdb(cr: &MarekvsCluster) -> Result<PodDisruptionBudget, Error> {
 }
 
 /// A member's volume. No owner reference: data outlives the custom resource on purpose, and a
-/// resource re-created with the same name adopts it.
-pub fn pvc(cr: &MarekvsCluster, ordinal: u32) -> PersistentVolumeClaim {
-    PersistentVolumeClaim {
+/// resource re-created with the same name adopts it (by the cluster-uid stamp).
+pub fn pvc(cr: &MarekvsCluster, ordinal: u32) -> Result<PersistentVolumeClaim, Error> {
+    let uid = cr.uid().ok_or_else(|| Error::NoUid(cr.name_any()))?;
+    Ok(PersistentVolumeClaim {
         metadata: ObjectMeta {
             name: Some(pvc_name(cr, ordinal)),
             namespace: cr.namespace(),
             labels: Some(labels(cr, Some(ordinal))),
+            annotations: Some(BTreeMap::from([(ANNOTATION_CLUSTER_UID.into(), uid)])),
             ..Default::default()
         },
         spec: Some(PersistentVolumeClaimSpec {
@@ -203,7 +210,7 @@ pub fn pvc(cr: &MarekvsCluster, ordinal: u32) -> PersistentVolumeClaim {
             ..Default::default()
         }),
         ..Default::default()
-    }
+    })
 }
 
 fn env_var(name: &str, value: String) -> EnvVar {
@@ -735,8 +742,13 @@ mod tests {
 
     #[test]
     fn pvc_outlives_the_cluster_object() {
-        let v = serde_json::to_value(pvc(&cr(), 0)).unwrap();
+        let v = serde_json::to_value(pvc(&cr(), 0).unwrap()).unwrap();
         assert_eq!(v["metadata"]["name"], "data-demo-0");
+        // Stamped with the uid of the object it was made for: how the operator knows its own.
+        assert_eq!(
+            v["metadata"]["annotations"][ANNOTATION_CLUSTER_UID],
+            cr().metadata.uid.unwrap()
+        );
         assert!(v["metadata"].get("ownerReferences").is_none());
         assert_eq!(v["spec"]["storageClassName"], "fast");
         assert_eq!(v["spec"]["resources"]["requests"]["storage"], "5Gi");
@@ -759,9 +771,9 @@ mod tests {
         assert!(matches!(client_service(&c), Err(Error::NoUid(_))));
         assert!(matches!(pdb(&c), Err(Error::NoUid(_))));
         assert!(matches!(pod(&c, 0, "cluster.local"), Err(Error::NoUid(_))));
-        // The hash needs no owner, and a PVC has none.
+        // The hash needs no owner; a PVC has none, but is stamped with the uid.
         assert!(desired_template_hash(&c, 0, "cluster.local").is_ok());
-        assert_eq!(pvc(&c, 0).metadata.owner_references, None);
+        assert!(matches!(pvc(&c, 0), Err(Error::NoUid(_))));
     }
 
     #[test]

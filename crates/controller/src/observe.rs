@@ -6,15 +6,19 @@ use std::sync::Arc;
 
 use futures::future::join_all;
 use k8s_openapi::api::core::v1::{ContainerStatus, PersistentVolumeClaim, Pod, PodStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::ResourceExt;
 use kube::runtime::reflector::Store;
-use marekvs_api::MarekvsCluster;
+use marekvs_api::{LookAlikeKind, MarekvsCluster};
+use marekvs_core::ownership::{
+    LookAlikeWhy, Ownership, PodController, PvcClaim, pod_ownership, pvc_ownership,
+};
 use marekvs_core::volumes::{StorageWish, Volume};
 use marekvs_core::{MemberObs, Memory, PodObs, PvcObs, Scrape};
 
 use crate::build::{
-    self, ANNOTATION_ABSENT_SINCE, ANNOTATION_DRAINED_AT, ANNOTATION_DRAINED_RESTARTS,
-    ANNOTATION_REPLACE_VOLUME, ANNOTATION_TEMPLATE_HASH,
+    self, ANNOTATION_ABSENT_SINCE, ANNOTATION_CLUSTER_UID, ANNOTATION_DRAINED_AT,
+    ANNOTATION_DRAINED_RESTARTS, ANNOTATION_REPLACE_VOLUME, ANNOTATION_TEMPLATE_HASH,
 };
 use crate::error::Error;
 use crate::scrape::MemberClient;
@@ -27,23 +31,119 @@ pub fn synced<K: kube::Resource<DynamicType = ()> + Clone>(cache: &Store<K>) -> 
 
 /// A cluster's pods and PVCs by ordinal, shared with the caches, not copied: a reconcile at
 /// 1,600 members used to deep-copy every pod and PVC of its cluster (the largest item of the
-/// operator's heap profile).
+/// operator's heap profile). Only the cluster's own (`marekvs_core::ownership`): an object
+/// with a member's name that is not the cluster's is a look-alike, never acted on.
 pub struct Children {
     pub pods: BTreeMap<u32, Arc<Pod>>,
     pub pvcs: BTreeMap<u32, Arc<PersistentVolumeClaim>>,
+    /// Objects with a member's name and the cluster's labels that are not the cluster's.
+    pub look_alikes: Vec<LookAlike>,
+    /// Volumes of the cluster to stamp with its uid (re-adopted), with the uid they carried.
+    pub to_stamp: Vec<(u32, Option<String>)>,
+}
+
+/// An object with a member's name that is not the cluster's.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LookAlike {
+    pub ordinal: u32,
+    pub kind: LookAlikeKind,
+    pub name: String,
+    pub why: LookAlikeWhy,
 }
 
 impl Children {
     pub fn of(cr: &MarekvsCluster, pods: &Store<Pod>, pvcs: &Store<PersistentVolumeClaim>) -> Self {
-        Children {
-            pods: children(pods, cr, ""),
-            pvcs: children(pvcs, cr, "data-"),
+        Children::sorted(cr, named(pods, cr, ""), named(pvcs, cr, "data-"))
+    }
+
+    /// Sort the objects with members' names into the cluster's own and look-alikes.
+    fn sorted(
+        cr: &MarekvsCluster,
+        pods: BTreeMap<u32, Arc<Pod>>,
+        pvcs: BTreeMap<u32, Arc<PersistentVolumeClaim>>,
+    ) -> Self {
+        let uid = cr.uid().unwrap_or_default();
+        let mut children = Children {
+            pods: BTreeMap::new(),
+            pvcs: BTreeMap::new(),
+            look_alikes: Vec::new(),
+            to_stamp: Vec::new(),
+        };
+        for (o, p) in pods {
+            match pod_ownership(&controller_of(&p.metadata), &uid) {
+                Ownership::LookAlike(why) => {
+                    children.look_alike(o, LookAlikeKind::Pod, &p.metadata, why)
+                }
+                Ownership::Ours | Ownership::Restamp { .. } => {
+                    children.pods.insert(o, p);
+                }
+            }
         }
+        let members = status_members(cr);
+        for (o, v) in pvcs {
+            let claim = PvcClaim {
+                stamped_uid: v.annotations().get(ANNOTATION_CLUSTER_UID).cloned(),
+                member: members.contains(&o),
+                // A pod of the cluster mounts its member's PVC by name.
+                mounted_by_ours: children.pods.contains_key(&o),
+            };
+            match pvc_ownership(&claim, &uid) {
+                Ownership::LookAlike(why) => {
+                    children.look_alike(o, LookAlikeKind::PersistentVolumeClaim, &v.metadata, why)
+                }
+                Ownership::Restamp { from } => {
+                    children.to_stamp.push((o, from));
+                    children.pvcs.insert(o, v);
+                }
+                Ownership::Ours => {
+                    children.pvcs.insert(o, v);
+                }
+            }
+        }
+        children
+    }
+
+    fn look_alike(
+        &mut self,
+        ordinal: u32,
+        kind: LookAlikeKind,
+        meta: &ObjectMeta,
+        why: LookAlikeWhy,
+    ) {
+        self.look_alikes.push(LookAlike {
+            ordinal,
+            kind,
+            name: meta.name.clone().unwrap_or_default(),
+            why,
+        });
     }
 }
 
-/// The cached children of `cr` whose name is `<prefix><cr>-<ordinal>`.
-fn children<K: kube::Resource<DynamicType = ()> + Clone>(
+/// What an object's owner references say about its controller.
+pub fn controller_of(meta: &ObjectMeta) -> PodController {
+    meta.owner_references
+        .iter()
+        .flatten()
+        .find(|r| r.controller == Some(true))
+        .map_or(PodController::None, |r| PodController::Some {
+            kind: r.kind.clone(),
+            name: r.name.clone(),
+            uid: r.uid.clone(),
+        })
+}
+
+/// The members `status.instanceNames` lists.
+fn status_members(cr: &MarekvsCluster) -> std::collections::BTreeSet<u32> {
+    let name = cr.name_any();
+    cr.status
+        .iter()
+        .flat_map(|s| s.instance_names.iter())
+        .filter_map(|n| build::ordinal_from_name(&name, "", n))
+        .collect()
+}
+
+/// The cached objects with the cluster's labels whose name is `<prefix><cr>-<ordinal>`.
+fn named<K: kube::Resource<DynamicType = ()> + Clone>(
     cache: &Store<K>,
     cr: &MarekvsCluster,
     prefix: &str,
@@ -89,6 +189,9 @@ pub fn unscraped(
         m.pvc = pvcs
             .get(o)
             .map(|p| pvc_obs(p, cr.spec.storage.replace_volumes, &wish));
+    }
+    for l in &children.look_alikes {
+        observed.entry(l.ordinal).or_default().look_alike = true;
     }
     Ok(observed)
 }
@@ -350,6 +453,114 @@ mod tests {
         let mut slim = pod(Some("true"));
         slim_pod(&mut slim);
         assert!(pod_obs(&slim, "h").replace_volume);
+    }
+
+    fn cluster(uid: &str, instance_names: &[&str]) -> MarekvsCluster {
+        let mut cr: MarekvsCluster = serde_json::from_value(json!({
+            "apiVersion": "marekvs.io/v1alpha1", "kind": "MarekvsCluster",
+            "metadata": {"name": "demo", "namespace": "ns", "uid": uid},
+            "spec": {"image": "marekvs:1", "nodes": 3, "replicationFactor": 2, "storage": {"size": "1Gi"}},
+        }))
+        .unwrap();
+        cr.status = Some(marekvs_api::MarekvsClusterStatus {
+            instance_names: instance_names.iter().map(|n| n.to_string()).collect(),
+            ..Default::default()
+        });
+        cr
+    }
+
+    fn pod_controlled_by(o: u32, uid: Option<&str>) -> Arc<Pod> {
+        let owners = match uid {
+            Some(uid) => json!([{"apiVersion": "marekvs.io/v1alpha1", "kind": "MarekvsCluster",
+                "name": "demo", "uid": uid, "controller": true}]),
+            None => json!([]),
+        };
+        Arc::new(
+            serde_json::from_value(json!({"metadata": {"name": format!("demo-{o}"),
+                "uid": format!("pod-{o}"), "ownerReferences": owners}}))
+            .unwrap(),
+        )
+    }
+
+    fn pvc_stamped(o: u32, uid: Option<&str>) -> Arc<PersistentVolumeClaim> {
+        let ann = match uid {
+            Some(uid) => json!({ANNOTATION_CLUSTER_UID: uid}),
+            None => json!({}),
+        };
+        Arc::new(
+            serde_json::from_value(json!({"metadata": {"name": format!("data-demo-{o}"),
+                "uid": format!("pvc-{o}"), "annotations": ann}}))
+            .unwrap(),
+        )
+    }
+
+    /// Only the cluster's own pods and PVCs are its children; the rest are look-alikes, and
+    /// their members are observed as held by one.
+    #[test]
+    fn look_alikes_are_sorted_out_and_earlier_volumes_readopted() {
+        let cr = cluster("u2", &["demo-0", "demo-1", "demo-2", "demo-3"]);
+        let pods = BTreeMap::from([
+            (0, pod_controlled_by(0, Some("u2"))),
+            (1, pod_controlled_by(1, Some("u2"))),
+            // Orphaned, or made by hand.
+            (2, pod_controlled_by(2, None)),
+            // Controlled by the deleted object of the same name.
+            (4, pod_controlled_by(4, Some("u1"))),
+        ]);
+        let pvcs = BTreeMap::from([
+            (0, pvc_stamped(0, Some("u2"))),
+            // Made for the earlier object of the same name: re-adopted.
+            (1, pvc_stamped(1, Some("u1"))),
+            // Unstamped, a member's, but its pod is a look-alike: not ours.
+            (2, pvc_stamped(2, None)),
+            // Unstamped, a member's, no pod: not ours.
+            (3, pvc_stamped(3, None)),
+            // Unstamped, not a member.
+            (5, pvc_stamped(5, None)),
+        ]);
+        let c = Children::sorted(&cr, pods.clone(), pvcs.clone());
+        assert_eq!(c.pods.keys().copied().collect::<Vec<_>>(), [0, 1]);
+        assert_eq!(c.pvcs.keys().copied().collect::<Vec<_>>(), [0, 1]);
+        assert_eq!(c.to_stamp, [(1, Some("u1".to_string()))]);
+        let seen: Vec<(u32, LookAlikeKind, &str)> = c
+            .look_alikes
+            .iter()
+            .map(|l| (l.ordinal, l.kind, l.name.as_str()))
+            .collect();
+        assert_eq!(
+            seen,
+            [
+                (2, LookAlikeKind::Pod, "demo-2"),
+                (4, LookAlikeKind::Pod, "demo-4"),
+                (2, LookAlikeKind::PersistentVolumeClaim, "data-demo-2"),
+                (3, LookAlikeKind::PersistentVolumeClaim, "data-demo-3"),
+                (5, LookAlikeKind::PersistentVolumeClaim, "data-demo-5"),
+            ]
+        );
+        assert_eq!(c.look_alikes[0].why, LookAlikeWhy::NoController);
+        let observed = unscraped(&cr, "cluster.local", &Memory::default(), &c).unwrap();
+        for o in [2, 3, 4, 5] {
+            assert!(observed[&o].look_alike, "{o}");
+            assert!(
+                observed[&o].pod.is_none() && observed[&o].pvc.is_none(),
+                "{o}"
+            );
+        }
+        assert!(!observed[&0].look_alike && observed[&0].pod.is_some());
+        assert!(!observed[&1].look_alike && observed[&1].pvc.is_some());
+
+        // An upgrade: unstamped volumes of members whose pods the cluster controls are
+        // stamped, the others stay look-alikes.
+        let pods = BTreeMap::from([
+            (0, pod_controlled_by(0, Some("u2"))),
+            (1, pod_controlled_by(1, Some("u2"))),
+        ]);
+        let pvcs = BTreeMap::from([(0, pvc_stamped(0, None)), (1, pvc_stamped(1, None))]);
+        let c = Children::sorted(&cluster("u2", &["demo-0"]), pods, pvcs);
+        assert_eq!(c.to_stamp, [(0, None)]);
+        assert_eq!(c.pvcs.keys().copied().collect::<Vec<_>>(), [0]);
+        assert_eq!(c.look_alikes.len(), 1);
+        assert_eq!(c.look_alikes[0].why, LookAlikeWhy::NotStamped);
     }
 
     #[test]

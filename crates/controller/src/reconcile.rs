@@ -115,6 +115,7 @@ pub async fn pass(cr: &MarekvsCluster, ctx: &Ctx) -> Result<Next, Error> {
 
     // Observe; a missing child of an unchanged membership is re-created before the scrapes.
     let children = Children::of(cr, &ctx.pods, &ctx.pvcs);
+    act::stamp_volumes(ctx, cr, &children).await;
     let prev = cr.status.clone().unwrap_or_default();
     let memory = memory_from_status(&name, &prev);
     let unscraped = unscraped(cr, &ctx.cluster_domain, &memory, &children)?;
@@ -184,6 +185,8 @@ pub async fn pass(cr: &MarekvsCluster, ctx: &Ctx) -> Result<Next, Error> {
     // Report, then act (what was re-created before the scrapes is not sent again).
     let reference = cr.object_ref(&());
     report::publish_notes(ctx, &reference, &changes, |_| false).await;
+    let look_alikes = status::look_alike_notes(&prev, &next);
+    report::publish_notes(ctx, &reference, &look_alikes, |_| false).await;
     report::publish_notes(ctx, &reference, &decision.notes, |n| {
         recreated.made_elsewhere(n)
     })

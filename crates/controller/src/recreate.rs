@@ -29,6 +29,7 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource, ResourceExt};
 use marekvs_api::MarekvsCluster;
 use marekvs_api::MarekvsClusterStatus;
+use marekvs_core::ownership::{Ownership, pod_ownership};
 use marekvs_core::recreate::{Creations, creations_before_scrapes, still_to_do};
 use marekvs_core::sizing::unscraped_target;
 use marekvs_core::{Action, ClusterSpec, MemberObs, Memory, Note};
@@ -38,7 +39,7 @@ use tracing::debug;
 use crate::act::run_actions;
 use crate::build;
 use crate::error::Error;
-use crate::observe::{Children, synced, unscraped};
+use crate::observe::{Children, controller_of, synced, unscraped};
 use crate::reconcile::{Ctx, now_ms};
 use crate::report::publish_notes;
 use crate::spec::cluster_spec;
@@ -140,6 +141,11 @@ pub async fn on_pod_deleted(
         let Some(cr) = crs.get(&ObjectRef::new(&cluster).within(&ns)) else {
             continue;
         };
+        // The same ownership rule as a pass: only the deletion of a pod this cluster controls
+        // is a member's pod to re-create at once (a look-alike's is the pass's to notice).
+        if !controlled_by(&pod, &cr) {
+            continue;
+        }
         let ctx = ctx.clone();
         tokio::spawn(async move {
             if let Err(e) = recreate_deleted(&ctx, &cr).await {
@@ -149,6 +155,12 @@ pub async fn on_pod_deleted(
             drop(held);
         });
     }
+}
+
+/// Whether `cr` (this very object, by uid) is the controller of `pod`.
+fn controlled_by(pod: &Pod, cr: &MarekvsCluster) -> bool {
+    let controller = controller_of(&pod.metadata);
+    pod_ownership(&controller, &cr.uid().unwrap_or_default()) == Ownership::Ours
 }
 
 /// The longest a reconcile waits for a re-creation in flight.

@@ -9,17 +9,17 @@ use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use marekvs_api::conditions::*;
 use marekvs_api::{
-    AutoscaleStatus, KeptVolume, LoadSampleStatus, MarekvsCluster, MarekvsClusterStatus,
-    MemberMetrics, MemberStatus, PlanHold, PlanHoldKind, PlanStep, RemovalStatus, RolloutReason,
-    RolloutStatus,
+    AutoscaleStatus, KeptVolume, LoadSampleStatus, LookAlikeStatus, MarekvsCluster,
+    MarekvsClusterStatus, MemberMetrics, MemberStatus, PlanHold, PlanHoldKind, PlanStep,
+    RemovalStatus, RolloutReason, RolloutStatus,
 };
 use marekvs_core::autoscale::{LoadMemory, LoadSample, ScaleMemory};
 use marekvs_core::sizing::Sizing;
 use marekvs_core::transitions::Reported;
 use marekvs_core::units::quantity_bytes;
 use marekvs_core::{
-    ClusterPhase, Decision, Disruption, Hold, MemberObs, Memory, Millis, PlannedRemoval, Removal,
-    Roll, RollReason, Sample,
+    ClusterPhase, Decision, Disruption, EventKind, Hold, MemberObs, Memory, Millis, Note,
+    PlannedRemoval, Removal, Roll, RollReason, Sample,
 };
 
 use crate::build;
@@ -284,6 +284,7 @@ pub fn status_from(input: &StatusInput) -> MarekvsClusterStatus {
         plan: d.plan.iter().map(|p| plan_step(&name, p)).collect(),
         views_disagree_since: d.memory.views_split_since.map(to_time),
         kept_volumes: kept_volumes(input),
+        look_alikes: look_alikes_status(&name, input.children),
     };
     load_and_autoscale(input, &mut st, &t);
     st
@@ -313,6 +314,52 @@ fn kept_volumes(input: &StatusInput) -> Vec<KeptVolume> {
         }
     })
     .collect()
+}
+
+/// The look-alikes as `status.lookAlikes` lists them, in order.
+fn look_alikes_status(name: &str, children: &Children) -> Vec<LookAlikeStatus> {
+    let mut list: Vec<LookAlikeStatus> = children
+        .look_alikes
+        .iter()
+        .map(|l| LookAlikeStatus {
+            kind: l.kind,
+            name: l.name.clone(),
+            member: format!("{name}-{}", l.ordinal),
+            why: l.why.message(),
+        })
+        .collect();
+    list.sort();
+    list
+}
+
+/// A Warning for each look-alike that `next` lists and `prev` did not, naming the member and
+/// the object; a Normal one for each that went.
+pub fn look_alike_notes(prev: &MarekvsClusterStatus, next: &MarekvsClusterStatus) -> Vec<Note> {
+    let key = |l: &LookAlikeStatus| (l.kind, l.name.clone());
+    let was: BTreeSet<_> = prev.look_alikes.iter().map(key).collect();
+    let is: BTreeSet<_> = next.look_alikes.iter().map(key).collect();
+    let appeared = next.look_alikes.iter().filter(|l| !was.contains(&key(l)));
+    let went = prev.look_alikes.iter().filter(|l| !is.contains(&key(l)));
+    appeared
+        .map(|l| Note {
+            kind: EventKind::Warning,
+            reason: "LookAlike",
+            member: None,
+            message: format!(
+                "{:?} {} holds the name of member {} but {}: never adopted, scraped, drained or deleted; nothing is created for {} and every disruptive step waits until it is deleted",
+                l.kind, l.name, l.member, l.why, l.member
+            ),
+        })
+        .chain(went.map(|l| Note {
+            kind: EventKind::Normal,
+            reason: "LookAlikeGone",
+            member: None,
+            message: format!(
+                "{:?} {} (holding the name of member {}) is gone",
+                l.kind, l.name, l.member
+            ),
+        }))
+        .collect()
 }
 
 /// One step of the core's plan as `status.plan` shows it.
@@ -550,6 +597,20 @@ fn cluster_conditions(input: &StatusInput, t: &Time) -> Vec<Condition> {
         ),
         None => c.set(SUSPECTED_PARTITION, false, REASON_VIEWS_AGREE, ""),
     }
+    let look_alikes = &input.children.look_alikes;
+    if look_alikes.is_empty() {
+        c.set(LOOK_ALIKES, false, REASON_NO_LOOK_ALIKES, "");
+    } else {
+        let names: Vec<String> = look_alikes
+            .iter()
+            .map(|l| format!("{:?} {}", l.kind, l.name))
+            .collect();
+        let msg = format!(
+            "not this cluster's, holding members' names (status.lookAlikes; delete them): {}",
+            names.join(", ")
+        );
+        c.set(LOOK_ALIKES, true, REASON_LOOK_ALIKES_FOUND, msg);
+    }
     if unknown_choices.is_empty() {
         c.set(REMOVAL_CHOICES, true, REASON_VALID, "");
     } else {
@@ -675,6 +736,8 @@ mod tests {
         Children {
             pods: BTreeMap::new(),
             pvcs: BTreeMap::new(),
+            look_alikes: Vec::new(),
+            to_stamp: Vec::new(),
         }
     }
 
@@ -726,7 +789,50 @@ mod tests {
                 ..Scrape::default()
             }),
             view: None,
+            look_alike: false,
         }
+    }
+
+    /// A look-alike is announced once when it appears and once when it goes, naming the
+    /// member and the object.
+    #[test]
+    fn look_alikes_are_announced_on_their_transitions_only() {
+        let listed = |names: &[&str]| MarekvsClusterStatus {
+            look_alikes: names
+                .iter()
+                .map(|n| LookAlikeStatus {
+                    kind: marekvs_api::LookAlikeKind::Pod,
+                    name: n.to_string(),
+                    member: n.to_string(),
+                    why: "has no controller".into(),
+                })
+                .collect(),
+            ..MarekvsClusterStatus::default()
+        };
+        let notes = look_alike_notes(&listed(&[]), &listed(&["demo-3"]));
+        assert_eq!(notes.len(), 1);
+        assert_eq!(
+            (notes[0].kind, notes[0].reason),
+            (EventKind::Warning, "LookAlike")
+        );
+        assert!(
+            notes[0]
+                .message
+                .contains("Pod demo-3 holds the name of member demo-3"),
+            "{}",
+            notes[0].message
+        );
+        assert!(look_alike_notes(&listed(&["demo-3"]), &listed(&["demo-3"])).is_empty());
+        let notes = look_alike_notes(&listed(&["demo-3"]), &listed(&["demo-4"]));
+        let reasons: Vec<_> = notes.iter().map(|n| (n.reason, n.kind)).collect();
+        assert_eq!(
+            reasons,
+            [
+                ("LookAlike", EventKind::Warning),
+                ("LookAlikeGone", EventKind::Normal)
+            ]
+        );
+        assert!(notes[1].message.contains("demo-3"));
     }
 
     #[test]
@@ -1215,7 +1321,7 @@ mod tests {
                 absent_since: since,
                 ..Default::default()
             }),
-            scrape: None,
+            ..MemberObs::default()
         };
         let mut observed: BTreeMap<u32, MemberObs> = (0..3).map(|o| (o, scraped(3, 0))).collect();
         observed.insert(3, kept(Some(now - 30_000)));

@@ -297,7 +297,10 @@ fn pod(cr: &MarekvsCluster, o: u32, ip: &str, drained: bool) -> Pod {
     }
     serde_json::from_value(json!({
         "metadata": {"name": format!("{NAME}-{o}"), "namespace": NS, "uid": format!("uid-{NAME}-{o}"),
-            "labels": labels(Some(o)), "annotations": annotations},
+            "labels": labels(Some(o)), "annotations": annotations,
+            // Controlled by the cluster object (`cluster`'s uid), as the operator makes it.
+            "ownerReferences": [{"apiVersion": "marekvs.io/v1alpha1", "kind": "MarekvsCluster",
+                "name": NAME, "uid": "uid-demo", "controller": true}]},
         "status": {"phase": "Running", "podIP": ip,
             "conditions": [{"type": "Ready", "status": "True"}],
             "containerStatuses": [{"name": "marekvs", "image": "marekvs:1", "imageID": "",
@@ -309,7 +312,9 @@ fn pod(cr: &MarekvsCluster, o: u32, ip: &str, drained: bool) -> Pod {
 fn pvc(o: u32) -> PersistentVolumeClaim {
     serde_json::from_value(json!({
         "metadata": {"name": format!("data-{NAME}-{o}"), "namespace": NS,
-            "uid": format!("uid-data-{NAME}-{o}"), "labels": labels(Some(o))},
+            "uid": format!("uid-data-{NAME}-{o}"), "labels": labels(Some(o)),
+            // Stamped with the cluster object's uid, as the operator makes it.
+            "annotations": {"marekvs.io/cluster-uid": "uid-demo"}},
         "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "10Gi"}}},
         "status": {"capacity": {"storage": "10Gi"}}
     }))

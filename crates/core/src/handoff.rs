@@ -243,6 +243,7 @@ mod tests {
                 view_members: view,
                 ..Scrape::default()
             }),
+            look_alike: false,
         }
     }
 

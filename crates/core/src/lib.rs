@@ -6,6 +6,7 @@ pub mod autoscale;
 pub mod handoff;
 pub mod mass;
 pub mod metrics;
+pub mod ownership;
 pub mod pace;
 pub mod plan;
 pub mod recreate;

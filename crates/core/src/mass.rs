@@ -107,6 +107,7 @@ mod tests {
             }),
             scrape: None,
             view: None,
+            look_alike: false,
         }
     }
 

@@ -87,6 +87,7 @@ mod tests {
             }),
             scrape: None,
             view: None,
+            look_alike: false,
         }
     }
 

@@ -135,6 +135,7 @@ mod tests {
             }),
             scrape: None,
             view: None,
+            look_alike: false,
         }
     }
 

@@ -59,6 +59,7 @@ pub fn decide(input: &Input) -> Decision {
     pass.start_removal();
     pass.start_roll();
     pass.hold_for_pause();
+    pass.hold_for_look_alikes();
     pass.reclaim_volumes();
     pass.plan_removals();
     pass.report()
@@ -70,6 +71,7 @@ static UNSEEN: MemberObs = MemberObs {
     pvc: None,
     scrape: None,
     view: None,
+    look_alike: false,
 };
 
 /// One pass of the runbook: what it was given, what it derived, and what it decided so far.
@@ -125,6 +127,10 @@ struct Pass<'a> {
     partition: Option<SuspectedPartition>,
     /// What disagreeing views hold back, in words.
     views_held: Vec<String>,
+    /// Ordinals whose name a look-alike holds (`MemberObs::look_alike`).
+    look_alikes: Vec<u32>,
+    /// Disruptive steps the look-alikes hold back, in words.
+    look_alike_held: Vec<String>,
 }
 
 impl<'a> Pass<'a> {
@@ -161,6 +167,13 @@ impl<'a> Pass<'a> {
             views_split_since,
             partition,
             views_held: Vec::new(),
+            look_alikes: input
+                .observed
+                .iter()
+                .filter(|(_, m)| m.look_alike)
+                .map(|(o, _)| *o)
+                .collect(),
+            look_alike_held: Vec::new(),
         }
     }
 
@@ -219,8 +232,8 @@ impl<'a> Pass<'a> {
     }
 
     /// Whether a disruptive step (`what`, in words) is held: by `spec.paused` (which blocks
-    /// the cluster), by a mass failure, or by members' views that disagree by identity (a
-    /// suspected partition, or a disagreement not yet that old).
+    /// the cluster), by a mass failure, by members' views that disagree by identity (a
+    /// suspected partition, or a disagreement not yet that old), or by a look-alike.
     fn hold(&mut self, what: String) -> bool {
         if self.spec.paused {
             self.held.push(what);
@@ -231,6 +244,9 @@ impl<'a> Pass<'a> {
         } else if self.views_disagree() {
             self.views_held.push(what);
             true
+        } else if !self.look_alikes.is_empty() {
+            self.look_alike_held.push(what);
+            true
         } else {
             false
         }
@@ -239,6 +255,26 @@ impl<'a> Pass<'a> {
     /// Ready members' views disagree by identity now, or a suspected partition is reported.
     fn views_disagree(&self) -> bool {
         self.partition.is_some() || matches!(self.agreement, Agreement::Disagree(_))
+    }
+
+    /// The names look-alikes hold, in words.
+    fn look_alike_names(&self) -> String {
+        self.look_alikes
+            .iter()
+            .map(|o| self.spec.member_name(*o))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
+    /// What blocks a disruptive step while look-alikes are there (`None`: none is).
+    fn look_alike_block(&self, holding: &str) -> Option<Blocked> {
+        (!self.look_alikes.is_empty()).then(|| Blocked {
+            reason: BlockReason::LookAlike,
+            message: format!(
+                "objects that are not this cluster's hold the names of {} (status.lookAlikes): holding {holding} until they are gone",
+                self.look_alike_names()
+            ),
+        })
     }
 
     /// Members (being) created by this pass, PVCs or pods.

@@ -113,6 +113,10 @@ pub struct MemberObs {
     /// Its membership view by identity, read over RESP. `None`: no pod IP, the port did not
     /// answer in time, `AUTH` failed, or the answer did not parse (unknown, never safe).
     pub view: Option<View>,
+    /// A look-alike (a pod or PVC with this member's name and the cluster's labels that is not
+    /// the cluster's, see `ownership`) holds its name: nothing is created in its name, and no
+    /// disruptive step starts or continues while it is there.
+    pub look_alike: bool,
 }
 
 /// One member's view by identity: its own id (`CLUSTER MYID`) and every member in its view
@@ -322,6 +326,8 @@ pub enum BlockReason {
     Replacing,
     HandoffTimeout,
     Paused,
+    /// A look-alike holds a member's name (see `ownership`): unknown is never safe.
+    LookAlike,
 }
 
 impl BlockReason {
@@ -336,6 +342,7 @@ impl BlockReason {
             BlockReason::Replacing => "Replacing",
             BlockReason::HandoffTimeout => "HandoffTimeout",
             BlockReason::Paused => "Paused",
+            BlockReason::LookAlike => "LookAlike",
         }
     }
 }

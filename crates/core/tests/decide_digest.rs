@@ -335,6 +335,7 @@ fn healthy(o: u32, view: u64, seen: &BTreeSet<u32>, sample: Option<&Sample>) -> 
             repairs_total: sample.map_or(0, |s| s.repairs_total),
             ..Scrape::default()
         }),
+        look_alike: false,
     }
 }
 

@@ -143,6 +143,9 @@ struct World {
     storage: Storage,
     /// `spec.storage.staleVolumeGraceSeconds`, in ms.
     stale_grace_ms: Millis,
+    /// Look-alikes: pods a user made with a member's name and the cluster's labels that the
+    /// cluster does not control, by ordinal, until the tick the user deletes them.
+    look_alikes: BTreeMap<u32, u64>,
     trace: bool,
 }
 
@@ -173,6 +176,7 @@ impl World {
                 class: 0,
             },
             stale_grace_ms,
+            look_alikes: BTreeMap::new(),
             trace,
         }
     }
@@ -216,6 +220,7 @@ impl World {
     fn step(&mut self) {
         self.t += 1;
         let t = self.t;
+        self.look_alikes.retain(|_, until| t < *until);
         // Processes: exits after the flush, restarts after a crash.
         let mut gone = Vec::new();
         for (o, p) in self.pods.iter_mut() {
@@ -365,6 +370,7 @@ impl World {
             .keys()
             .chain(self.vols.keys())
             .chain(members.iter())
+            .chain(self.look_alikes.keys())
             .copied()
             .collect();
         for o in ords {
@@ -427,6 +433,7 @@ impl World {
                     }),
                     scrape,
                     view,
+                    look_alike: self.look_alikes.contains_key(&o),
                 },
             );
         }
@@ -512,6 +519,14 @@ impl World {
     fn apply(&mut self, a: Action, members: &BTreeSet<u32>) -> Result<(), String> {
         let t = self.t;
         let now = t as Millis * 1000;
+        let (Action::CreatePvc(o)
+        | Action::CreatePod(o)
+        | Action::Drain(o)
+        | Action::DeletePod(o)
+        | Action::DeletePvc(o)) = a;
+        if self.look_alikes.contains_key(&o) {
+            return Err(format!("{a:?}: its name is held by a look-alike"));
+        }
         match a {
             // The invariant: no pod is (re)created on a volume away longer than the grace.
             Action::CreatePod(o)
@@ -665,6 +680,10 @@ struct Counts {
     /// Stale volumes of a mass failure held for the user, who kept their data once faults
     /// stopped (the annotation removed).
     stale_held_for_user: u64,
+    /// Passes that observed a look-alike.
+    look_alike_passes: u64,
+    /// Of those, passes that held a wanted disruptive step for it (blocked: LookAlike).
+    look_alike_blocked: u64,
 }
 
 impl std::ops::AddAssign for Counts {
@@ -688,6 +707,8 @@ impl std::ops::AddAssign for Counts {
         self.stale_volume_checks += o.stale_volume_checks;
         self.stale_volumes_replaced += o.stale_volumes_replaced;
         self.stale_held_for_user += o.stale_held_for_user;
+        self.look_alike_passes += o.look_alike_passes;
+        self.look_alike_blocked += o.look_alike_blocked;
     }
 }
 
@@ -833,6 +854,16 @@ fn inject_faults(
         // One member's view swaps a member for a stranger: the count is right.
         w.stranger_until.insert(o, t + 5 + rng.below(50));
         faults += 1;
+    }
+    if rng.chance(0.01) {
+        // A user makes a pod with a member's name and the cluster's labels, not controlled by
+        // the cluster (or orphans one): on a name that is free, a member's or not. Deleted
+        // again later.
+        let o = rng.below(u64::from(spec.nodes) + 3) as u32;
+        if !w.pods.contains_key(&o) {
+            w.look_alikes.insert(o, t + 3 + rng.below(40));
+            faults += 1;
+        }
     }
     for o in w.pods.keys() {
         if !w.view_lag.contains_key(o) || rng.chance(0.1) {
@@ -1035,6 +1066,23 @@ impl Operator {
                 ..Reported::default()
             },
         };
+        // While a look-alike holds a name, nothing disruptive is done (and `apply` refuses any
+        // action in its name).
+        if observed.values().any(|m| m.look_alike) {
+            counts.look_alike_passes += 1;
+            if d.blocked.as_ref().map(|b| b.reason) == Some(BlockReason::LookAlike) {
+                counts.look_alike_blocked += 1;
+            }
+            for a in &d.actions {
+                counts.invariant_checks += 1;
+                if matches!(
+                    a,
+                    Action::Drain(_) | Action::DeletePod(_) | Action::DeletePvc(_)
+                ) {
+                    violations.push(format!("t={t}: {a:?} while a look-alike is there"));
+                }
+            }
+        }
         // In a mass failure (by the rule itself, over what this pass was given), the operator
         // only re-creates pods on their own volumes (and volumes of members never Active).
         if let Some(m) = mass_failure(&sizing.spec, &status.memory, &observed) {
@@ -1316,6 +1364,7 @@ fn run(seed: u64, trace: bool) -> Outcome {
             );
         } else if !faulty {
             op.spec.paused = false;
+            w.look_alikes.clear();
             w.view_lag.values_mut().for_each(|l| *l = 0);
             w.split = None;
             w.stranger_until.clear();
@@ -1408,7 +1457,8 @@ fn no_schedule_loses_data_or_disrupts_two_members_and_every_one_converges() {
         "dst: {schedules} schedules, {} steps, {} faults injected, {} invariant checks, {} failing; \
          {} early creations ({} from a stale status), {} passes with the autoscaler moving the target, {} transition Events, {} volumes grown in place, {} fresh volumes asked for on a pod and carried out, {} passes in a mass failure, \
          {} passes with views disagreeing by identity ({} with a removal or restart held), {} passes reporting a suspected partition; \
-         volume absences: {} stamped, {} cleared, {} pods created on a volume away within the grace, {} passes with a member's stale volume and no pod, {} stale volumes replaced, {} stale volumes of a mass failure kept by the user",
+         volume absences: {} stamped, {} cleared, {} pods created on a volume away within the grace, {} passes with a member's stale volume and no pod, {} stale volumes replaced, {} stale volumes of a mass failure kept by the user; \
+         {} passes with a look-alike ({} of them holding a wanted disruptive step for it)",
         counts.steps,
         counts.faults,
         counts.invariant_checks,
@@ -1429,6 +1479,8 @@ fn no_schedule_loses_data_or_disrupts_two_members_and_every_one_converges() {
         counts.stale_volume_checks,
         counts.stale_volumes_replaced,
         counts.stale_held_for_user,
+        counts.look_alike_passes,
+        counts.look_alike_blocked,
     );
     assert!(
         failed.is_empty(),
@@ -1450,5 +1502,6 @@ fn no_schedule_loses_data_or_disrupts_two_members_and_every_one_converges() {
         assert!(counts.stamped_volumes_reused > 0, "{counts:?}");
         assert!(counts.stale_volume_checks > 0, "{counts:?}");
         assert!(counts.stale_volumes_replaced > 0, "{counts:?}");
+        assert!(counts.look_alike_blocked > 0, "{counts:?}");
     }
 }

@@ -52,6 +52,7 @@ fn healthy(n: u32) -> (Memory, BTreeMap<u32, MemberObs>) {
                     ..Scrape::default()
                 }),
                 view: Some(View::of_ordinals(o, 0..n)),
+                look_alike: false,
             },
         );
     }

@@ -37,6 +37,7 @@ fn member(pod: bool, absent_since: Option<Millis>) -> MemberObs {
             ..Scrape::default()
         }),
         view: None,
+        look_alike: false,
     }
 }
 

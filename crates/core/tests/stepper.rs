@@ -85,7 +85,8 @@ impl World {
                 }
             }
         }
-        self.obs.retain(|_, m| m.pod.is_some() || m.pvc.is_some());
+        self.obs
+            .retain(|_, m| m.pod.is_some() || m.pvc.is_some() || m.look_alike);
     }
 
     fn scrape(&mut self, now: Millis) {
@@ -261,6 +262,7 @@ fn members_waiting_only_for_their_pods_are_not_polled() {
             ..Scrape::default()
         }),
         view: None,
+        look_alike: false,
     };
     let requeue = |observed: BTreeMap<u32, MemberObs>| {
         let observed = with_views(observed);
@@ -1066,6 +1068,7 @@ fn arb_obs() -> impl Strategy<Value = MemberObs> {
                 ..Scrape::default()
             }),
             view: None,
+            look_alike: false,
         })
 }
 
@@ -1156,6 +1159,7 @@ fn calm_asking(mem: &Memory, outdated: bool, asking: Option<u32>) -> BTreeMap<u3
                     pvc,
                     scrape,
                     view: None,
+                    look_alike: false,
                 },
             )
         })
@@ -1790,6 +1794,7 @@ fn a_suspected_partition_holds_every_disruptive_step_until_views_agree() {
                         ..Scrape::default()
                     }),
                     view: None,
+                    look_alike: false,
                 },
             )
         })
@@ -1911,5 +1916,164 @@ fn disagreeing_views_hold_a_rolling_update_and_a_requested_fresh_volume() {
         let want = asking.unwrap_or(3);
         assert_eq!(started.ordinal(), want);
         assert_eq!(started.roll().map(Roll::requested), Some(asking.is_some()));
+    }
+}
+
+fn disruptive(d: &Decision) -> bool {
+    d.actions.iter().any(|a| {
+        matches!(
+            a,
+            Action::Drain(_) | Action::DeletePod(_) | Action::DeletePvc(_)
+        )
+    })
+}
+
+/// A look-alike (an object with a member's name that is not the cluster's) on the name of a
+/// member whose pod is gone: nothing is created in its name, no scale-down starts, and the
+/// cluster says why; once it is deleted the member comes back and the scale-down proceeds.
+#[test]
+fn a_look_alike_on_a_members_name_holds_every_disruptive_step_until_it_is_gone() {
+    let mut s = spec(4, 2);
+    let mut w = World::new(2_000);
+    let mut mem = Memory::default();
+    drive(&s, &mut w, &mut mem, 0, 60);
+    assert_eq!(names(&mem), vec![0, 1, 2, 3]);
+    // Its pod went, and a look-alike took its name before the operator re-created it.
+    let m = w.obs.get_mut(&1).unwrap();
+    m.pod = None;
+    m.scrape = None;
+    m.look_alike = true;
+    s.nodes = 3;
+    let ds = drive(&s, &mut w, &mut mem, 100_000, 30);
+    for d in &ds {
+        assert!(!disruptive(d), "{:?}", d.actions);
+        assert!(
+            !d.actions
+                .iter()
+                .any(|a| matches!(a, Action::CreatePod(1) | Action::CreatePvc(1))),
+            "{:?}",
+            d.actions
+        );
+    }
+    let last = ds.last().unwrap();
+    assert_eq!(last.phase, ClusterPhase::Blocked);
+    let b = last.blocked.as_ref().unwrap();
+    assert_eq!(b.reason, BlockReason::LookAlike);
+    assert!(b.message.contains("demo-1"), "{}", b.message);
+    assert!(
+        last.progress.as_deref().unwrap_or("").contains("demo-1"),
+        "{:?}",
+        last.progress
+    );
+    assert_eq!(names(&mem), vec![0, 1, 2, 3], "nobody removed");
+    // The user deletes the look-alike: the member's pod comes back, then one member leaves.
+    w.obs.get_mut(&1).unwrap().look_alike = false;
+    let ds = drive(&s, &mut w, &mut mem, 200_000, 300);
+    assert!(ds[0].actions.contains(&Action::CreatePod(1)));
+    assert_eq!(ds.last().unwrap().phase, ClusterPhase::Healthy);
+    assert_eq!(names(&mem), vec![0, 1, 2]);
+}
+
+/// A look-alike on a free name: a scale-up never picks that name, and a removal in progress
+/// holds its next disruptive step while it is there.
+#[test]
+fn a_look_alike_on_a_free_name_is_skipped_by_a_scale_up_and_holds_a_removal_mid_step() {
+    let mut s = spec(3, 2);
+    let mut w = World::new(2_000);
+    let mut mem = Memory::default();
+    drive(&s, &mut w, &mut mem, 0, 60);
+    w.obs.insert(
+        3,
+        MemberObs {
+            look_alike: true,
+            ..MemberObs::default()
+        },
+    );
+    s.nodes = 4;
+    let ds = drive(&s, &mut w, &mut mem, 100_000, 60);
+    assert!(ds[0].actions.contains(&Action::CreatePod(4)));
+    assert!(!ds.iter().any(|d| d.actions.contains(&Action::CreatePod(3))));
+    assert_eq!(names(&mem), vec![0, 1, 2, 4]);
+    // A removal under way when the look-alike appears: held at its step, then finished.
+    w.obs.remove(&3);
+    s.nodes = 3;
+    let now = run_until(&s, &mut w, &mut mem, 200_000, |m| m.removal().is_some());
+    w.obs.insert(
+        3,
+        MemberObs {
+            look_alike: true,
+            ..MemberObs::default()
+        },
+    );
+    let ds = drive(&s, &mut w, &mut mem, now, 30);
+    for d in &ds {
+        assert!(
+            !disruptive(d),
+            "{:?} {:?} {:?}",
+            d.actions,
+            d.memory.disruption,
+            d.blocked
+        );
+    }
+    assert_eq!(
+        ds.last().unwrap().blocked.as_ref().map(|b| b.reason),
+        Some(BlockReason::LookAlike)
+    );
+    assert!(mem.removal().is_some(), "still under way, not dropped");
+    w.obs.remove(&3);
+    let ds = drive(&s, &mut w, &mut mem, now + 100_000, 300);
+    assert_eq!(ds.last().unwrap().phase, ClusterPhase::Healthy);
+    assert_eq!(mem.members.len(), 3);
+}
+
+/// The cluster object deleted with `--cascade=orphan` and created again: its volumes are its
+/// own (re-adopted), the orphaned pods on their names are look-alikes. The members come back
+/// on those names, waiting for them (no fresh member beside the strangers, nothing disruptive),
+/// and get their pods on their own volumes once the user deletes the orphans.
+#[test]
+fn orphaned_pods_on_kept_volumes_make_their_members_wait_not_new_ones() {
+    let s = spec(3, 2);
+    let mut w = World::new(2_000);
+    for o in 0..3 {
+        w.obs.insert(
+            o,
+            MemberObs {
+                pvc: Some(PvcObs {
+                    uid: format!("kept-{o}"),
+                    terminating: false,
+                    outdated: false,
+                    absent_since: None,
+                }),
+                look_alike: true,
+                ..MemberObs::default()
+            },
+        );
+    }
+    let mut mem = Memory::default();
+    let ds = drive(&s, &mut w, &mut mem, 0, 20);
+    for d in &ds {
+        assert!(d.actions.is_empty(), "{:?}", d.actions);
+    }
+    assert_eq!(
+        names(&mem),
+        vec![0, 1, 2],
+        "the members of the kept volumes"
+    );
+    for o in 0..3 {
+        w.obs.get_mut(&o).unwrap().look_alike = false;
+    }
+    let ds = drive(&s, &mut w, &mut mem, 100_000, 60);
+    assert_eq!(
+        ds[0].actions,
+        vec![
+            Action::CreatePod(0),
+            Action::CreatePod(1),
+            Action::CreatePod(2)
+        ],
+        "on their own volumes"
+    );
+    assert_eq!(ds.last().unwrap().phase, ClusterPhase::Healthy);
+    for o in 0..3 {
+        assert_eq!(uid_of(&w, o), format!("kept-{o}"));
     }
 }

@@ -69,7 +69,11 @@ impl Pass<'_> {
             .chain(
                 self.observed
                     .iter()
-                    .filter(|(_, m)| m.pod.is_some())
+                    // A name a look-alike holds is skipped, unless the cluster's own volume
+                    // is there: the member's data is on it, so it is chosen and waits for
+                    // its name (after `kubectl delete mkv --cascade=orphan` and a new object,
+                    // the orphaned pods hold every name: no fresh member is made beside them).
+                    .filter(|(_, m)| m.pod.is_some() || (m.look_alike && m.pvc.is_none()))
                     .map(|(o, _)| *o),
             )
             .collect();
@@ -113,6 +117,14 @@ impl Pass<'_> {
     fn children_of(&mut self, o: u32, rolling: Option<&Roll>) -> bool {
         let m = self.obs(o);
         let name = self.spec.member_name(o);
+        if m.look_alike {
+            // Its pod or PVC cannot be created (the name is taken), and a pod of ours must
+            // never mount a volume that is not.
+            self.progress.push(format!(
+                "{name}: an object that is not this cluster's holds its name; nothing is created for it until that is deleted"
+            ));
+            return false;
+        }
         // A member that never held data (new, still Joining) may get its volume in a mass
         // failure; any other gets a fresh volume only once enough members are up.
         let new_member =

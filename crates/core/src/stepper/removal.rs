@@ -156,6 +156,7 @@ impl Pass<'_> {
             && !self.spec.paused
             && self.mass.is_none()
             && !self.views_disagree()
+            && self.look_alikes.is_empty()
         {
             self.actions.insert(Action::DeletePvc(v));
         }
@@ -297,6 +298,8 @@ impl Pass<'_> {
                     self.target
                 ),
             })
+        } else if let Some(b) = self.look_alike_block("the scale-down") {
+            Err(b)
         } else if self.creating() {
             Err(Blocked {
                 reason: BlockReason::Replacing,

@@ -17,12 +17,22 @@ impl Pass<'_> {
         }
     }
 
+    /// Disruptive steps that look-alikes held back block the cluster, unless something else
+    /// already does.
+    pub(super) fn hold_for_look_alikes(&mut self) {
+        if self.blocked.is_none() && !self.look_alike_held.is_empty() {
+            let held = self.look_alike_held.join("; ");
+            self.blocked = self.look_alike_block(&held);
+        }
+    }
+
     /// Reclaim volumes of ordinals that are not members, once the cluster is fully replicated.
     pub(super) fn reclaim_volumes(&mut self) {
         if !self.spec.reclaim_pvcs
             || self.spec.paused
             || self.mass.is_some()
             || self.views_disagree()
+            || !self.look_alikes.is_empty()
             || self.disruption.is_some()
             || self.members.len() != self.target
             || self.replacing

@@ -221,8 +221,11 @@ impl Pass<'_> {
             }
             Some(v) if r.leaves_volume(v) && !v.terminating && !self.stale(v) => {
                 // Its pod went before the hand-off: keep its data, restart it on it (unless it
-                // is stale: the children phase then replaces it).
-                self.actions.insert(Action::CreatePod(r.ordinal));
+                // is stale: the children phase then replaces it; or a look-alike took its name:
+                // `children_of` says so).
+                if !self.obs(r.ordinal).look_alike {
+                    self.actions.insert(Action::CreatePod(r.ordinal));
+                }
                 self.progress.push(format!(
                     "{name} lost its pod before its data was handed off: restarting it on its old volume"
                 ));
@@ -330,6 +333,8 @@ impl Pass<'_> {
                 reason: BlockReason::Paused,
                 message: format!("spec.paused is set: holding {held}"),
             })
+        } else if let Some(b) = self.look_alike_block("the rolling update") {
+            Err(b)
         } else if self.creating() || self.replacing {
             Err(Blocked {
                 reason: BlockReason::Replacing,
