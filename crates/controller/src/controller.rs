@@ -179,16 +179,24 @@ type Caches = (
 );
 
 /// Report ready (`/readyz`) once every cache holds its first LIST.
+///
+/// Looked at every 100 ms rather than awaited: a store's readiness is a oneshot with one waker
+/// slot, and every pass's `observe::synced` check (polled once, with a no-op waker) takes that
+/// slot over, so an await here was never woken and a new leader stayed unready for good.
 async fn ready_when_synced(caches: Caches, metrics: Arc<telemetry::Metrics>) {
     let (crs, pods, pvcs, services, pdbs) = caches;
-    let synced = crs.wait_until_ready().await.is_ok()
-        && pods.wait_until_ready().await.is_ok()
-        && pvcs.wait_until_ready().await.is_ok()
-        && services.wait_until_ready().await.is_ok()
-        && pdbs.wait_until_ready().await.is_ok();
-    if synced {
-        info!("watch caches synced");
-        metrics.ready.store(true, Ordering::Relaxed);
+    loop {
+        let synced = observe::synced(&crs)
+            && observe::synced(&pods)
+            && observe::synced(&pvcs)
+            && observe::synced(&services)
+            && observe::synced(&pdbs);
+        if synced {
+            info!("watch caches synced");
+            metrics.ready.store(true, Ordering::Relaxed);
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 
@@ -317,6 +325,41 @@ mod tests {
             },
             ..Pod::default()
         }
+    }
+
+    /// The per-pass `synced` checks, polled once each with a no-op waker, must not keep
+    /// `/readyz` from turning ready once every cache holds its first LIST.
+    #[tokio::test]
+    async fn ready_once_synced_although_passes_checked_the_caches_meanwhile() {
+        let (crs, mut crs_w) = reflector::store::<MarekvsCluster>();
+        let (pods, mut pods_w) = reflector::store::<Pod>();
+        let (pvcs, mut pvcs_w) = reflector::store::<PersistentVolumeClaim>();
+        let (services, mut services_w) = reflector::store::<Service>();
+        let (pdbs, mut pdbs_w) = reflector::store::<PodDisruptionBudget>();
+        let metrics = Arc::new(telemetry::Metrics::default());
+        let caches = (
+            crs.clone(),
+            pods.clone(),
+            pvcs.clone(),
+            services.clone(),
+            pdbs.clone(),
+        );
+        let waiting = tokio::spawn(ready_when_synced(caches, metrics.clone()));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        // Passes look at the caches before they are synced.
+        assert!(!observe::synced(&crs) && !observe::synced(&pods) && !observe::synced(&pvcs));
+        assert!(!observe::synced(&services) && !observe::synced(&pdbs));
+        assert!(!metrics.ready.load(Ordering::Relaxed));
+        crs_w.apply_watcher_event(&watcher::Event::InitDone);
+        pods_w.apply_watcher_event(&watcher::Event::InitDone);
+        pvcs_w.apply_watcher_event(&watcher::Event::InitDone);
+        services_w.apply_watcher_event(&watcher::Event::InitDone);
+        pdbs_w.apply_watcher_event(&watcher::Event::InitDone);
+        tokio::time::timeout(Duration::from_secs(5), waiting)
+            .await
+            .expect("ready within 5 s of the caches syncing")
+            .unwrap();
+        assert!(metrics.ready.load(Ordering::Relaxed));
     }
 
     /// An error passed on to the controller would stall every watch behind its trigger

@@ -1084,7 +1084,7 @@ async fn failover_once(
             &api1,
             pass_end.duration_since(killed),
         ),
-        ("the minute after", &api1, &api2, Duration::from_secs(after)),
+        ("the window after", &api1, &api2, Duration::from_secs(after)),
     ];
     for (label, a, b, d) in windows {
         let (n, by) = apiserver_writes(a, b);
