@@ -1,25 +1,15 @@
 //! `Decision::plan` (`status.plan`): which members would leave next, in order, and what holds
 //! each step right now.
 
-use std::collections::{BTreeMap, BTreeSet};
+mod common;
+
+use std::collections::BTreeMap;
 
 use marekvs_core::*;
 
 const NOW: Millis = 1_700_000_000_000;
 
-fn spec(nodes: u32, rf: u32) -> ClusterSpec {
-    ClusterSpec {
-        name: "demo".into(),
-        nodes,
-        replication_factor: rf,
-        remove_first: BTreeSet::new(),
-        reclaim_pvcs: false,
-        settle_ms: 3_000,
-        handoff_timeout_ms: 60_000,
-        paused: false,
-        stale_volume_grace_ms: 3_600_000,
-    }
-}
+use common::spec;
 
 /// `n` members, ready, scraped, views converged, counters quiet for a minute.
 fn healthy(n: u32) -> (Memory, BTreeMap<u32, MemberObs>) {

@@ -1,6 +1,8 @@
 //! Stale volumes through `decide`: a volume away longer than the grace is never mounted again.
 
-use std::collections::{BTreeMap, BTreeSet};
+mod common;
+
+use std::collections::BTreeMap;
 
 use marekvs_core::*;
 
@@ -9,15 +11,8 @@ const GRACE: Millis = 60_000;
 
 fn spec(nodes: u32, rf: u32) -> ClusterSpec {
     ClusterSpec {
-        name: "demo".into(),
-        nodes,
-        replication_factor: rf,
-        remove_first: BTreeSet::new(),
-        reclaim_pvcs: false,
-        settle_ms: 3_000,
-        handoff_timeout_ms: 60_000,
-        paused: false,
         stale_volume_grace_ms: GRACE,
+        ..common::spec(nodes, rf)
     }
 }
 

@@ -1,24 +1,14 @@
 //! The stepper against a small in-memory world, and properties over random observations.
 
+mod common;
+
 use std::collections::{BTreeMap, BTreeSet};
 
 use marekvs_core::stepper::{REQUEUE_BUSY_MS, REQUEUE_IDLE_MS};
 use marekvs_core::*;
 use proptest::prelude::*;
 
-fn spec(nodes: u32, rf: u32) -> ClusterSpec {
-    ClusterSpec {
-        name: "demo".into(),
-        nodes,
-        replication_factor: rf,
-        remove_first: BTreeSet::new(),
-        reclaim_pvcs: false,
-        settle_ms: 3_000,
-        handoff_timeout_ms: 60_000,
-        paused: false,
-        stale_volume_grace_ms: 3_600_000,
-    }
-}
+use common::spec;
 
 /// A toy world: pods and PVCs appear and disappear as actions ask; every running member sees
 /// all running members; repair counters move for `copying_ms` after every membership change.
