@@ -43,7 +43,9 @@ mod convert;
     validation = Rule::new("size(self.metadata.name) <= 52")
         .message("metadata.name must be at most 52 characters: member pods are <name>-<ordinal> and their hostname must fit in 63"),
     validation = Rule::new("!has(self.spec.removeMembers) || self.spec.removeMembers.all(m, m.startsWith(self.metadata.name + '-'))")
-        .message("spec.removeMembers: each entry must name a member of this cluster, <metadata.name>-<ordinal> (e.g. demo-1)")
+        .message("spec.removeMembers: each entry must name a member of this cluster, <metadata.name>-<ordinal> (e.g. demo-1)"),
+    validation = Rule::new("!has(self.spec.fencedMembers) || self.spec.fencedMembers.all(m, m.startsWith(self.metadata.name + '-'))")
+        .message("spec.fencedMembers: each entry must name a member of this cluster, <metadata.name>-<ordinal> (e.g. demo-1)")
 )]
 #[serde(rename_all = "camelCase")]
 #[x_kube(validation = Rule::new("self.nodes >= self.replicationFactor + 1")
@@ -142,6 +144,25 @@ pub struct MarekvsClusterSpec {
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub paused: bool,
 
+    /// Stop every member's pod and keep every volume (and the membership): the cluster reports
+    /// phase `Hibernated`. Setting it back to false wakes the same members on their own volumes,
+    /// behind the hand-off gate. A volume away longer than `storage.staleVolumeGraceSeconds` is
+    /// never mounted again, so waking after longer than the grace is refused (and reported)
+    /// unless `storage.freshVolumesOnWake` is true. A removal or restart in progress finishes
+    /// its current step first: hibernation starts only between steps.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub hibernation: bool,
+
+    /// Members whose pod is stopped without removing them from the membership, e.g.
+    /// `[demo-1]` (a member to keep off a suspect node while it is examined). Its volume is
+    /// kept and it stays in `status.instanceNames`; no disruptive step (drain, removal,
+    /// restart, volume replacement) runs while any member is fenced, and the `Blocked`
+    /// condition says so. Removing an entry brings the member back on its own volume (unless
+    /// it was away past `storage.staleVolumeGraceSeconds`). At most 10 entries.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 10), inner(length(max = 63), regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?-(0|[1-9][0-9]*)$")), extend("x-kubernetes-list-type" = "set"))]
+    pub fenced_members: Vec<String>,
+
     /// A password for the members' RESP port. Each member gets it as `MAREKVS_REQUIREPASS`
     /// (from the Secret, never in plain env), and the operator reads it to `AUTH` before it
     /// reads each member's view (`CLUSTER MYID`, `CLUSTER NODES`).
@@ -217,6 +238,13 @@ pub struct StorageSpec {
     #[serde(default = "default_stale_volume_grace")]
     #[schemars(range(min = 10, max = 2592000))]
     pub stale_volume_grace_seconds: i32,
+
+    /// Waking from `hibernation` after longer than `staleVolumeGraceSeconds` starts every
+    /// member on a fresh, empty volume: the cluster's data is gone. Off by default: such a
+    /// wake is refused (phase `Blocked`) and the volumes are kept, so that the user decides
+    /// (docs/storage.md). It has no effect on a wake within the grace.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub fresh_volumes_on_wake: bool,
 }
 
 fn default_size() -> String {
@@ -234,6 +262,7 @@ impl Default for StorageSpec {
             class_name: None,
             replace_volumes: false,
             stale_volume_grace_seconds: default_stale_volume_grace(),
+            fresh_volumes_on_wake: false,
         }
     }
 }
