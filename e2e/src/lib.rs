@@ -750,7 +750,12 @@ pub fn condition<'a>(
 }
 
 /// Reasons of the Events recorded for an object in `ns`.
-pub async fn event_reasons(client: &Client, ns: &str, name: &str) -> anyhow::Result<Vec<String>> {
+/// The Events (`events.k8s.io`) regarding the object `name` in `ns`.
+pub async fn events_of(
+    client: &Client,
+    ns: &str,
+    name: &str,
+) -> anyhow::Result<Vec<k8s_openapi::api::events::v1::Event>> {
     let api: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(client.clone(), ns);
     Ok(api
         .list(&Default::default())
@@ -758,7 +763,29 @@ pub async fn event_reasons(client: &Client, ns: &str, name: &str) -> anyhow::Res
         .items
         .into_iter()
         .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
+        .collect())
+}
+
+pub async fn event_reasons(client: &Client, ns: &str, name: &str) -> anyhow::Result<Vec<String>> {
+    Ok(events_of(client, ns, name)
+        .await?
+        .into_iter()
         .filter_map(|e| e.reason)
+        .collect())
+}
+
+/// The notes of the Events with `reason` regarding `name`.
+pub async fn event_notes(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    reason: &str,
+) -> anyhow::Result<Vec<String>> {
+    Ok(events_of(client, ns, name)
+        .await?
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some(reason))
+        .filter_map(|e| e.note)
         .collect())
 }
 

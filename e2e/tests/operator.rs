@@ -170,6 +170,36 @@ async fn creates_members_then_scales_3_5_3_removing_the_chosen_member_first() ->
         ],
     )
     .await?;
+    // Two removals are two Events, each naming its member's pod as `related`: never one
+    // series showing the first member's note twice.
+    let removed: Vec<(Option<String>, Option<String>, Option<i32>)> =
+        events_of(&env.client, &env.namespace, "demo")
+            .await?
+            .into_iter()
+            .filter(|e| e.reason.as_deref() == Some("MemberRemoved"))
+            .map(|e| {
+                (
+                    e.related.and_then(|r| r.name),
+                    e.note,
+                    e.series.map(|s| s.count),
+                )
+            })
+            .collect();
+    let mut related: Vec<_> = removed.iter().map(|(r, ..)| r.clone()).collect();
+    related.sort();
+    assert_eq!(
+        related,
+        [Some("demo-1".to_string()), Some("demo-4".to_string())],
+        "one MemberRemoved Event per member: {removed:?}"
+    );
+    for (member, note, series) in &removed {
+        let member = member.as_deref().unwrap_or_default();
+        assert!(
+            note.as_deref().is_some_and(|n| n.contains(member)),
+            "the note names {member}: {removed:?}"
+        );
+        assert_eq!(*series, None, "no series: {removed:?}");
+    }
     assert_no_loss(&sim, &env.namespace).await?;
     env.cleanup().await
 }
@@ -1351,24 +1381,6 @@ async fn a_mass_failure_replaces_no_volume_and_removes_no_one_until_members_are_
 }
 
 /// The notes of the Events with `reason` recorded for `name` in `ns`.
-async fn event_notes(
-    client: &kube::Client,
-    ns: &str,
-    name: &str,
-    reason: &str,
-) -> anyhow::Result<Vec<String>> {
-    let api: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(client.clone(), ns);
-    Ok(api
-        .list(&Default::default())
-        .await?
-        .items
-        .into_iter()
-        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
-        .filter(|e| e.reason.as_deref() == Some(reason))
-        .filter_map(|e| e.note)
-        .collect())
-}
-
 /// One member's view holds a stranger in place of another member: every count is right, the
 /// members are not. A scale-down is held (views not converged by identity); after 30 s the
 /// SuspectedPartition condition and a Warning Event say who sees whom. Healed, the views agree

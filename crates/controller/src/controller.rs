@@ -8,7 +8,6 @@ use std::time::Duration;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{Controller, WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
@@ -44,10 +43,6 @@ pub async fn run(
             None => Api::all(client.clone()),
         }
     }
-    let reporter = Reporter {
-        controller: build::MANAGER.into(),
-        instance: std::env::var("POD_NAME").ok(),
-    };
     let managed = watcher::Config::default().labels(&format!(
         "{}={}",
         build::LABEL_MANAGED_BY,
@@ -105,7 +100,11 @@ pub async fn run(
     let (pdbs, pdb_stream) = cached!(PodDisruptionBudget, "poddisruptionbudgets", managed.clone());
     let ctx = Arc::new(reconcile::Ctx {
         client: client.clone(),
-        recorder: Recorder::new(client.clone(), reporter),
+        events: crate::events::Events::new(
+            client.clone(),
+            build::MANAGER,
+            std::env::var("POD_NAME").ok(),
+        ),
         members: scrape::MemberClient::new(members.timeout)
             .with_max_concurrent(members.max_concurrent_scrapes)
             .with_metrics(metrics.clone()),

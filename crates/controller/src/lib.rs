@@ -7,6 +7,7 @@ pub mod build;
 mod build_golden;
 pub mod controller;
 pub mod error;
+pub mod events;
 pub mod first_pass;
 pub mod lease;
 #[cfg(test)]

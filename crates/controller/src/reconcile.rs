@@ -22,7 +22,6 @@ use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::jiff::Timestamp;
 use kube::runtime::controller::Action;
-use kube::runtime::events::Recorder;
 use kube::runtime::reflector::Store;
 use kube::{Client, Resource, ResourceExt};
 use marekvs_api::MarekvsCluster;
@@ -43,7 +42,7 @@ use crate::{act, record, recreate, report, spec, status, views};
 
 pub struct Ctx {
     pub client: Client,
-    pub recorder: Recorder,
+    pub events: crate::events::Events,
     pub members: MemberClient,
     pub cluster_domain: String,
     /// Watch caches of the operator's children (labelled managed-by): read here instead of

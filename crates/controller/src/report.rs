@@ -1,10 +1,10 @@
 //! Report: Events, on transitions only, each naming its member where it is about one.
 
 use k8s_openapi::api::core::v1::ObjectReference;
-use kube::runtime::events::{Event, EventType};
 use marekvs_core::{EventKind, Note};
 use tracing::{info, warn};
 
+use crate::events::{self, member_named};
 use crate::reconcile::Ctx;
 
 /// The notes as Events, except those `skip` says another path announced.
@@ -15,10 +15,27 @@ pub async fn publish_notes(
     skip: impl Fn(&Note) -> bool,
 ) {
     for note in notes.iter().filter(|n| !skip(n)) {
-        publish(ctx, reference, note.kind, note.reason, &note.message).await;
+        let member = note
+            .member
+            .or_else(|| member_named(cluster(reference), &note.message));
+        publish_about(
+            ctx,
+            reference,
+            member,
+            note.kind,
+            note.reason,
+            &note.message,
+        )
+        .await;
     }
 }
 
+fn cluster(reference: &ObjectReference) -> &str {
+    reference.name.as_deref().unwrap_or_default()
+}
+
+/// Publish an Event about the cluster; one about a single member (the note names it) carries
+/// that member's pod as `related`.
 pub async fn publish(
     ctx: &Ctx,
     reference: &ObjectReference,
@@ -26,18 +43,33 @@ pub async fn publish(
     reason: &str,
     message: &str,
 ) {
-    let ev = Event {
-        type_: match kind {
-            EventKind::Normal => EventType::Normal,
-            EventKind::Warning => EventType::Warning,
-        },
-        reason: reason.into(),
-        note: Some(message.chars().take(1000).collect()),
-        action: reason.into(),
-        secondary: None,
-    };
+    let member = member_named(cluster(reference), message);
+    publish_about(ctx, reference, member, kind, reason, message).await;
+}
+
+async fn publish_about(
+    ctx: &Ctx,
+    reference: &ObjectReference,
+    member: Option<u32>,
+    kind: EventKind,
+    reason: &str,
+    message: &str,
+) {
+    let related = member.map(|o| ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("Pod".into()),
+        namespace: reference.namespace.clone(),
+        name: Some(format!("{}-{o}", cluster(reference))),
+        ..Default::default()
+    });
     info!(reason, message, "event");
-    if let Err(e) = ctx.recorder.publish(&ev, reference).await {
+    let note = events::Note {
+        kind,
+        reason,
+        message,
+        related,
+    };
+    if let Err(e) = ctx.events.publish(reference, note).await {
         warn!("publishing event {reason}: {e}");
     }
 }

@@ -28,7 +28,6 @@ use http::{Method, Request, Response, StatusCode, Uri};
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::client::Body;
-use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{self, Store, store::Writer};
 use kube::runtime::watcher;
 use kube::{Client, Resource};
@@ -38,6 +37,7 @@ use marekvs_operator::build::{
     LABEL_INSTANCE, LABEL_MANAGED_BY, LABEL_NAME, LABEL_ORDINAL, MANAGER, PORT_METRICS,
 };
 use marekvs_operator::error::Error;
+use marekvs_operator::events::Events;
 use marekvs_operator::reconcile::{Ctx, Next, now_ms, pass};
 use marekvs_operator::recreate::RecreationLock;
 use marekvs_operator::scrape::MemberClient;
@@ -423,13 +423,9 @@ impl World {
             applied(build::client_service(cr)),
         ]);
         let (pdbs, pdb_writer) = ready_store(vec![applied(build::pdb(cr))]);
-        let reporter = Reporter {
-            controller: MANAGER.into(),
-            instance: None,
-        };
         let ctx = Arc::new(Ctx {
             client: client.clone(),
-            recorder: Recorder::new(client, reporter),
+            events: Events::new(client, MANAGER, None),
             members: MemberClient::new(Duration::from_secs(2)),
             cluster_domain: CLUSTER_DOMAIN.into(),
             pods,
