@@ -2,10 +2,10 @@
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
 
-.PHONY: help build test unit e2e fuzz deny bench lint crd crd-check control-plane demo demo-down kubeconfig
+.PHONY: help build test unit e2e fuzz deny bench lint crd crd-check control-plane demo demo-down kubeconfig kind-up kind-e2e kind-down
 
 help: ## List the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
+	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
 
 build: ## Build every crate
 	cargo build --workspace
@@ -53,3 +53,12 @@ demo-down: ## Stop everything `make demo` started and remove its state
 
 kubeconfig: ## Print the kubeconfig path of the running demo cluster
 	@. hack/lib.sh && cluster_env demo && if [ -f "$$KUBECONFIG_PATH" ]; then echo "$$KUBECONFIG_PATH"; else echo "no demo cluster: run make demo" >&2; exit 1; fi
+
+kind-up: ## kind cluster with storage classes, the operator image and deploy/ (needs Docker, kind, kubectl)
+	@hack/kind/up.sh
+
+kind-e2e: kind-up ## The e2e suite on kind: real marekvs members (MAREKVS_IMAGE), the operator as deployed
+	hack/kind/e2e.sh
+
+kind-down: ## Delete the kind cluster
+	hack/kind/down.sh

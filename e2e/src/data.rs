@@ -22,7 +22,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::Api;
 pub use marekvs_sim::resp::Reply;
 use marekvs_sim::resp::{self, Parsed};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::pod_ip;
@@ -54,11 +54,51 @@ pub fn default_keys() -> usize {
         .unwrap_or(2_000)
 }
 
-/// A minimal RESP client over one TCP connection, using the simulator's codec: replies are
+/// A byte stream to a member's RESP port.
+trait Stream: AsyncRead + AsyncWrite + Unpin + Send {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> Stream for T {}
+
+/// A minimal RESP client over one connection, using the simulator's codec: replies are
 /// parsed with its limits (1 MiB per bulk, 4 MiB buffered), never trusted blindly.
 pub struct Resp {
-    stream: TcpStream,
+    stream: Box<dyn Stream>,
     buf: Vec<u8>,
+    /// With a port-forward, the forwarder the stream belongs to (dropped with it).
+    _forward: Option<kube::api::Portforwarder>,
+}
+
+/// Whether the data check reaches members through the API server's port-forward
+/// (`MAREKVS_E2E_PORT_FORWARD`) rather than at their pod IPs. On kind the pod IPs are not the
+/// host's to reach, and the API server is on 127.0.0.1: every connection the tests make stays
+/// on loopback.
+fn port_forward() -> bool {
+    std::env::var_os("MAREKVS_E2E_PORT_FORWARD").is_some_and(|v| !v.is_empty())
+}
+
+/// Connect to `member`'s RESP port (through its pod IP, or a port-forward) and authenticate
+/// as [`Resp::connect_auth`] does.
+async fn connect_member(
+    pods: &Api<Pod>,
+    member: &str,
+    password: Option<&str>,
+) -> anyhow::Result<Resp> {
+    if !port_forward() {
+        let ip = member_ip(pods, member).await?;
+        return Resp::connect_auth(ip, password).await;
+    }
+    let mut forward = tokio::time::timeout(IO_TIMEOUT, pods.portforward(member, &[RESP_PORT]))
+        .await
+        .map_err(|_| anyhow!("port-forward to {member} timed out"))?
+        .with_context(|| format!("port-forward to {member}:{RESP_PORT}"))?;
+    let stream = forward
+        .take_stream(RESP_PORT)
+        .with_context(|| format!("port-forward to {member}:{RESP_PORT}: no stream"))?;
+    let resp = Resp {
+        stream: Box::new(stream),
+        buf: Vec::new(),
+        _forward: Some(forward),
+    };
+    resp.authenticated(member, password).await
 }
 
 impl Resp {
@@ -75,21 +115,26 @@ impl Resp {
             .map_err(|_| anyhow!("connecting to {ip}:{RESP_PORT} timed out"))?
             .with_context(|| format!("connecting to {ip}:{RESP_PORT}"))?;
         stream.set_nodelay(true)?;
-        let mut resp = Resp {
-            stream,
+        let resp = Resp {
+            stream: Box::new(stream),
             buf: Vec::new(),
+            _forward: None,
         };
+        resp.authenticated(&ip.to_string(), password).await
+    }
+
+    async fn authenticated(mut self, at: &str, password: Option<&str>) -> anyhow::Result<Resp> {
         let pass = match password {
             Some(p) => p.to_string(),
             None => std::env::var("MAREKVS_E2E_REQUIREPASS").unwrap_or_default(),
         };
         if !pass.is_empty() {
-            match resp.call(&[b"AUTH", pass.as_bytes()]).await? {
+            match self.call(&[b"AUTH", pass.as_bytes()]).await? {
                 Reply::Simple(ok) if ok == "OK" => {}
-                other => bail!("AUTH at {ip}: {other:?}"),
+                other => bail!("AUTH at {at}: {other:?}"),
             }
         }
-        Ok(resp)
+        Ok(self)
     }
 
     /// One command, one reply.
@@ -264,8 +309,7 @@ impl DataSet {
         member: &str,
         keys: &[&String],
     ) -> anyhow::Result<()> {
-        let ip = member_ip(pods, member).await?;
-        let mut conn = Resp::connect_auth(ip, self.password.as_deref()).await?;
+        let mut conn = connect_member(pods, member, self.password.as_deref()).await?;
         for chunk in keys.chunks(PIPELINE) {
             let commands: Vec<Vec<Vec<u8>>> = chunk
                 .iter()
@@ -279,7 +323,7 @@ impl DataSet {
                 .collect();
             for (k, reply) in chunk.iter().zip(conn.pipeline(&commands).await?) {
                 if reply != Reply::Simple("OK".into()) {
-                    bail!("SET {k} through {member} ({ip}): {reply:?}");
+                    bail!("SET {k} through {member}: {reply:?}");
                 }
             }
         }
@@ -383,8 +427,7 @@ impl DataSet {
 
     /// One pass over every key through `via`. An error is a failure to read at all.
     async fn read_all(&self, pods: &Api<Pod>, via: &str) -> anyhow::Result<Pass> {
-        let ip = member_ip(pods, via).await?;
-        let mut conn = Resp::connect_auth(ip, self.password.as_deref()).await?;
+        let mut conn = connect_member(pods, via, self.password.as_deref()).await?;
         let mut missing = Vec::new();
         let mut wrong = Vec::new();
         for chunk in self.keys.chunks(PIPELINE) {
