@@ -7,7 +7,7 @@ use std::time::Duration;
 use std::sync::atomic::Ordering;
 
 use clap::builder::TypedValueParser as _;
-use clap::{Parser, Subcommand};
+use clap::{Parser, Subcommand, ValueEnum};
 use kube::CustomResourceExt;
 use marekvs_api::MarekvsCluster;
 use tracing::error;
@@ -68,9 +68,28 @@ enum Command {
             env = "MAREKVS_OPERATOR_METRICS_ADDR"
         )]
         metrics_addr: std::net::SocketAddr,
+        /// Log lines as plain text, or as one JSON object per line (for log collectors).
+        #[arg(long, value_enum, default_value_t = LogFormat::Text, env = "MAREKVS_OPERATOR_LOG_FORMAT")]
+        log_format: LogFormat,
     },
     /// Print the CustomResourceDefinition as YAML.
     Crd,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| "info,kube=warn".into());
+    let logs = tracing_subscriber::fmt().with_env_filter(filter);
+    match format {
+        LogFormat::Text => logs.init(),
+        LogFormat::Json => logs.json().init(),
+    }
 }
 
 #[tokio::main]
@@ -91,13 +110,9 @@ async fn main() -> anyhow::Result<()> {
             lease_name,
             lease_duration_seconds,
             metrics_addr,
+            log_format,
         } => {
-            tracing_subscriber::fmt()
-                .with_env_filter(
-                    tracing_subscriber::EnvFilter::try_from_default_env()
-                        .unwrap_or_else(|_| "info,kube=warn".into()),
-                )
-                .init();
+            init_logging(log_format);
             let metrics = Arc::new(telemetry::Metrics::default());
             telemetry::serve(metrics.clone(), metrics_addr).await?;
             let config = kube::Config::infer().await?;
