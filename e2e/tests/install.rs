@@ -146,11 +146,20 @@ async fn operate_the_demo(env: &TestEnv, label: &str) -> anyhow::Result<String> 
     wait_healthy(&api, "demo", &all, T).await?;
     let data = write_keys(env, &all, "demo-0", label).await?;
 
-    // The leader goes as a rollout or a drain would take it: SIGTERM through its pod.
+    // The leader goes as a rollout or a drain would take it: SIGTERM through its pod. Only
+    // once another pod leads is a member removed, so the removal is the next leader's work.
     let operator_pods_api: Api<Pod> = env.api();
+    let deleted = std::time::Instant::now();
     operator_pods_api
         .delete(&first, &DeleteParams::default())
         .await?;
+    let now = operator_pods(env, 2).await?;
+    let next = leader(env, &now).await?;
+    assert_ne!(next, first, "the deleted pod still leads");
+    eprintln!(
+        "{label}: {next} leads {:.1}s after {first} was deleted",
+        deleted.elapsed().as_secs_f64()
+    );
     patch_spec(
         &api,
         "demo",
@@ -158,10 +167,7 @@ async fn operate_the_demo(env: &TestEnv, label: &str) -> anyhow::Result<String> 
     )
     .await?;
     wait_healthy(&api, "demo", &["demo-0", "demo-2", "demo-3"], T).await?;
-    let now = operator_pods(env, 2).await?;
-    let next = leader(env, &now).await?;
-    assert_ne!(next, first, "the deleted pod still leads");
-    eprintln!("{label}: demo-1 removed under the next leader {next}");
+    eprintln!("{label}: demo-1 removed under {next}");
     read_back(env, &data).await?;
     Ok(next)
 }
