@@ -23,7 +23,8 @@ use tracing::info;
 /// and its output in --pod-logs-dir). Readiness follows the pod's readiness probe; a member
 /// that exits is restarted with the kubelet's back-off (CrashLoopBackOff); deletion runs the
 /// preStop hook and waits for the member to exit. Also provisions the volumes of the
-/// `marekvs.io/sim-hostpath` StorageClass.
+/// `marekvs.io/sim-hostpath` StorageClass. With --operator-bin, pods of the operator image run
+/// as that binary (their args and env, a token of their ServiceAccount as KUBECONFIG).
 #[derive(Parser, Debug)]
 #[command(version)]
 struct Args {

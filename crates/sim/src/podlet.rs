@@ -1398,6 +1398,21 @@ mod tests {
     }
 
     #[test]
+    fn the_operator_runs_with_its_args_after_the_images_entrypoint_only() {
+        let mut c = Container {
+            args: Some(vec!["run".into(), "--namespace=x".into()]),
+            ..Container::default()
+        };
+        assert_eq!(operator_args(&c).unwrap(), ["run", "--namespace=x"]);
+        c.command = Some(vec!["/marekvs-operator".into(), "run".into()]);
+        c.args = Some(vec!["--leader-elect=false".into()]);
+        assert_eq!(operator_args(&c).unwrap(), ["run", "--leader-elect=false"]);
+        c.command = Some(vec!["/bin/sh".into(), "-c".into()]);
+        let err = operator_args(&c).unwrap_err();
+        assert!(err.contains("/bin/sh"), "{err}");
+    }
+
+    #[test]
     fn node_id_is_the_hostname_ordinal() {
         let mut pod = Pod::default();
         pod.metadata.name = Some("demo-12".into());
