@@ -1,9 +1,12 @@
-# The operator image (for kind or a real cluster; not used by the local harness).
+# The operator image: `make image` (see docs/install.md). Build context: the repository root;
+# .dockerignore keeps target/, .state/, .git and fuzz output out of it.
 FROM rust:1.95-bookworm AS build
 WORKDIR /src
 COPY . .
-RUN cargo build --release -p marekvs-operator
+# --locked: exactly the dependencies of Cargo.lock, or fail.
+RUN cargo build --locked --release -p marekvs-operator
 
+# No shell, no package manager; runs as the distroless nonroot user (65532).
 FROM gcr.io/distroless/cc-debian12:nonroot
 COPY --from=build /src/target/release/marekvs-operator /marekvs-operator
 USER 65532:65532

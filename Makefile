@@ -2,10 +2,16 @@
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
 
-.PHONY: help build test unit e2e fuzz deny bench lint crd crd-check control-plane demo demo-down kubeconfig kind-up kind-e2e kind-down
+.PHONY: help build test unit e2e fuzz deny bench lint crd crd-check control-plane demo demo-down kubeconfig image image-push helm kind-up kind-e2e kind-down
 
 help: ## List the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
+
+# The release version: the operator crate's (its --version), the chart's version and appVersion,
+# and the image tag deploy/ names (hack/check-deploy.sh checks they agree).
+VERSION := $(shell sed -n 's/^version = "\(.*\)"$$/\1/p' crates/controller/Cargo.toml | head -n 1)
+IMAGE ?= ghcr.io/marekvs/marekvs-operator
+TAG ?= $(VERSION)
 
 build: ## Build every crate
 	cargo build --workspace
@@ -29,18 +35,30 @@ test: unit fuzz e2e ## Unit, property, simulation, fuzz and e2e (incl. chaos) te
 bench: ## Benchmarks on a fresh local control plane (reported numbers; see docs/benchmarks.md)
 	hack/bench.sh $(BENCH)
 
-lint: crd-check ## rustfmt, clippy (warnings are errors), the CRD drift check, deploy/ and its overlays render (RBAC checked)
+lint: crd-check ## rustfmt, clippy (warnings are errors), the CRD drift check, deploy/, its overlays and the Helm chart render (RBAC checked)
 	cargo fmt --all --check
 	cargo clippy --workspace --all-targets -- -D warnings
 	hack/check-deploy.sh
 
-CRD := deploy/crd/marekvs.io_marekvsclusters.yaml
+# The generated CRD, in the kustomize tree and in the Helm chart: both written, both checked.
+CRDS := deploy/crd/marekvs.io_marekvsclusters.yaml deploy/helm/marekvs-operator/crds/marekvs.io_marekvsclusters.yaml
 
-crd: ## Regenerate the CRD from the Rust types
-	cargo run -q -p marekvs-operator -- crd > $(CRD)
+crd: ## Regenerate the CRD from the Rust types (deploy/crd and the Helm chart's crds/)
+	@cargo run -q -p marekvs-operator -- crd > $(firstword $(CRDS)).tmp
+	@for f in $(CRDS); do cp $(firstword $(CRDS)).tmp $$f; done; rm -f $(firstword $(CRDS)).tmp
 
-crd-check: ## Fail if the committed CRD differs from the Rust types
-	@cargo run -q -p marekvs-operator -- crd | diff -u $(CRD) - || { echo "$(CRD) is stale: run make crd" >&2; exit 1; }
+crd-check: ## Fail if a committed CRD (deploy/crd or the chart's) differs from the Rust types
+	@cargo run -q -p marekvs-operator -- crd > $(firstword $(CRDS)).want
+	@rc=0; for f in $(CRDS); do diff -u $$f $(firstword $(CRDS)).want || { echo "$$f is stale: run make crd" >&2; rc=1; }; done; rm -f $(firstword $(CRDS)).want; exit $$rc
+
+image: ## Build the operator image IMAGE:TAG (docker, podman, nerdctl or buildah; see docs/install.md)
+	@hack/image.sh build $(IMAGE) $(TAG)
+
+image-push: ## Push IMAGE:TAG to its registry (after make image)
+	@hack/image.sh push $(IMAGE) $(TAG)
+
+helm: ## Build (or reuse) the pinned helm, print its path
+	@hack/tools.sh helm
 
 control-plane: ## Build (or reuse) the pinned upstream control-plane binaries
 	@hack/build-control-plane.sh

@@ -2,7 +2,9 @@
 # Part of `make lint`: render deploy/ and every overlay in deploy/overlays/ with `kubectl
 # kustomize` (the pinned kubectl of hack/build-control-plane.sh, built on first use as every
 # hack script does; nothing is sent to any cluster) and check what the RBAC promises. A broken
-# overlay, or a role that grew a permission this script forbids, fails CI.
+# overlay, or a role that grew a permission this script forbids, fails CI. Then the Helm chart
+# (helm of hack/tools.sh): `helm lint`, rendered in both scopes with exactly deploy/'s rules,
+# and values it must refuse refused. Every image named is the released version.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib.sh"
@@ -106,4 +108,70 @@ has "^        - --namespace=$watched\$" <<<"$(doc Deployment marekvs-operator <<
   fail "$ns: the operator does not run with --namespace=$watched"
 [ "$(rules <<<"$(doc Role marekvs-operator-leader-election <<<"$out")")" = "$(rules <<<"$election")" ] ||
   fail "$ns: the leader-election Role differs from deploy/'s"
-echo "check-deploy: deploy/ and $(ls -d "$REPO"/deploy/overlays/*/ | wc -l) overlay(s) render; RBAC as promised (namespaced overlay watches $watched)" >&2
+
+# The image: versioned, the operator crate's version, never :dev or :latest.
+version=$(sed -n 's/^version = "\(.*\)"$/\1/p' "$REPO/crates/controller/Cargo.toml" | head -n 1)
+want_image=ghcr.io/marekvs/marekvs-operator:$version
+image_of() { sed -n 's/^ *image: "\{0,1\}\([^"]*\)"\{0,1\}$/\1/p' <<<"$(doc Deployment "$1")"; }
+for name in deploy $(cd "$REPO" && ls -d deploy/overlays/*/ | sed 's#/$##'); do
+  got=$(image_of marekvs-operator <<<"$(render "$name")")
+  [ "$got" = "$want_image" ] || fail "$name: the operator image is '$got', not $want_image (the version of crates/controller/Cargo.toml)"
+done
+
+# The Helm chart.
+helm=$("$here/tools.sh" helm)
+chart=$REPO/deploy/helm/marekvs-operator
+for field in version appVersion; do
+  got=$(sed -n "s/^$field: \"\{0,1\}\([^\"]*\)\"\{0,1\}$/\1/p" "$chart/Chart.yaml")
+  [ "$got" = "$version" ] || fail "Chart.yaml: $field is '$got', not $version (crates/controller/Cargo.toml)"
+done
+cmp -s "$chart/crds/marekvs.io_marekvsclusters.yaml" "$REPO/deploy/crd/marekvs.io_marekvsclusters.yaml" ||
+  fail "the chart's CRD differs from deploy/crd's: run make crd"
+"$helm" lint --strict "$chart" >/dev/null || { "$helm" lint --strict "$chart" >&2; fail "helm lint failed"; }
+# helm template, normalised by kustomize so that rules compare with deploy/'s as rendered.
+helm_render() {
+  local dir out
+  dir=$(mktemp -d)
+  out=$("$helm" template marekvs-operator "$chart" --namespace marekvs-system "$@") || { rm -rf "$dir"; fail "helm template $* failed"; }
+  printf '%s\n' "$out" > "$dir/all.yaml"
+  printf 'resources: [all.yaml]\n' > "$dir/kustomization.yaml"
+  "$bin/kubectl" kustomize "$dir" || { rm -rf "$dir"; fail "the rendered chart ($*) is not valid YAML"; }
+  rm -rf "$dir"
+}
+out=$(helm_render)
+[ "$(rules <<<"$(doc ClusterRole marekvs-operator <<<"$out")")" = "$(rules <<<"$cluster_role")" ] ||
+  fail "chart (scope cluster): the ClusterRole's rules differ from deploy/rbac's"
+[ "$(rules <<<"$(doc Role marekvs-operator-leader-election <<<"$out")")" = "$(rules <<<"$election")" ] ||
+  fail "chart (scope cluster): the leader-election Role differs from deploy/rbac's"
+has '^kind: Role$' <<<"$(doc Role marekvs-operator <<<"$out")" && fail "chart (scope cluster): a Role marekvs-operator besides the ClusterRole"
+[ "$(image_of marekvs-operator <<<"$out")" = "$want_image" ] || fail "chart: the default image is not $want_image"
+has '^  - --namespace' <<<"$out" && fail "chart (scope cluster): the operator runs with --namespace"
+out=$(helm_render --set scope=namespace --set watchNamespace=apps)
+has '^kind: ClusterRole(Binding)?$' <<<"$out" && fail "chart (scope namespace): still a ClusterRole or ClusterRoleBinding"
+role=$(doc Role marekvs-operator <<<"$out")
+has '^  namespace: apps$' <<<"$role" || fail "chart (scope namespace): no Role marekvs-operator in the watched namespace"
+[ "$(rules <<<"$role")" = "$(rules <<<"$cluster_role")" ] || fail "chart (scope namespace): the Role's rules differ from deploy/rbac's ClusterRole"
+has '^  namespace: apps$' <<<"$(doc RoleBinding marekvs-operator <<<"$out")" || fail "chart (scope namespace): no RoleBinding in the watched namespace"
+has '^        - --namespace=apps$' <<<"$(doc Deployment marekvs-operator <<<"$out")" || fail "chart (scope namespace): the operator does not run with --namespace=apps"
+[ "$(rules <<<"$(doc Role marekvs-operator-leader-election <<<"$out")")" = "$(rules <<<"$election")" ] ||
+  fail "chart (scope namespace): the leader-election Role differs from deploy/rbac's"
+secrets_get_only chart "$out"
+has '^  - (nodes|pods/exec|\*)$' <<<"$out" && fail "chart: a role grants nodes, exec or *"
+# Values the chart must refuse, each with the words of its error.
+refused() {
+  local words=$1; shift
+  local err
+  if err=$("$helm" template marekvs-operator "$chart" "$@" 2>&1 >/dev/null); then
+    fail "chart: helm template $* was accepted"
+  fi
+  grep -q -- "$words" <<<"$err" || fail "chart: helm template $* failed without saying '$words': $err"
+}
+refused "leaderElection.enabled is false" --set replicas=2 --set leaderElection.enabled=false
+refused "scope is cluster" --set watchNamespace=apps
+refused "logFormat" --set logFormat=xml
+refused "scope" --set scope=everywhere
+refused "replicas" --set replicas=0
+refused "digest" --set image.digest=latest
+refused "additional properties" --set imagePullPolicy=Always
+refused "metrics.service.enabled" --set metrics.serviceMonitor.enabled=true --set metrics.service.enabled=false
+echo "check-deploy: deploy/ and $(ls -d "$REPO"/deploy/overlays/*/ | wc -l) overlay(s) render; RBAC as promised (namespaced overlay watches $watched); image $want_image; the Helm chart lints, renders both scopes with deploy/'s rules and refuses 8 bad values" >&2

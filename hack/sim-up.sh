@@ -2,7 +2,9 @@
 # Starts marekvs-sim (pod runner, volume provisioner, simulated members, control API) against
 # the local cluster NAME. Idempotent. With MAREKVS_BIN=/path/to/marekvs-server, member pods
 # run that real binary instead of the simulator; their output goes to
-# .state/NAME/logs/pods/<namespace>_<pod>_<container>.log.
+# .state/NAME/logs/pods/<namespace>_<pod>_<container>.log. With
+# MAREKVS_SIM_OPERATOR_BIN=/path/to/marekvs-operator, pods of the operator image run that
+# binary (docs/local-cluster.md#the-operators-own-pods), their output in the same directory.
 #
 #   hack/sim-up.sh [NAME]          # prints the control API URL
 set -euo pipefail
@@ -29,6 +31,8 @@ sim="${CARGO_TARGET_DIR:-$REPO/target}/$profile/marekvs-sim"
 mkdir -p "$STATE/logs/pods"
 args=(--control "127.0.0.1:$SIM_CONTROL_PORT" --volumes-dir "$STATE/volumes" --pod-logs-dir "$STATE/logs/pods")
 [ -n "${MAREKVS_BIN:-}" ] && args+=(--real-bin "$MAREKVS_BIN")
+# Pods of the operator image run as this binary (hack/test-e2e.sh sets it).
+[ -n "${MAREKVS_SIM_OPERATOR_BIN:-}" ] && args+=(--operator-bin "$MAREKVS_SIM_OPERATOR_BIN")
 KUBECONFIG="$KUBECONFIG_PATH" start_bg marekvs-sim "$sim" "${args[@]}"
 wait_for "marekvs-sim control API" 60 curl -fsS "$SIM_CONTROL_URL/settings"
 log "marekvs-sim running; control API $SIM_CONTROL_URL"

@@ -69,8 +69,11 @@ export MAREKVS_E2E_SIDE_POD_LOGS=$STATE/logs/pods
 
 cluster_env test
 "$here/cluster-up.sh" test >/dev/null
-"$here/sim-up.sh" test >/dev/null
+# Pods of the operator image (the shipped installs, e2e/tests/install.rs) run as this build.
+MAREKVS_SIM_OPERATOR_BIN=$target/marekvs-operator "$here/sim-up.sh" test >/dev/null
 bin=$("$here/build-control-plane.sh")
+export MAREKVS_E2E_KUBECTL=$bin/kubectl MAREKVS_E2E_HELM=$("$here/tools.sh" helm)
+export MAREKVS_E2E_OPERATOR_PODS=1 MAREKVS_E2E_POD_LOGS=$STATE/logs/pods
 # Each test runs its own operator process, scoped to the test's namespace, authenticated as
 # the operator's ServiceAccount: the suite proves the least-privilege RBAC is enough.
 export MAREKVS_OPERATOR_KUBECONFIG=$(operator_kubeconfig)

@@ -20,6 +20,10 @@ pub enum Need {
     OwnOperator,
     /// The local control plane of `hack/test-e2e.sh`, whose API server the test restarts.
     LocalControlPlane,
+    /// The shipped installs: kubectl and helm (`MAREKVS_E2E_KUBECTL`, `MAREKVS_E2E_HELM`), and
+    /// a podlet that runs pods of the operator image as the operator binary, with their logs
+    /// in `MAREKVS_E2E_POD_LOGS` (`MAREKVS_E2E_OPERATOR_PODS`; hack/test-e2e.sh sets all four).
+    Installs,
     /// A second local cluster beside the first (`MAREKVS_E2E_SIDE_KUBECONFIG` and the pod
     /// networks of both, which hack/test-e2e.sh sets).
     SideCluster,
@@ -40,6 +44,20 @@ impl Need {
                 if std::env::var("MAREKVS_E2E_CLUSTER").as_deref() != Ok("test") =>
             {
                 Some("restarts the API server of the local control plane of hack/test-e2e.sh")
+            }
+            Need::Installs
+                if ![
+                    "MAREKVS_E2E_KUBECTL",
+                    "MAREKVS_E2E_HELM",
+                    "MAREKVS_E2E_OPERATOR_PODS",
+                    "MAREKVS_E2E_POD_LOGS",
+                ]
+                .into_iter()
+                .all(set) =>
+            {
+                Some(
+                    "needs kubectl, helm and a podlet that runs the operator image (hack/test-e2e.sh)",
+                )
             }
             Need::SideCluster
                 if ![

@@ -11,6 +11,7 @@
 //!   grace periods).
 //! - [`container_state`]: the container statuses it reports and its restart back-off.
 //! - [`real_node`]: a real marekvs binary as a member (listeners on the pod IP, per-pod log).
+//! - [`operator_pod`]: the operator image's pods, run as the local operator binary.
 //! - [`provisioner`]: binds PVCs of the harness StorageClass to PVs it creates.
 //! - [`control`]: the loopback control API tests use to read state and inject faults.
 #![forbid(unsafe_code)]
@@ -20,6 +21,7 @@ pub mod control;
 pub mod model;
 pub mod node_http;
 pub mod node_resp;
+pub mod operator_pod;
 pub mod podlet;
 pub mod provisioner;
 pub mod real_node;

@@ -23,7 +23,8 @@ use tracing::info;
 /// and its output in --pod-logs-dir). Readiness follows the pod's readiness probe; a member
 /// that exits is restarted with the kubelet's back-off (CrashLoopBackOff); deletion runs the
 /// preStop hook and waits for the member to exit. Also provisions the volumes of the
-/// `marekvs.io/sim-hostpath` StorageClass.
+/// `marekvs.io/sim-hostpath` StorageClass. With --operator-bin, pods of the operator image run
+/// as that binary (their args and env, a token of their ServiceAccount as KUBECONFIG).
 #[derive(Parser, Debug)]
 #[command(version)]
 struct Args {
@@ -40,11 +41,15 @@ struct Args {
     /// Run this marekvs server binary for each member pod instead of the simulator.
     #[arg(long, env = "MAREKVS_BIN")]
     real_bin: Option<PathBuf>,
-    /// Directory for the output of real members (--real-bin), one file per pod and container:
+    /// Directory for the output of real members (--real-bin) and operator pods (--operator-bin), one file per pod and container:
     /// `<namespace>_<pod>_<container>.log`, appended across restarts. Default: `pods` beside
     /// the volumes directory.
     #[arg(long, env = "MAREKVS_SIM_POD_LOGS")]
     pod_logs_dir: Option<PathBuf>,
+    /// Run pods of the operator image (repository `…/marekvs-operator`) as this binary, with
+    /// their args and env and a token of their ServiceAccount (see docs/local-cluster.md).
+    #[arg(long, env = "MAREKVS_SIM_OPERATOR_BIN")]
+    operator_bin: Option<PathBuf>,
     /// Seed of the simulator's jitter, for reproducible runs.
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -81,9 +86,14 @@ async fn main() -> anyhow::Result<()> {
         Some(dir) => dir,
         None => volumes_dir.parent().unwrap_or(&volumes_dir).join("pods"),
     };
-    if let Some(bin) = &args.real_bin {
+    if args.real_bin.is_some() || args.operator_bin.is_some() {
         std::fs::create_dir_all(&pod_logs_dir)
             .with_context(|| format!("creating {}", pod_logs_dir.display()))?;
+    }
+    if let Some(bin) = &args.operator_bin {
+        info!(bin = %bin.display(), "running pods of the operator image as this binary");
+    }
+    if let Some(bin) = &args.real_bin {
         info!(bin = %bin.display(), pod_logs = %pod_logs_dir.display(),
             "running real marekvs nodes instead of the simulator");
     }
@@ -104,6 +114,7 @@ async fn main() -> anyhow::Result<()> {
         args.real_bin.clone(),
         volumes_dir.clone(),
         pod_logs_dir,
+        args.operator_bin.clone(),
     );
     let provisioner = Provisioner {
         client,

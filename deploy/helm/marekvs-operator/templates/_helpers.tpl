@@ -1,0 +1,47 @@
+{{/* The release's full name: the release name if it already says marekvs-operator. */}}
+{{- define "marekvs-operator.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "marekvs-operator.selectorLabels" -}}
+app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "marekvs-operator.labels" -}}
+{{ include "marekvs-operator.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end -}}
+
+{{- define "marekvs-operator.serviceAccountName" -}}
+{{- default (include "marekvs-operator.fullname" .) .Values.serviceAccount.name -}}
+{{- end -}}
+
+{{/* The one namespace watched with scope: namespace (default: the release namespace). */}}
+{{- define "marekvs-operator.watchNamespace" -}}
+{{- default .Release.Namespace .Values.watchNamespace -}}
+{{- end -}}
+
+{{- define "marekvs-operator.image" -}}
+{{- if .Values.image.digest -}}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Combinations the schema cannot refuse: fail rendering with what to change. */}}
+{{- define "marekvs-operator.validate" -}}
+{{- if and (gt (int .Values.replicas) 1) (not .Values.leaderElection.enabled) -}}
+{{- fail (printf "replicas is %d but leaderElection.enabled is false: two operators without leader election would both act on every cluster. Set leaderElection.enabled=true or replicas=1." (int .Values.replicas)) -}}
+{{- end -}}
+{{- if and (eq .Values.scope "cluster") .Values.watchNamespace -}}
+{{- fail (printf "watchNamespace %q is set but scope is cluster (every namespace is watched). Set scope=namespace to watch only %q." .Values.watchNamespace .Values.watchNamespace) -}}
+{{- end -}}
+{{- end -}}
