@@ -646,7 +646,7 @@ async fn bad_specs_are_refused_at_apply_time() -> anyhow::Result<()> {
             "at most 52 characters",
         ),
     ];
-    assert!(cases.len() >= 30);
+    assert!(cases.len() >= 56);
     for (name, spec, needle) in &cases {
         let c: MarekvsCluster = match serde_json::from_value(json!({
             "apiVersion": "marekvs.io/v1alpha1", "kind": "MarekvsCluster",
