@@ -228,7 +228,8 @@ pub struct MarekvsClusterSpec {
 
     /// A password for the members' RESP port. Each member gets it as `MAREKVS_REQUIREPASS`
     /// (from the Secret, never in plain env), and the operator reads it to `AUTH` before it
-    /// reads each member's view (`CLUSTER MYID`, `CLUSTER NODES`).
+    /// reads each member's view (`CLUSTER MYID`, `CLUSTER NODES`). The same can be given as
+    /// `env` `MAREKVS_REQUIREPASS` from `valueFrom.secretKeyRef`, but not both.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub auth: Option<AuthSpec>,
 }
