@@ -7,8 +7,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::Pod;
-use kube::api::Api;
+use anyhow::Context as _;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service, ServiceAccount};
+use k8s_openapi::api::scheduling::v1::PriorityClass;
+use kube::api::{Api, PostParams};
 use marekvs_e2e::*;
 use serde_json::json;
 
@@ -521,6 +523,302 @@ async fn another_storage_class_is_refused_unless_volumes_may_be_replaced_then_mo
     env.cleanup().await
 }
 
+/// Watch a rolling update to its end: never more than one member without a live, ready pod;
+/// done when the cluster is Healthy with every one of `members` updated for the generation
+/// the spec has now. Returns the members in the order they were restarted.
+async fn watch_rollout(
+    api: &Api<MarekvsCluster>,
+    pods: &Api<Pod>,
+    members: &[&str],
+) -> anyhow::Result<Vec<String>> {
+    let generation = api.get("demo").await?.metadata.generation;
+    let mut order: Vec<String> = Vec::new();
+    let start = Instant::now();
+    loop {
+        let s = status_of(&api.get("demo").await?);
+        if let Some(r) = &s.rollout
+            && order.last() != Some(&r.member)
+        {
+            order.push(r.member.clone());
+        }
+        let now = pods_now(pods).await?;
+        let down: Vec<&String> = s
+            .instance_names
+            .iter()
+            .filter(|n| !now.get(*n).is_some_and(|(_, up)| *up))
+            .collect();
+        assert!(down.len() <= 1, "two members down at once: {down:?}");
+        if s.phase == Some(ClusterPhase::Healthy)
+            && s.updated_nodes == Some(members.len() as i32)
+            && s.instance_names == members
+            && s.observed_generation == generation
+        {
+            return Ok(order);
+        }
+        anyhow::ensure!(
+            start.elapsed() < T * 2,
+            "rollout did not finish: {:?} {:?}",
+            s.phase,
+            s.rollout
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Every pod has been replaced (its uid differs from `before`).
+fn all_replaced(
+    before: &BTreeMap<String, (String, bool)>,
+    after: &BTreeMap<String, (String, bool)>,
+) {
+    for (name, (uid, _)) in after {
+        assert_ne!(
+            before.get(name).map(|b| &b.0),
+            Some(uid),
+            "{name} was not restarted"
+        );
+    }
+}
+
+/// The client Service once it carries what `want` says (each field of its spec, in JSON).
+async fn wait_client_service(
+    env: &TestEnv,
+    what: &str,
+    want: impl Fn(&serde_json::Value) -> bool,
+) -> anyhow::Result<serde_json::Value> {
+    let services: Api<Service> = env.api();
+    wait_until(what, T, || async {
+        let svc = serde_json::to_value(services.get("demo").await?)?;
+        if want(&svc) {
+            Ok(Some(svc))
+        } else {
+            Err(anyhow::anyhow!("last seen: {}", svc["spec"]))
+        }
+    })
+    .await
+}
+
+/// The pod template options of a real cluster (pull secrets, labels, annotations, a
+/// PriorityClass, a ServiceAccount, env from a Secret and a ConfigMap) roll the members one at
+/// a time behind the gate, and each pod gets them; a podAnnotations change alone rolls them
+/// too. The client Service's type, annotations, source ranges and traffic distribution are
+/// applied in place, restarting no member, and going back to ClusterIP drops the node ports.
+/// The password given as `env` `MAREKVS_REQUIREPASS` from a Secret works as `spec.auth`: the
+/// members want it, views are read after `AUTH` and a scale-down proceeds. Every key reads
+/// back.
+async fn pod_template_options_roll_and_client_service_options_apply_in_place() -> anyhow::Result<()>
+{
+    Sim::required()?;
+    let env = TestEnv::new("template").await?;
+    let ns = env.namespace.clone();
+    env.create::<Secret>(json!({"metadata": {"name": "kv-auth"},
+        "stringData": {"password": "s3cret-env"}}))
+        .await?;
+    env.create::<Secret>(json!({"metadata": {"name": "s3"}, "stringData": {"token": "t0k"}}))
+        .await?;
+    env.create::<Secret>(json!({"metadata": {"name": "regcred"},
+        "type": "kubernetes.io/dockerconfigjson",
+        "stringData": {".dockerconfigjson": "{\"auths\":{}}"}}))
+        .await?;
+    env.create::<ConfigMap>(json!({"metadata": {"name": "kv-config"}, "data": {"mode": "fast"}}))
+        .await?;
+    env.create::<ServiceAccount>(json!({"metadata": {"name": "marekvs"}}))
+        .await?;
+    // Cluster-scoped: named after the namespace, deleted at the end.
+    let classes: Api<PriorityClass> = Api::all(env.client.clone());
+    let class = format!("kv-{ns}");
+    classes
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": class}, "value": 1000}))?,
+        )
+        .await?;
+    let _op = Operator::start(&ns)?;
+    let password_env = json!({"name": "MAREKVS_REQUIREPASS",
+        "valueFrom": {"secretKeyRef": {"name": "kv-auth", "key": "password"}}});
+    let mut s = spec(4);
+    s["env"] = json!([password_env]);
+    let api = create(&env, "demo", s).await?;
+    let four = ["demo-0", "demo-1", "demo-2", "demo-3"];
+    wait_healthy(&api, "demo", &four, T).await?;
+    let pods: Api<Pod> = env.api();
+    // The members want the password from the Secret.
+    let ip = pod_ip(&pods.get("demo-0").await?).context("pod IP")?;
+    let r = data::Resp::connect_auth(ip, Some(""))
+        .await?
+        .call(&[b"CLUSTER", b"NODES"])
+        .await?;
+    assert!(format!("{r:?}").contains("NOAUTH"), "{r:?}");
+    let data = DataSet::write_with_password(
+        &pods,
+        &four,
+        "demo-0",
+        data::default_keys(),
+        "template",
+        Some("s3cret-env".into()),
+    )
+    .await?;
+    let svc = wait_client_service(&env, "the default client Service", |v| {
+        v["spec"]["type"] == "ClusterIP"
+    })
+    .await?;
+    assert_eq!(svc["spec"]["trafficDistribution"], "PreferClose");
+
+    // The pod template options: a rolling update, one member at a time.
+    let before = pods_now(&pods).await?;
+    patch_spec(
+        &api,
+        "demo",
+        json!({
+            "imagePullSecrets": [{"name": "regcred"}],
+            "podLabels": {"team": "payments"},
+            "podAnnotations": {"example.com/owner": "payments"},
+            "priorityClassName": class, "serviceAccountName": "marekvs",
+            "env": [password_env,
+                {"name": "S3_TOKEN", "valueFrom": {"secretKeyRef": {"name": "s3", "key": "token"}}},
+                {"name": "MODE", "valueFrom": {"configMapKeyRef": {"name": "kv-config", "key": "mode"}}}],
+        }),
+    )
+    .await?;
+    let order = watch_rollout(&api, &pods, &four).await?;
+    assert_eq!(order, ["demo-3", "demo-2", "demo-1", "demo-0"]);
+    let after = pods_now(&pods).await?;
+    all_replaced(&before, &after);
+    for p in pods.list(&Default::default()).await?.items {
+        let name = name_of(&p);
+        let (meta, spec) = (&p.metadata, p.spec.as_ref().context("spec")?);
+        assert_eq!(meta.labels.as_ref().unwrap()["team"], "payments", "{name}");
+        assert_eq!(
+            meta.annotations.as_ref().unwrap()["example.com/owner"],
+            "payments",
+            "{name}"
+        );
+        assert_eq!(spec.priority_class_name.as_deref(), Some(class.as_str()));
+        // Resolved by the API server's admission: the class exists.
+        assert_eq!(spec.priority, Some(1000), "{name}");
+        assert_eq!(spec.service_account_name.as_deref(), Some("marekvs"));
+        let pulls = spec.image_pull_secrets.clone().unwrap_or_default();
+        assert_eq!(pulls.len(), 1, "{name}");
+        assert_eq!(pulls[0].name, "regcred");
+        let env_json = serde_json::to_value(&spec.containers[0].env)?;
+        let by_name = |n: &str| {
+            env_json
+                .as_array()
+                .and_then(|a| a.iter().find(|e| e["name"] == n).cloned())
+                .unwrap_or_default()
+        };
+        assert_eq!(
+            by_name("S3_TOKEN")["valueFrom"]["secretKeyRef"]["name"],
+            "s3"
+        );
+        assert_eq!(
+            by_name("MODE")["valueFrom"]["configMapKeyRef"]["name"],
+            "kv-config"
+        );
+        let pass = by_name("MAREKVS_REQUIREPASS");
+        assert!(pass.get("value").is_none(), "never in plain env: {pass}");
+        assert_eq!(pass["valueFrom"]["secretKeyRef"]["name"], "kv-auth");
+        let count = env_json.as_array().map(|a| {
+            a.iter()
+                .filter(|e| e["name"] == "MAREKVS_REQUIREPASS")
+                .count()
+        });
+        assert_eq!(count, Some(1), "{name}: the password once");
+    }
+    wait_events(
+        &env.client,
+        &ns,
+        "demo",
+        &["UpdateStarted", "MemberUpdated"],
+    )
+    .await?;
+
+    // The client Service's options: applied in place, no member restarted.
+    let before = pods_now(&pods).await?;
+    patch_spec(
+        &api,
+        "demo",
+        json!({"clientService": {"type": "NodePort",
+            "annotations": {"example.com/lb": "internal"}, "trafficDistribution": "PreferSameZone"}}),
+    )
+    .await?;
+    let svc = wait_client_service(&env, "a NodePort client Service", |v| {
+        v["spec"]["type"] == "NodePort"
+    })
+    .await?;
+    assert_eq!(svc["spec"]["trafficDistribution"], "PreferSameZone");
+    assert_eq!(svc["metadata"]["annotations"]["example.com/lb"], "internal");
+    assert!(
+        svc["spec"]["ports"][0]["nodePort"].as_u64().is_some(),
+        "{svc}"
+    );
+    patch_spec(
+        &api,
+        "demo",
+        json!({"clientService": {"type": "LoadBalancer",
+            "loadBalancerSourceRanges": ["10.0.0.0/8"]}}),
+    )
+    .await?;
+    let svc = wait_client_service(&env, "a LoadBalancer client Service", |v| {
+        v["spec"]["type"] == "LoadBalancer"
+    })
+    .await?;
+    assert_eq!(
+        svc["spec"]["loadBalancerSourceRanges"],
+        json!(["10.0.0.0/8"])
+    );
+    // Back to ClusterIP: the operator owns the type, the API server drops the node ports it
+    // allocated, and the options the operator no longer sends go.
+    patch_spec(&api, "demo", json!({"clientService": null})).await?;
+    let svc = wait_client_service(&env, "the client Service back to ClusterIP", |v| {
+        v["spec"]["type"] == "ClusterIP"
+    })
+    .await?;
+    assert!(svc["spec"]["ports"][0].get("nodePort").is_none(), "{svc}");
+    assert!(
+        svc["spec"].get("loadBalancerSourceRanges").is_none(),
+        "{svc}"
+    );
+    assert_eq!(svc["spec"]["trafficDistribution"], "PreferClose");
+    assert!(
+        svc["metadata"]["annotations"]
+            .get("example.com/lb")
+            .is_none(),
+        "{svc}"
+    );
+    let c = wait_healthy(&api, "demo", &four, T).await?;
+    assert_eq!(status_of(&c).updated_nodes, Some(4));
+    assert_eq!(
+        pods_now(&pods).await?,
+        before,
+        "a member restarted for a Service change"
+    );
+
+    // The password from env works as spec.auth: the views are read and a scale-down proceeds.
+    patch_spec(&api, "demo", json!({"nodes": 3})).await?;
+    let three = ["demo-0", "demo-1", "demo-2"];
+    wait_healthy(&api, "demo", &three, T).await?;
+
+    // A podAnnotations change alone rolls the members too.
+    let before = pods_now(&pods).await?;
+    patch_spec(
+        &api,
+        "demo",
+        json!({"podAnnotations": {"example.com/owner": "orders"}}),
+    )
+    .await?;
+    watch_rollout(&api, &pods, &three).await?;
+    all_replaced(&before, &pods_now(&pods).await?);
+    for p in pods.list(&Default::default()).await?.items {
+        assert_eq!(
+            p.metadata.annotations.as_ref().unwrap()["example.com/owner"],
+            "orders"
+        );
+    }
+    data.verify(&pods).await?;
+    classes.delete(&class, &Default::default()).await?;
+    env.cleanup().await
+}
+
 fn main() -> std::process::ExitCode {
     harness::run(marekvs_e2e::cases![
         a_spec_change_restarts_one_member_at_a_time_behind_the_hand_off_gate,
@@ -528,5 +826,6 @@ fn main() -> std::process::ExitCode {
         the_autoscaler_follows_load_within_bounds_with_hysteresis needs [Simulator],
         a_full_disk_grows_the_cluster_blocks_shrinking_and_a_write_stop_is_reported needs [Simulator],
         another_storage_class_is_refused_unless_volumes_may_be_replaced_then_moves_one_at_a_time,
+        pod_template_options_roll_and_client_service_options_apply_in_place needs [Simulator],
     ])
 }

@@ -509,6 +509,108 @@ async fn bad_specs_are_refused_at_apply_time() -> anyhow::Result<()> {
             "spec.auth.passwordSecretRef",
         ),
         (
+            "envseeds".into(),
+            json!({"image": "x", "env": [{"name": "MAREKVS_SEEDS", "value": "x"}]}),
+            "env cannot set MAREKVS_SEEDS",
+        ),
+        (
+            "envpassplain".into(),
+            json!({"image": "x", "env": [{"name": "MAREKVS_REQUIREPASS", "value": "plain"}]}),
+            "MAREKVS_REQUIREPASS must come from a Secret",
+        ),
+        (
+            "envpasscm".into(),
+            json!({"image": "x", "env": [{"name": "MAREKVS_REQUIREPASS",
+                "valueFrom": {"configMapKeyRef": {"name": "cm", "key": "p"}}}]}),
+            "MAREKVS_REQUIREPASS must come from a Secret",
+        ),
+        (
+            "envpassoptional".into(),
+            json!({"image": "x", "env": [{"name": "MAREKVS_REQUIREPASS",
+                "valueFrom": {"secretKeyRef": {"name": "s", "key": "p", "optional": true}}}]}),
+            "MAREKVS_REQUIREPASS must come from a Secret",
+        ),
+        (
+            "envandauth".into(),
+            json!({"image": "x", "auth": {"passwordSecretRef": {"name": "s", "key": "p"}},
+                "env": [{"name": "MAREKVS_REQUIREPASS",
+                    "valueFrom": {"secretKeyRef": {"name": "s", "key": "p"}}}]}),
+            "spec.auth and env MAREKVS_REQUIREPASS cannot both be set",
+        ),
+        (
+            "envandextra".into(),
+            json!({"image": "x", "extraEnv": {"MODE": "a"},
+                "env": [{"name": "MODE", "valueFrom": {"configMapKeyRef": {"name": "cm", "key": "m"}}}]}),
+            "both extraEnv and env",
+        ),
+        (
+            "envdupes".into(),
+            json!({"image": "x", "env": [{"name": "A", "value": "1"}, {"name": "A", "value": "2"}]}),
+            "Duplicate value",
+        ),
+        (
+            "labelinstance".into(),
+            json!({"image": "x", "podLabels": {"app.kubernetes.io/instance": "other"}}),
+            "podLabels cannot set",
+        ),
+        (
+            "labelmarekvs".into(),
+            json!({"image": "x", "podLabels": {"marekvs.io/ordinal": "1"}}),
+            "podLabels cannot set",
+        ),
+        (
+            "labelvalue".into(),
+            json!({"image": "x", "podLabels": {"team": "not a label value"}}),
+            "podLabels",
+        ),
+        (
+            "annmarekvs".into(),
+            json!({"image": "x", "podAnnotations": {"marekvs.io/template-hash": "0"}}),
+            "podAnnotations cannot set a marekvs.io/ key",
+        ),
+        (
+            "svcann".into(),
+            json!({"image": "x", "clientService": {"annotations": {"marekvs.io/applied-hash": "0"}}}),
+            "clientService.annotations cannot set a marekvs.io/ key",
+        ),
+        (
+            "rangesnotlb".into(),
+            json!({"image": "x", "clientService": {"type": "NodePort",
+                "loadBalancerSourceRanges": ["10.0.0.0/8"]}}),
+            "applies only with clientService.type: LoadBalancer",
+        ),
+        (
+            "rangenotcidr".into(),
+            json!({"image": "x", "clientService": {"type": "LoadBalancer",
+                "loadBalancerSourceRanges": ["the office"]}}),
+            "must be a CIDR",
+        ),
+        (
+            "svctype".into(),
+            json!({"image": "x", "clientService": {"type": "ExternalName"}}),
+            "clientService.type",
+        ),
+        (
+            "traffic".into(),
+            json!({"image": "x", "clientService": {"trafficDistribution": "Anywhere"}}),
+            "trafficDistribution",
+        ),
+        (
+            "priorityword".into(),
+            json!({"image": "x", "priorityClassName": "Not_A_Name"}),
+            "priorityClassName",
+        ),
+        (
+            "saword".into(),
+            json!({"image": "x", "serviceAccountName": "Not_A_Name"}),
+            "serviceAccountName",
+        ),
+        (
+            "pullword".into(),
+            json!({"image": "x", "imagePullSecrets": [{"name": "Not_A_Name"}]}),
+            "imagePullSecrets",
+        ),
+        (
             "authnokey".into(),
             json!({"image": "x", "auth": {"passwordSecretRef": {"name": "kv-auth"}}}),
             "key",
@@ -574,7 +676,7 @@ async fn bad_specs_are_refused_at_apply_time() -> anyhow::Result<()> {
             "at most 52 characters",
         ),
     ];
-    assert!(cases.len() >= 30);
+    assert!(cases.len() >= 56);
     for (name, spec, needle) in &cases {
         let c: MarekvsCluster = match serde_json::from_value(json!({
             "apiVersion": "marekvs.io/v1alpha1", "kind": "MarekvsCluster",

@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{Affinity, Toleration, TopologySpreadConstraint};
+use k8s_openapi::api::core::v1::{Affinity, EnvVar, Toleration, TopologySpreadConstraint};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
@@ -50,6 +50,10 @@ mod convert;
 #[serde(rename_all = "camelCase")]
 #[x_kube(validation = Rule::new("self.nodes >= self.replicationFactor + 1")
     .message("spec.nodes must be at least replicationFactor + 1: with fewer members, a single failure leaves partitions under-replicated"))]
+#[x_kube(validation = Rule::new("!has(self.auth) || !has(self.env) || !self.env.exists(e, e.name == 'MAREKVS_REQUIREPASS')")
+    .message("spec.auth and env MAREKVS_REQUIREPASS cannot both be set: give the password one way, spec.auth.passwordSecretRef or env valueFrom.secretKeyRef"))]
+#[x_kube(validation = Rule::new("!has(self.env) || !has(self.extraEnv) || self.env.all(e, !(e.name in self.extraEnv))")
+    .message("a variable cannot be set in both extraEnv and env: keep it in one of them"))]
 pub struct MarekvsClusterSpec {
     /// Container image for the marekvs nodes.
     #[schemars(length(min = 1, max = 512))]
@@ -96,6 +100,65 @@ pub struct MarekvsClusterSpec {
     #[x_kube(validation = Rule::new("!('MAREKVS_SEEDS' in self) && !('MAREKVS_REPLICAS_N' in self) && !('MAREKVS_DATA_DIR' in self) && !('MAREKVS_ADVERTISE_IP' in self) && !('MAREKVS_NODE_ID' in self) && !('MAREKVS_REQUIREPASS' in self)")
         .message("extraEnv cannot set MAREKVS_SEEDS, MAREKVS_REPLICAS_N, MAREKVS_DATA_DIR, MAREKVS_ADVERTISE_IP, MAREKVS_NODE_ID or MAREKVS_REQUIREPASS: the operator manages them (a password goes in spec.auth.passwordSecretRef)"))]
     pub extra_env: BTreeMap<String, String>,
+
+    /// Environment of the marekvs container as Kubernetes `EnvVar`s, for values from a Secret
+    /// or a ConfigMap (`valueFrom`); set after `extraEnv` (a name may not be in both). The
+    /// variables the operator manages cannot be set here either, except `MAREKVS_REQUIREPASS`
+    /// from a Secret (`valueFrom.secretKeyRef`, as marekvs's own operator's users set it): it
+    /// is then exactly `spec.auth.passwordSecretRef` (the operator reads that key to `AUTH`),
+    /// and cannot be given together with `spec.auth`. At most 64 entries.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64), extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
+    #[x_kube(validation = Rule::new("self.all(e, !(e.name in ['MAREKVS_SEEDS', 'MAREKVS_REPLICAS_N', 'MAREKVS_DATA_DIR', 'MAREKVS_ADVERTISE_IP', 'MAREKVS_NODE_ID']))")
+        .message("env cannot set MAREKVS_SEEDS, MAREKVS_REPLICAS_N, MAREKVS_DATA_DIR, MAREKVS_ADVERTISE_IP or MAREKVS_NODE_ID: the operator manages them"))]
+    #[x_kube(validation = Rule::new("self.all(e, e.name != 'MAREKVS_REQUIREPASS' || (!has(e.value) && has(e.valueFrom) && has(e.valueFrom.secretKeyRef) && !has(e.valueFrom.configMapKeyRef) && !has(e.valueFrom.fieldRef) && !has(e.valueFrom.resourceFieldRef) && has(e.valueFrom.secretKeyRef.name) && e.valueFrom.secretKeyRef.name != '' && (!has(e.valueFrom.secretKeyRef.optional) || !e.valueFrom.secretKeyRef.optional)))")
+        .message("env MAREKVS_REQUIREPASS must come from a Secret (valueFrom.secretKeyRef with a name, not optional), never a plain value or a ConfigMap"))]
+    pub env: Vec<EnvVar>,
+
+    /// Secrets to pull `image` with (each `{name: <Secret>}`, in the cluster's namespace). At
+    /// most 16.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16), extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
+    pub image_pull_secrets: Vec<ImagePullSecret>,
+
+    /// Extra labels of the members' pods. The operator's own keys (`app.kubernetes.io/name`,
+    /// `app.kubernetes.io/instance`, `app.kubernetes.io/managed-by`, any `marekvs.io/` key)
+    /// cannot be set. A change restarts the members one at a time (a rolling update).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(length(max = 32), extend("additionalProperties" = {"type": "string", "maxLength": 63, "pattern": "^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$"}))]
+    #[x_kube(validation = Rule::new("self.all(k, !k.startsWith('marekvs.io/') && !(k in ['app.kubernetes.io/name', 'app.kubernetes.io/instance', 'app.kubernetes.io/managed-by']))")
+        .message("podLabels cannot set app.kubernetes.io/name, app.kubernetes.io/instance, app.kubernetes.io/managed-by or any marekvs.io/ key: the operator sets them"))]
+    pub pod_labels: BTreeMap<String, String>,
+
+    /// Extra annotations of the members' pods. No `marekvs.io/` key (the operator's). A change
+    /// restarts the members one at a time (a rolling update).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(length(max = 32))]
+    #[x_kube(validation = Rule::new("self.all(k, !k.startsWith('marekvs.io/'))")
+        .message("podAnnotations cannot set a marekvs.io/ key: the operator sets them"))]
+    pub pod_annotations: BTreeMap<String, String>,
+
+    /// PriorityClass of the members' pods (it must exist for them to be admitted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(
+        length(min = 1, max = 253),
+        regex(pattern = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+    )]
+    pub priority_class_name: Option<String>,
+
+    /// ServiceAccount of the members' pods (it must exist for them to be admitted). Its token
+    /// is still not mounted: members never call the Kubernetes API.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(
+        length(min = 1, max = 253),
+        regex(pattern = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+    )]
+    pub service_account_name: Option<String>,
+
+    /// The client Service (`<name>`, port 6379 of ready members): its type, annotations and
+    /// traffic distribution. Changes are applied to the Service in place; no member restarts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_service: Option<ClientServiceSpec>,
 
     /// Node labels a member's pod must match.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -165,9 +228,113 @@ pub struct MarekvsClusterSpec {
 
     /// A password for the members' RESP port. Each member gets it as `MAREKVS_REQUIREPASS`
     /// (from the Secret, never in plain env), and the operator reads it to `AUTH` before it
-    /// reads each member's view (`CLUSTER MYID`, `CLUSTER NODES`).
+    /// reads each member's view (`CLUSTER MYID`, `CLUSTER NODES`). The same can be given as
+    /// `env` `MAREKVS_REQUIREPASS` from `valueFrom.secretKeyRef`, but not both.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub auth: Option<AuthSpec>,
+}
+
+impl MarekvsClusterSpec {
+    /// Where the members' RESP password is: `spec.auth.passwordSecretRef`, or the same thing
+    /// given as `env` `MAREKVS_REQUIREPASS` from `valueFrom.secretKeyRef` (the schema refuses
+    /// both at once). The pod gets it and the operator reads it from this one value.
+    pub fn password_secret_ref(&self) -> Option<SecretKeyRef> {
+        if let Some(auth) = &self.auth {
+            return Some(auth.password_secret_ref.clone());
+        }
+        self.env
+            .iter()
+            .find(|e| e.name == REQUIREPASS)
+            .and_then(|e| e.value_from.as_ref()?.secret_key_ref.as_ref())
+            .map(|r| SecretKeyRef {
+                name: r.name.clone(),
+                key: r.key.clone(),
+            })
+    }
+}
+
+/// The variable a member's RESP password is given in.
+pub const REQUIREPASS: &str = "MAREKVS_REQUIREPASS";
+
+/// A Secret to pull the image with.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ImagePullSecret {
+    /// The Secret's name (in the cluster's namespace).
+    #[schemars(
+        length(min = 1, max = 253),
+        regex(pattern = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+    )]
+    pub name: String,
+}
+
+/// The client Service's options.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("!has(self.loadBalancerSourceRanges) || size(self.loadBalancerSourceRanges) == 0 || self.type == 'LoadBalancer'")
+    .message("clientService.loadBalancerSourceRanges applies only with clientService.type: LoadBalancer"))]
+pub struct ClientServiceSpec {
+    /// `ClusterIP` (the default), `NodePort` or `LoadBalancer`.
+    #[serde(default, rename = "type")]
+    pub type_: ServiceType,
+    /// Annotations of the Service (e.g. a cloud load balancer's options). No `marekvs.io/`
+    /// key (the operator's).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(length(max = 32))]
+    #[x_kube(validation = Rule::new("self.all(k, !k.startsWith('marekvs.io/'))")
+        .message("clientService.annotations cannot set a marekvs.io/ key: the operator sets them"))]
+    pub annotations: BTreeMap<String, String>,
+    /// Client CIDRs a `LoadBalancer` accepts (e.g. `10.0.0.0/8`). Only with type
+    /// `LoadBalancer`. At most 32.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32), inner(length(max = 43)))]
+    #[x_kube(validation = Rule::new("self.all(r, isCIDR(r))")
+        .message("clientService.loadBalancerSourceRanges: each entry must be a CIDR, e.g. 10.0.0.0/8"))]
+    pub load_balancer_source_ranges: Vec<String>,
+    /// How the Service spreads connections over members: `PreferClose` (the default, as
+    /// marekvs's own operator sets it: members in the client's zone first), `PreferSameZone`
+    /// or `PreferSameNode` (Kubernetes 1.34 and later).
+    #[serde(default)]
+    pub traffic_distribution: TrafficDistribution,
+}
+
+// The client Service's `type`. Not a doc comment: the field's own text goes in the schema.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum ServiceType {
+    #[default]
+    ClusterIP,
+    NodePort,
+    LoadBalancer,
+}
+
+impl ServiceType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ServiceType::ClusterIP => "ClusterIP",
+            ServiceType::NodePort => "NodePort",
+            ServiceType::LoadBalancer => "LoadBalancer",
+        }
+    }
+}
+
+// The client Service's `trafficDistribution`. Not a doc comment: the field's own text goes in
+// the schema.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum TrafficDistribution {
+    #[default]
+    PreferClose,
+    PreferSameZone,
+    PreferSameNode,
+}
+
+impl TrafficDistribution {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TrafficDistribution::PreferClose => "PreferClose",
+            TrafficDistribution::PreferSameZone => "PreferSameZone",
+            TrafficDistribution::PreferSameNode => "PreferSameNode",
+        }
+    }
 }
 
 /// The RESP password of the members.
@@ -822,6 +989,15 @@ mod tests {
             "\"status\":{}",
             "\"specReplicasPath\":\".spec.nodes\"",
             "\"staleVolumeGraceSeconds\":{\"default\":3600",
+            "env cannot set MAREKVS_SEEDS",
+            "env MAREKVS_REQUIREPASS must come from a Secret",
+            "spec.auth and env MAREKVS_REQUIREPASS cannot both be set",
+            "a variable cannot be set in both extraEnv and env",
+            "podLabels cannot set app.kubernetes.io/name",
+            "podAnnotations cannot set a marekvs.io/ key",
+            "clientService.annotations cannot set a marekvs.io/ key",
+            "loadBalancerSourceRanges applies only with clientService.type: LoadBalancer",
+            "isCIDR(r)",
         ] {
             assert!(crd.contains(needle), "CRD lacks {needle}");
         }

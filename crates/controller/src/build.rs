@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
     Capabilities, Container, ContainerPort, EnvVar, EnvVarSource, HTTPGetAction, Lifecycle,
-    LifecycleHandler, PersistentVolumeClaim, PersistentVolumeClaimSpec,
+    LifecycleHandler, LocalObjectReference, PersistentVolumeClaim, PersistentVolumeClaimSpec,
     PersistentVolumeClaimVolumeSource, Pod, PodSecurityContext, PodSpec, Probe,
     ResourceRequirements, SeccompProfile, SecretKeySelector, SecurityContext, Service, ServicePort,
     ServiceSpec, TopologySpreadConstraint, Volume, VolumeMount, VolumeResourceRequirements,
@@ -15,7 +15,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::{Resource, ResourceExt};
-use marekvs_api::{DEFAULT_CPU, DEFAULT_MEMORY, MarekvsCluster, ResourcesSpec};
+use marekvs_api::{DEFAULT_CPU, DEFAULT_MEMORY, MarekvsCluster, REQUIREPASS, ResourcesSpec};
 use serde_json::{Value, json};
 
 use crate::error::Error;
@@ -156,13 +156,26 @@ pub fn headless_service(cr: &MarekvsCluster) -> Result<Service, Error> {
     })
 }
 
-/// Client Service: the Redis protocol port of ready members.
+/// Client Service: the Redis protocol port of ready members, of the type and with the
+/// annotations `spec.clientService` asks for. Traffic goes `PreferClose` unless told
+/// otherwise, as marekvs's own operator sets it. The type is always sent (`ClusterIP` by
+/// default), so going back to `ClusterIP` is a change of a field the operator owns: the API
+/// server then drops the node ports it allocated.
 pub fn client_service(cr: &MarekvsCluster) -> Result<Service, Error> {
+    let options = cr.spec.client_service.clone().unwrap_or_default();
+    let mut metadata = owned_meta(cr, cr.name_any(), cr.namespace(), None)?;
+    if !options.annotations.is_empty() {
+        metadata.annotations = Some(options.annotations);
+    }
+    let ranges = options.load_balancer_source_ranges;
     Ok(Service {
-        metadata: owned_meta(cr, cr.name_any(), cr.namespace(), None)?,
+        metadata,
         spec: Some(ServiceSpec {
+            type_: Some(options.type_.as_str().into()),
             selector: Some(selector_labels(cr)),
             ports: Some(vec![service_port("resp", PORT_RESP, "TCP")]),
+            load_balancer_source_ranges: (!ranges.is_empty()).then_some(ranges),
+            traffic_distribution: Some(options.traffic_distribution.as_str().into()),
             ..Default::default()
         }),
         ..Default::default()
@@ -314,14 +327,16 @@ pub fn pod_spec(cr: &MarekvsCluster, ordinal: u32, cluster_domain: &str) -> PodS
         env_var("MAREKVS_DATA_DIR", "/data".into()),
     ];
     env.extend(spec.extra_env.iter().map(|(k, v)| env_var(k, v.clone())));
-    if let Some(auth) = &spec.auth {
+    // The password, whichever way it was given, is added once below.
+    env.extend(spec.env.iter().filter(|e| e.name != REQUIREPASS).cloned());
+    if let Some(password) = spec.password_secret_ref() {
         // From the Secret, never in plain env: the operator reads the same key to AUTH.
         env.push(EnvVar {
-            name: "MAREKVS_REQUIREPASS".into(),
+            name: REQUIREPASS.into(),
             value_from: Some(EnvVarSource {
                 secret_key_ref: Some(SecretKeySelector {
-                    name: auth.password_secret_ref.name.clone(),
-                    key: auth.password_secret_ref.key.clone(),
+                    name: password.name,
+                    key: password.key,
                     optional: Some(false),
                 }),
                 ..Default::default()
@@ -329,7 +344,18 @@ pub fn pod_spec(cr: &MarekvsCluster, ordinal: u32, cluster_domain: &str) -> PodS
             ..Default::default()
         });
     }
+    let image_pull_secrets = (!spec.image_pull_secrets.is_empty()).then(|| {
+        spec.image_pull_secrets
+            .iter()
+            .map(|s| LocalObjectReference {
+                name: s.name.clone(),
+            })
+            .collect()
+    });
     PodSpec {
+        image_pull_secrets,
+        priority_class_name: spec.priority_class_name.clone(),
+        service_account_name: spec.service_account_name.clone(),
         hostname: Some(member_name(cr, ordinal)),
         subdomain: Some(headless_service_name(cr)),
         termination_grace_period_seconds: Some(60),
@@ -402,10 +428,12 @@ pub fn pod_spec(cr: &MarekvsCluster, ordinal: u32, cluster_domain: &str) -> PodS
     }
 }
 
-/// A member's pod, annotated with the hash of its spec.
+/// A member's pod: the user's `podLabels` and `podAnnotations` under the operator's own
+/// (which the schema keeps them from setting, and which win here anyway), annotated with the
+/// hash of its template.
 pub fn pod(cr: &MarekvsCluster, ordinal: u32, cluster_domain: &str) -> Result<Pod, Error> {
     let spec = pod_spec(cr, ordinal, cluster_domain);
-    let hash = pod_template_hash(&spec)?;
+    let hash = pod_template_hash(cr, &spec)?;
     // The pod's namespace is always set (empty for a cluster object without one), as it was.
     let mut metadata = owned_meta(
         cr,
@@ -413,7 +441,12 @@ pub fn pod(cr: &MarekvsCluster, ordinal: u32, cluster_domain: &str) -> Result<Po
         Some(cr.namespace().unwrap_or_default()),
         Some(ordinal),
     )?;
-    metadata.annotations = Some(BTreeMap::from([(ANNOTATION_TEMPLATE_HASH.into(), hash)]));
+    let mut labels = cr.spec.pod_labels.clone();
+    labels.extend(metadata.labels.take().unwrap_or_default());
+    metadata.labels = Some(labels);
+    let mut annotations = cr.spec.pod_annotations.clone();
+    annotations.insert(ANNOTATION_TEMPLATE_HASH.into(), hash);
+    metadata.annotations = Some(annotations);
     Ok(Pod {
         metadata,
         spec: Some(spec),
@@ -427,10 +460,25 @@ pub fn desired_template_hash(
     ordinal: u32,
     cluster_domain: &str,
 ) -> Result<String, Error> {
-    pod_template_hash(&pod_spec(cr, ordinal, cluster_domain))
+    pod_template_hash(cr, &pod_spec(cr, ordinal, cluster_domain))
 }
 
-/// [`template_hash`] of a pod spec, over its JSON as a `serde_json::Value`: the hash every
+/// [`template_hash`] of a pod's template: its spec and the user's `podLabels` and
+/// `podAnnotations` (a change to either rolls the members). Without labels or annotations it
+/// is the hash of the spec alone, as it was before they existed, so no running member is
+/// rolled by the upgrade that added them.
+pub fn pod_template_hash(cr: &MarekvsCluster, spec: &PodSpec) -> Result<String, Error> {
+    let spec_value = pod_spec_value(spec)?;
+    let (labels, annotations) = (&cr.spec.pod_labels, &cr.spec.pod_annotations);
+    if labels.is_empty() && annotations.is_empty() {
+        return Ok(template_hash(&spec_value));
+    }
+    Ok(template_hash(&json!({
+        "podSpec": spec_value, "podLabels": labels, "podAnnotations": annotations,
+    })))
+}
+
+/// A pod spec as a `serde_json::Value`, the form its hash is taken over: the hash every
 /// running member carries was taken over the `Value` the former `json!` builder made, whose
 /// object keys are sorted (serde_json's map is a `BTreeMap` without its `preserve_order`
 /// feature) and which held exactly the fields set here (unset fields are omitted, a set empty
@@ -438,12 +486,11 @@ pub fn desired_template_hash(
 /// hash is unchanged; serializing the typed spec straight to text would write the fields in
 /// struct order instead and change every hash (rolling every member). The golden test
 /// (`build_golden`) holds the hashes.
-pub fn pod_template_hash(spec: &PodSpec) -> Result<String, Error> {
-    let value = serde_json::to_value(spec).map_err(|source| Error::Serialize {
+fn pod_spec_value(spec: &PodSpec) -> Result<Value, Error> {
+    serde_json::to_value(spec).map_err(|source| Error::Serialize {
         what: format!("pod spec {}", spec.hostname.as_deref().unwrap_or_default()),
         source,
-    })?;
-    Ok(template_hash(&value))
+    })
 }
 
 /// FNV-1a (64 bit) of a JSON value's text (a pod spec's, or a Service's or the PDB's for the
@@ -462,11 +509,16 @@ pub fn template_hash(value: &Value) -> String {
 }
 
 /// What server-side apply sends for a Service or the PDB: `desired` as JSON with its
-/// applied-hash annotation (the hash of that JSON without it), and the hash.
+/// applied-hash annotation (the hash of that JSON without it) beside its own annotations
+/// (the client Service's), and the hash.
 pub fn applied<K: serde::Serialize>(desired: &K) -> Result<(Value, String), serde_json::Error> {
     let mut value = serde_json::to_value(desired)?;
     let hash = template_hash(&value);
-    value["metadata"]["annotations"] = json!({ ANNOTATION_APPLIED_HASH: hash });
+    let annotations = &mut value["metadata"]["annotations"];
+    if !annotations.is_object() {
+        *annotations = json!({});
+    }
+    annotations[ANNOTATION_APPLIED_HASH] = json!(hash);
     Ok((value, hash))
 }
 
@@ -560,6 +612,197 @@ mod tests {
             "data-demo-3"
         );
         assert_eq!(p["spec"]["nodeSelector"]["disk"], "ssd");
+    }
+
+    /// `MAREKVS_REQUIREPASS` given in `env` from a Secret is the same password as
+    /// `spec.auth`: the pod gets the same single variable and the operator reads the same key.
+    #[test]
+    fn a_password_in_env_is_the_same_as_spec_auth() {
+        let via_auth = json!({"image": "x", "extraEnv": {"RUST_LOG": "info"},
+            "auth": {"passwordSecretRef": {"name": "kv-auth", "key": "password"}}});
+        let via_env = json!({"image": "x", "extraEnv": {"RUST_LOG": "info"},
+            "env": [{"name": "MAREKVS_REQUIREPASS",
+                     "valueFrom": {"secretKeyRef": {"name": "kv-auth", "key": "password"}}}]});
+        let a: MarekvsClusterSpec = serde_json::from_value(via_auth.clone()).unwrap();
+        let e: MarekvsClusterSpec = serde_json::from_value(via_env.clone()).unwrap();
+        assert_eq!(a.password_secret_ref(), e.password_secret_ref());
+        assert_eq!(
+            e.password_secret_ref().map(|r| (r.name, r.key)),
+            Some(("kv-auth".into(), "password".into()))
+        );
+        let (pa, pe) = (spec_of(via_auth), spec_of(via_env));
+        assert_eq!(pa.containers[0].env, pe.containers[0].env);
+        let named = |p: &PodSpec| {
+            p.containers[0]
+                .env
+                .iter()
+                .flatten()
+                .filter(|v| v.name == REQUIREPASS)
+                .count()
+        };
+        assert_eq!(named(&pe), 1, "the pod gets it once");
+        // Same pod, same hash: moving the password from spec.auth to env restarts nothing.
+        let mut c = cr();
+        c.spec.auth = a.auth.clone();
+        let h = desired_template_hash(&c, 0, "cluster.local").unwrap();
+        c.spec.auth = None;
+        c.spec.env = e.env.clone();
+        assert_eq!(h, desired_template_hash(&c, 0, "cluster.local").unwrap());
+        // Without either, no password.
+        let none: MarekvsClusterSpec = serde_json::from_value(json!({"image": "x",
+            "env": [{"name": "OTHER", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}]}))
+        .unwrap();
+        assert_eq!(none.password_secret_ref(), None);
+    }
+
+    #[test]
+    fn env_from_secrets_and_config_maps_follows_extra_env() {
+        let p = spec_of(
+            json!({"image": "x", "extraEnv": {"RUST_LOG": "info"}, "env": [
+            {"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "s", "key": "t"}}},
+            {"name": "MODE", "valueFrom": {"configMapKeyRef": {"name": "cm", "key": "mode"}}},
+            {"name": "PLAIN", "value": "1"}]}),
+        );
+        let names: Vec<&str> = p.containers[0]
+            .env
+            .iter()
+            .flatten()
+            .map(|e| e.name.as_str())
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "MAREKVS_SEEDS",
+                "MAREKVS_REPLICAS_N",
+                "MAREKVS_ADVERTISE_IP",
+                "MAREKVS_DATA_DIR",
+                "RUST_LOG",
+                "TOKEN",
+                "MODE",
+                "PLAIN"
+            ]
+        );
+        let v = serde_json::to_value(&p.containers[0].env).unwrap();
+        assert_eq!(v[6]["valueFrom"]["configMapKeyRef"]["name"], "cm");
+        assert_eq!(v[5]["valueFrom"]["secretKeyRef"]["key"], "t");
+    }
+
+    #[test]
+    fn pod_template_options_reach_the_pod() {
+        let mut c = cr();
+        c.spec = serde_json::from_value(json!({"image": "x",
+            "imagePullSecrets": [{"name": "regcred"}, {"name": "other"}],
+            "priorityClassName": "kv-critical", "serviceAccountName": "kv",
+            "podLabels": {"team": "a", "app.kubernetes.io/instance": "sneaky"},
+            "podAnnotations": {"prometheus.io/scrape": "true"}}))
+        .unwrap();
+        let p = pod(&c, 2, "cluster.local").unwrap();
+        let spec = p.spec.as_ref().unwrap();
+        let pulls: Vec<&str> = spec
+            .image_pull_secrets
+            .iter()
+            .flatten()
+            .map(|s| s.name.as_str())
+            .collect();
+        assert_eq!(pulls, ["regcred", "other"]);
+        assert_eq!(spec.priority_class_name.as_deref(), Some("kv-critical"));
+        assert_eq!(spec.service_account_name.as_deref(), Some("kv"));
+        assert_eq!(spec.automount_service_account_token, Some(false));
+        let labels = p.metadata.labels.as_ref().unwrap();
+        assert_eq!(labels["team"], "a");
+        // The operator's own labels win (the schema refuses them anyway).
+        assert_eq!(labels[LABEL_INSTANCE], "demo");
+        assert_eq!(labels[LABEL_ORDINAL], "2");
+        let annotations = p.metadata.annotations.as_ref().unwrap();
+        assert_eq!(annotations["prometheus.io/scrape"], "true");
+        assert_eq!(
+            annotations[ANNOTATION_TEMPLATE_HASH],
+            desired_template_hash(&c, 2, "cluster.local").unwrap()
+        );
+        // Unset: none of them is in the pod.
+        let plain = serde_json::to_value(spec_of(json!({"image": "x"}))).unwrap();
+        for field in [
+            "imagePullSecrets",
+            "priorityClassName",
+            "serviceAccountName",
+        ] {
+            assert!(plain.get(field).is_none(), "{field}: {plain}");
+        }
+    }
+
+    /// Every pod-level option rolls the members (it changes the hash); the client Service's
+    /// options do not. Without labels and annotations the hash is the pod spec's alone, as it
+    /// was before they existed.
+    #[test]
+    fn pod_template_options_are_in_the_hash_and_service_options_are_not() {
+        let base = cr();
+        let h = desired_template_hash(&base, 1, "cluster.local").unwrap();
+        assert_eq!(
+            h,
+            template_hash(&serde_json::to_value(pod_spec(&base, 1, "cluster.local")).unwrap())
+        );
+        let changes: Vec<(&str, Value)> = vec![
+            ("podLabels", json!({"team": "a"})),
+            ("podAnnotations", json!({"a.example/x": "1"})),
+            ("priorityClassName", json!("high")),
+            ("serviceAccountName", json!("kv")),
+            ("imagePullSecrets", json!([{"name": "regcred"}])),
+            (
+                "env",
+                json!([{"name": "T", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}]),
+            ),
+        ];
+        let mut seen = std::collections::BTreeSet::from([h.clone()]);
+        for (field, value) in changes {
+            let mut spec = serde_json::to_value(&base.spec).unwrap();
+            spec[field] = value;
+            let mut c = base.clone();
+            c.spec = serde_json::from_value(spec).unwrap();
+            let changed = desired_template_hash(&c, 1, "cluster.local").unwrap();
+            assert!(seen.insert(changed), "{field} must change the hash");
+        }
+        // A different annotation value is a different hash too.
+        let mut a = base.clone();
+        a.spec
+            .pod_annotations
+            .insert("a.example/x".into(), "2".into());
+        assert!(seen.insert(desired_template_hash(&a, 1, "cluster.local").unwrap()));
+        let mut svc = base.clone();
+        svc.spec.client_service = Some(
+            serde_json::from_value(json!({"type": "LoadBalancer",
+                "annotations": {"lb.example/internal": "true"},
+                "loadBalancerSourceRanges": ["10.0.0.0/8"], "trafficDistribution": "PreferSameZone"}))
+            .unwrap(),
+        );
+        assert_eq!(h, desired_template_hash(&svc, 1, "cluster.local").unwrap());
+    }
+
+    #[test]
+    fn the_client_service_takes_its_options_and_prefers_close_members() {
+        let v = serde_json::to_value(client_service(&cr()).unwrap()).unwrap();
+        assert_eq!(v["spec"]["type"], "ClusterIP");
+        assert_eq!(v["spec"]["trafficDistribution"], "PreferClose");
+        assert!(v["spec"].get("loadBalancerSourceRanges").is_none());
+        assert!(v["metadata"].get("annotations").is_none());
+        let mut c = cr();
+        c.spec.client_service = Some(
+            serde_json::from_value(json!({"type": "LoadBalancer",
+                "annotations": {"lb.example/internal": "true"},
+                "loadBalancerSourceRanges": ["10.0.0.0/8"], "trafficDistribution": "PreferSameZone"}))
+            .unwrap(),
+        );
+        let svc = client_service(&c).unwrap();
+        let v = serde_json::to_value(&svc).unwrap();
+        assert_eq!(v["spec"]["type"], "LoadBalancer");
+        assert_eq!(v["spec"]["trafficDistribution"], "PreferSameZone");
+        assert_eq!(v["spec"]["loadBalancerSourceRanges"], json!(["10.0.0.0/8"]));
+        // What is applied keeps the user's annotations beside the applied hash.
+        let (sent, hash) = applied(&svc).unwrap();
+        assert_eq!(
+            sent["metadata"]["annotations"],
+            json!({"lb.example/internal": "true", ANNOTATION_APPLIED_HASH: hash})
+        );
+        assert_ne!(hash, applied(&client_service(&cr()).unwrap()).unwrap().1);
     }
 
     #[test]

@@ -45,6 +45,16 @@ fn cases() -> Vec<Case> {
                 "topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone",
                     "whenUnsatisfiable": "ScheduleAnyway",
                     "labelSelector": {"matchLabels": {"app.kubernetes.io/instance": "demo"}}}],
+                "auth": {"passwordSecretRef": {"name": "demo-auth", "key": "password"}},
+                "env": [{"name": "S3_KEY", "valueFrom": {"secretKeyRef": {"name": "s3", "key": "key"}}},
+                        {"name": "MODE", "valueFrom": {"configMapKeyRef": {"name": "kv-config", "key": "mode"}}}],
+                "imagePullSecrets": [{"name": "regcred"}],
+                "podLabels": {"team": "payments"},
+                "podAnnotations": {"prometheus.io/scrape": "true"},
+                "priorityClassName": "kv-critical", "serviceAccountName": "marekvs",
+                "clientService": {"type": "LoadBalancer", "annotations": {"lb.example/internal": "true"},
+                    "loadBalancerSourceRanges": ["10.0.0.0/8", "192.168.0.0/16"],
+                    "trafficDistribution": "PreferSameZone"},
             }),
             ordinals: &[0, 1, 7],
             cluster_domain: "cluster.local",
@@ -85,6 +95,20 @@ fn cases() -> Vec<Case> {
                 "nodeSelector": {}, "tolerations": [], "topologySpreadConstraints": [],
             }),
             ordinals: &[1],
+            cluster_domain: "cluster.local",
+        },
+        // The password given as marekvs's own operator's users give it (env from a Secret), a
+        // NodePort client Service with the default traffic distribution.
+        Case {
+            name: "env-password",
+            cluster: "legacy",
+            spec: json!({
+                "image": "marekvs:1",
+                "env": [{"name": "MAREKVS_REQUIREPASS",
+                         "valueFrom": {"secretKeyRef": {"name": "legacy-auth", "key": "pass"}}}],
+                "clientService": {"type": "NodePort"},
+            }),
+            ordinals: &[0],
             cluster_domain: "cluster.local",
         },
         // Resources present but empty (both take their defaults), and fields that do not reach

@@ -1,5 +1,6 @@
 //! A member's membership view by identity, over RESP on port 6379 straight at its pod IP:
-//! `AUTH <password>` when the cluster has one (`spec.auth`), then `CLUSTER MYID` and `CLUSTER
+//! `AUTH <password>` when the cluster has one (`spec.auth`, or `env`
+//! `MAREKVS_REQUIREPASS` from a Secret), then `CLUSTER MYID` and `CLUSTER
 //! NODES`, pipelined on one connection under one short timeout (the scrape's). Anything but a
 //! clean answer (refused, timed out, `AUTH` refused, an error reply, a line that does not
 //! parse, its own id missing from its view) is unknown: `None`.
@@ -25,19 +26,18 @@ pub const MAX_VIEW_BYTES: u64 = 1 << 20;
 /// The password members want on their RESP port.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Password {
-    /// `spec.auth` is not set.
+    /// The cluster has no password (no `spec.auth`, no `MAREKVS_REQUIREPASS` in `env`).
     None,
     Known(String),
-    /// `spec.auth` is set but its Secret or key could not be read: every view is unknown.
+    /// A password is set but its Secret or key could not be read: every view is unknown.
     Unreadable,
 }
 
-/// Reads `spec.auth.passwordSecretRef` (one GET of one Secret, in the cluster's namespace).
+/// Reads the password's Secret key (`MarekvsClusterSpec::password_secret_ref`; one GET of one Secret, in the cluster's namespace).
 pub async fn password(client: &kube::Client, cr: &MarekvsCluster) -> Password {
-    let Some(auth) = &cr.spec.auth else {
+    let Some(r) = cr.spec.password_secret_ref() else {
         return Password::None;
     };
-    let r = &auth.password_secret_ref;
     let ns = cr.namespace().unwrap_or_default();
     let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
     match secrets.get(&r.name).await {
