@@ -87,7 +87,7 @@ pub fn may_adopt(opted_in: bool, orphan: &Orphan, wanted: &Wanted) -> Result<(),
     if orphan.hostname.as_deref() != Some(wanted.member.as_str()) {
         return Err(NotAdopted::OtherHostname(orphan.hostname.clone()));
     }
-    if !orphan.claims.iter().any(|c| *c == wanted.claim) {
+    if !orphan.claims.contains(&wanted.claim) {
         return Err(NotAdopted::OtherVolume);
     }
     let rf = wanted.replication_factor.to_string();
