@@ -816,3 +816,18 @@ pub async fn wait_events(
     )
     .await
 }
+
+/// The first path under `sent` whose value `kept` does not hold as sent (objects may gain
+/// fields: defaults); `None` when everything sent was kept.
+pub fn first_not_kept(sent: &Value, kept: &Value, path: &str) -> Option<String> {
+    match (sent, kept) {
+        (Value::Object(s), Value::Object(k)) => s.iter().find_map(|(key, v)| {
+            first_not_kept(
+                v,
+                k.get(key).unwrap_or(&Value::Null),
+                &format!("{path}.{key}"),
+            )
+        }),
+        _ => (sent != kept).then(|| path.to_string()),
+    }
+}

@@ -346,21 +346,6 @@ async fn the_next_step_waits_while_data_is_still_copying_although_every_gauge_re
     env.cleanup().await
 }
 
-/// The first path under `sent` whose value `kept` does not hold as sent (objects may gain
-/// fields: defaults); `None` when everything sent was kept.
-fn first_not_kept(sent: &Value, kept: &Value, path: &str) -> Option<String> {
-    match (sent, kept) {
-        (Value::Object(s), Value::Object(k)) => s.iter().find_map(|(key, v)| {
-            first_not_kept(
-                v,
-                k.get(key).unwrap_or(&Value::Null),
-                &format!("{path}.{key}"),
-            )
-        }),
-        _ => (sent != kept).then(|| path.to_string()),
-    }
-}
-
 async fn the_shipped_examples_are_accepted_as_written() -> anyhow::Result<()> {
     let env = TestEnv::new("examples").await?;
     let api: Api<MarekvsCluster> = env.api();

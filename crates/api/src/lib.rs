@@ -576,8 +576,14 @@ pub struct MarekvsClusterStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub updated_nodes: Option<i32>,
     /// Commands per second over all members, from two samples of `marekvs_commands_total`
-    /// (absent until two good samples exist, or while a member cannot be read).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// (absent until two good samples exist, or while a member cannot be read). Read
+    /// leniently: marekvs's own operator wrote it as a string (`"4231.0"`), and an object it
+    /// left behind must still be read (and its status overwritten), not stall the watch.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "lenient_ops_per_second"
+    )]
     pub ops_per_second: Option<i64>,
     /// The command counters the next rate is computed from (survives an operator restart).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -622,6 +628,26 @@ pub struct MarekvsClusterStatus {
     /// for a volume that is the member's data, see docs/replacing-members.md).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub look_alikes: Vec<LookAlikeStatus>,
+}
+
+/// `opsPerSecond` as this operator writes it (an integer) or as marekvs's own operator did (a
+/// float, or a string holding one, e.g. `"4231.0"`); anything else reads as absent: it is
+/// only reported, never acted on, and the next status write replaces it.
+fn lenient_ops_per_second<'de, D>(d: D) -> Result<Option<i64>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    let value = Option::<serde_json::Value>::deserialize(d)?;
+    let number = match value {
+        Some(serde_json::Value::Number(n)) => n.as_i64().or_else(|| n.as_f64().and_then(round)),
+        Some(serde_json::Value::String(s)) => s.trim().parse::<f64>().ok().and_then(round),
+        _ => None,
+    };
+    Ok(number)
+}
+
+fn round(f: f64) -> Option<i64> {
+    (f.is_finite() && f.abs() < 9.0e18).then(|| f.round() as i64)
 }
 
 /// A volume kept for an ordinal that is not a member.
@@ -1092,5 +1118,84 @@ mod tests {
         });
         let spec: MarekvsClusterSpec = serde_json::from_value(upstream).unwrap();
         assert_eq!(spec.autoscale.unwrap().max_nodes, 8);
+    }
+
+    /// An object marekvs's own operator wrote (its shipped example, and the status it kept:
+    /// `opsPerSecond` as a string, its sample and scale epochs, a message) reads as a
+    /// `MarekvsCluster`: the watch does not stall on it, and the operator overwrites the status.
+    #[test]
+    fn an_object_left_by_marekvs_own_operator_is_read() {
+        let old = serde_json::json!({
+            "apiVersion": "marekvs.io/v1alpha1", "kind": "MarekvsCluster",
+            "metadata": {"name": "demo", "namespace": "default", "uid": "u1"},
+            "spec": {
+                "image": "ghcr.io/yannick/marekvs:latest",
+                "replicationFactor": 2,
+                "storage": {"size": "10Gi"},
+                "resources": {"cpu": "1", "memory": "1Gi"},
+                "autoscale": {"minNodes": 3, "maxNodes": 8, "targetOpsPerNode": 5000,
+                    "scaleDownStabilizationSeconds": 300, "scaleUpCooldownSeconds": 60},
+                "reclaimPvcs": false,
+                "extraEnv": {"RUST_LOG": "info"},
+                "hostnameSpreadWhenUnsatisfiable": "ScheduleAnyway"
+            },
+            "status": {
+                "phase": "Healthy", "desiredNodes": 3, "readyNodes": 3,
+                "underreplicatedPartitions": 0, "opsPerSecond": "4231.0",
+                "lastScaleEpoch": 1_764_000_000, "lastOpsTotal": 987_654_321_u64,
+                "lastSampleEpoch": 1_764_000_030, "message": "3/3 nodes ready"
+            }
+        });
+        let cr: MarekvsCluster = serde_json::from_value(old).unwrap();
+        let status = cr.status.unwrap();
+        assert_eq!(status.ops_per_second, Some(4231));
+        assert_eq!(status.phase, Some(ClusterPhase::Healthy));
+        assert_eq!(status.ready_nodes, Some(3));
+        assert!(status.instance_names.is_empty());
+        assert!(cr.spec.autoscale.is_some());
+        assert_eq!(cr.spec.extra_env["RUST_LOG"], "info");
+        // Each old phase is one of ours.
+        for phase in [
+            "Reconciling",
+            "Healthy",
+            "ScalingUp",
+            "ScalingDown",
+            "Blocked",
+        ] {
+            let s: MarekvsClusterStatus =
+                serde_json::from_value(serde_json::json!({"phase": phase})).unwrap();
+            assert!(s.phase.is_some(), "{phase}");
+        }
+    }
+
+    #[test]
+    fn ops_per_second_reads_as_either_operator_wrote_it() {
+        let ops = |v: serde_json::Value| {
+            serde_json::from_value::<MarekvsClusterStatus>(serde_json::json!({"opsPerSecond": v}))
+                .unwrap()
+                .ops_per_second
+        };
+        assert_eq!(ops(serde_json::json!(420)), Some(420));
+        assert_eq!(ops(serde_json::json!(4231.6)), Some(4232));
+        assert_eq!(ops(serde_json::json!("4231.0")), Some(4231));
+        assert_eq!(ops(serde_json::json!(" 17 ")), Some(17));
+        for unreadable in [
+            serde_json::json!("n/a"),
+            serde_json::json!("NaN"),
+            serde_json::json!(null),
+            serde_json::json!(true),
+            serde_json::json!("1e300"),
+        ] {
+            assert_eq!(ops(unreadable.clone()), None, "{unreadable}");
+        }
+        let absent: MarekvsClusterStatus = serde_json::from_value(serde_json::json!({})).unwrap();
+        assert_eq!(absent.ops_per_second, None);
+        // Written back as this operator's integer.
+        let written = serde_json::to_value(MarekvsClusterStatus {
+            ops_per_second: Some(4231),
+            ..Default::default()
+        })
+        .unwrap();
+        assert_eq!(written["opsPerSecond"], serde_json::json!(4231));
     }
 }

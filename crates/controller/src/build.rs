@@ -52,6 +52,10 @@ pub const ANNOTATION_CLUSTER_UID: &str = "marekvs.io/cluster-uid";
 /// not applied again on every pass.
 pub const ANNOTATION_APPLIED_HASH: &str = "marekvs.io/applied-hash";
 
+/// On the cluster object: adopt the orphaned pods of a StatefulSet that ran its members
+/// (migration from marekvs's own operator, docs/migration.md). Only this value opts in.
+pub const ANNOTATION_ADOPT: &str = "marekvs.io/adopt";
+pub const ADOPT_STATEFULSET_ORPHANS: &str = "statefulset-orphans";
 pub const PORT_RESP: i32 = 6379;
 pub const PORT_MESH: i32 = 7373;
 pub const PORT_GOSSIP: i32 = 7946;

@@ -2,6 +2,7 @@
 #![forbid(unsafe_code)]
 
 pub mod act;
+pub mod adopt;
 pub mod build;
 #[cfg(test)]
 mod build_golden;

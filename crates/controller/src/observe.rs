@@ -40,6 +40,9 @@ pub struct Children {
     pub look_alikes: Vec<LookAlike>,
     /// Volumes of the cluster to stamp with its uid (re-adopted), with the uid they carried.
     pub to_stamp: Vec<(u32, Option<String>)>,
+    /// Ordinals whose pod has no controller, when the cluster opts in to adopting them
+    /// (`adopt`); look-alikes until adopted.
+    pub orphans: Vec<u32>,
 }
 
 /// An object with a member's name that is not the cluster's.
@@ -63,15 +66,20 @@ impl Children {
         pvcs: BTreeMap<u32, Arc<PersistentVolumeClaim>>,
     ) -> Self {
         let uid = cr.uid().unwrap_or_default();
+        let adopting = crate::adopt::opted_in(cr);
         let mut children = Children {
             pods: BTreeMap::new(),
             pvcs: BTreeMap::new(),
             look_alikes: Vec::new(),
             to_stamp: Vec::new(),
+            orphans: Vec::new(),
         };
         for (o, p) in pods {
             match pod_ownership(&controller_of(&p.metadata), &uid) {
                 Ownership::LookAlike(why) => {
+                    if adopting && why == LookAlikeWhy::NoController {
+                        children.orphans.push(o);
+                    }
                     children.look_alike(o, LookAlikeKind::Pod, &p.metadata, why)
                 }
                 Ownership::Ours | Ownership::Restamp { .. } => {
@@ -86,6 +94,7 @@ impl Children {
                 member: members.contains(&o),
                 // A pod of the cluster mounts its member's PVC by name.
                 mounted_by_ours: children.pods.contains_key(&o),
+                adopting,
             };
             match pvc_ownership(&claim, &uid) {
                 Ownership::LookAlike(why) => {
@@ -246,13 +255,17 @@ pub fn restarts(p: &Pod) -> i64 {
         .unwrap_or(0)
 }
 
+/// The pod's Ready condition is True.
+pub fn pod_ready(p: &Pod) -> bool {
+    p.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
 pub fn pod_obs(p: &Pod, desired_hash: &str) -> PodObs {
     PodObs {
-        ready: p
-            .status
-            .as_ref()
-            .and_then(|s| s.conditions.as_ref())
-            .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True")),
+        ready: pod_ready(p),
         terminating: p.metadata.deletion_timestamp.is_some(),
         drained: p.annotations().contains_key(ANNOTATION_DRAINED_AT)
             && p.annotations()
@@ -561,6 +574,58 @@ mod tests {
         assert_eq!(c.pvcs.keys().copied().collect::<Vec<_>>(), [0]);
         assert_eq!(c.look_alikes.len(), 1);
         assert_eq!(c.look_alikes[0].why, LookAlikeWhy::NotStamped);
+    }
+
+    /// Orphans are adoption candidates only when the cluster opts in; until adopted they are
+    /// look-alikes, and the volume an adopted pod mounts is stamped though its member is not
+    /// yet in status.
+    #[test]
+    fn orphans_are_candidates_only_for_a_cluster_that_opts_in() {
+        let pods = || {
+            BTreeMap::from([
+                (0, pod_controlled_by(0, Some("u2"))),
+                (1, pod_controlled_by(1, None)),
+                (2, pod_controlled_by(2, Some("sts"))),
+            ])
+        };
+        let pvcs = || BTreeMap::from([(0, pvc_stamped(0, None)), (1, pvc_stamped(1, None))]);
+        // No status members: a migrated object has none yet.
+        let plain = cluster("u2", &[]);
+        let c = Children::sorted(&plain, pods(), pvcs());
+        assert!(c.orphans.is_empty());
+        assert!(c.to_stamp.is_empty());
+        assert_eq!(c.look_alikes.len(), 4);
+
+        let mut opted = cluster("u2", &[]);
+        opted.metadata.annotations = Some(BTreeMap::from([(
+            crate::build::ANNOTATION_ADOPT.to_string(),
+            crate::build::ADOPT_STATEFULSET_ORPHANS.to_string(),
+        )]));
+        let c = Children::sorted(&opted, pods(), pvcs());
+        // Only the pod without a controller, never one another object controls.
+        assert_eq!(c.orphans, [1]);
+        assert_eq!(c.pods.keys().copied().collect::<Vec<_>>(), [0]);
+        // demo-0's pod is ours: its unstamped volume is stamped; demo-1's waits for its pod.
+        assert_eq!(c.to_stamp, [(0, None)]);
+        let looks: Vec<(u32, LookAlikeKind)> =
+            c.look_alikes.iter().map(|l| (l.ordinal, l.kind)).collect();
+        assert_eq!(
+            looks,
+            [
+                (1, LookAlikeKind::Pod),
+                (2, LookAlikeKind::Pod),
+                (1, LookAlikeKind::PersistentVolumeClaim)
+            ]
+        );
+        // Another value does not opt in.
+        let mut other = opted.clone();
+        other
+            .metadata
+            .annotations
+            .as_mut()
+            .unwrap()
+            .insert(crate::build::ANNOTATION_ADOPT.into(), "everything".into());
+        assert!(Children::sorted(&other, pods(), pvcs()).orphans.is_empty());
     }
 
     #[test]

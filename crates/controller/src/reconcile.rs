@@ -9,6 +9,7 @@
 //! |---|---|
 //! | validate the spec | `spec` |
 //! | observe caches and scrapes | `observe` |
+//! | adopt a StatefulSet's orphaned members (opt-in) | `adopt` |
 //! | re-create missing children early | `recreate` |
 //! | decide | `marekvs_core` (sizing, stepper, transitions, volumes) |
 //! | record (status) | `status` (build), `record` (write) |
@@ -38,7 +39,7 @@ use crate::recreate::RecreationLock;
 use crate::scrape::MemberClient;
 use crate::status::{StatusInput, for_comparison, memory_from_status, reported, status_from};
 use crate::telemetry::Metrics;
-use crate::{act, record, recreate, report, spec, status, views};
+use crate::{act, adopt, record, recreate, report, spec, status, views};
 
 pub struct Ctx {
     pub client: Client,
@@ -114,6 +115,10 @@ pub async fn pass(cr: &MarekvsCluster, ctx: &Ctx) -> Result<Next, Error> {
 
     // Observe; a missing child of an unchanged membership is re-created before the scrapes.
     let children = Children::of(cr, &ctx.pods, &ctx.pvcs);
+    if adopt::orphans(ctx, cr, &children).await > 0 {
+        // Decide nothing on the look-alikes they were: the next pass sees them as members.
+        return Ok(Next::LookAgainIn(Duration::from_millis(200)));
+    }
     act::stamp_volumes(ctx, cr, &children).await;
     let prev = cr.status.clone().unwrap_or_default();
     let memory = memory_from_status(&name, &prev);

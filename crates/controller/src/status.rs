@@ -738,6 +738,7 @@ mod tests {
             pvcs: BTreeMap::new(),
             look_alikes: Vec::new(),
             to_stamp: Vec::new(),
+            orphans: Vec::new(),
         }
     }
 

@@ -2,6 +2,7 @@
 //! No Kubernetes types, no I/O, no clock (time is passed in).
 #![forbid(unsafe_code)]
 
+pub mod adoption;
 pub mod autoscale;
 pub mod handoff;
 pub mod mass;

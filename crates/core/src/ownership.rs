@@ -9,8 +9,10 @@
 //!   ours. Stamped with another uid: made by this operator for an earlier object of the same
 //!   name (the PVC carries its name and labels), re-adopted and stamped again. Not stamped:
 //!   made by an earlier version of the operator only if its member is in `status.instanceNames`
-//!   and its pod (which mounts it by name) is controlled by this cluster; stamped then.
-//!   Otherwise a look-alike.
+//!   and its pod (which mounts it by name) is controlled by this cluster; stamped then. The
+//!   same for a volume of a StatefulSet's member adopted by this cluster (`adoption`: the
+//!   cluster opts in with `marekvs.io/adopt`), whose member is not yet in
+//!   `status.instanceNames`. Otherwise a look-alike.
 //!
 //! A look-alike is never adopted, scraped, drained, deleted or counted as ready: its member
 //! is observed with `MemberObs::look_alike`, nothing is created in its name, and every
@@ -38,6 +40,8 @@ pub struct PvcClaim {
     pub member: bool,
     /// The pod with its member's name is controlled by this cluster (and so mounts it).
     pub mounted_by_ours: bool,
+    /// The cluster opts in to adopting a StatefulSet's orphaned members (`adoption`).
+    pub adopting: bool,
 }
 
 /// Why an object is a look-alike.
@@ -105,7 +109,9 @@ pub fn pvc_ownership(claim: &PvcClaim, cluster_uid: &str) -> Ownership {
         Some(uid) => Ownership::Restamp {
             from: Some(uid.clone()),
         },
-        None if claim.member && claim.mounted_by_ours => Ownership::Restamp { from: None },
+        None if (claim.member || claim.adopting) && claim.mounted_by_ours => {
+            Ownership::Restamp { from: None }
+        }
         None => Ownership::LookAlike(LookAlikeWhy::NotStamped),
     }
 }
@@ -145,6 +151,7 @@ mod tests {
             stamped_uid: stamped.map(str::to_owned),
             member,
             mounted_by_ours,
+            adopting: false,
         };
         for (member, mounted) in [(false, false), (true, false), (false, true), (true, true)] {
             // The stamp decides, whatever the membership.
@@ -169,6 +176,28 @@ mod tests {
                 pvc_ownership(&claim(None, member, mounted), "u2"),
                 Ownership::LookAlike(LookAlikeWhy::NotStamped),
                 "member {member}, mounted {mounted}"
+            );
+        }
+    }
+
+    #[test]
+    fn an_adopting_cluster_stamps_the_unstamped_volume_its_adopted_pod_mounts_and_only_that() {
+        let claim = |member: bool, mounted_by_ours: bool| PvcClaim {
+            stamped_uid: None,
+            member,
+            mounted_by_ours,
+            adopting: true,
+        };
+        // Not yet a member in status: its pod was adopted this pass.
+        assert_eq!(
+            pvc_ownership(&claim(false, true), "u2"),
+            Ownership::Restamp { from: None }
+        );
+        // Its pod is not (yet) the cluster's: still a look-alike.
+        for member in [false, true] {
+            assert_eq!(
+                pvc_ownership(&claim(member, false), "u2"),
+                Ownership::LookAlike(LookAlikeWhy::NotStamped)
             );
         }
     }
