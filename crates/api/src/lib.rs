@@ -671,8 +671,10 @@ pub struct RolloutStatus {
     pub ordinal: i32,
     /// The step the restart is at.
     pub step: RolloutStep,
-    /// Why it is restarted: `SpecChanged` (a rolling update), or `VolumeRequested` (its pod
-    /// asked for a fresh volume with the annotation `marekvs.io/replace-volume: "true"`).
+    /// Why it is restarted: `SpecChanged` (a rolling update), `VolumeRequested` (its pod
+    /// asked for a fresh volume with the annotation `marekvs.io/replace-volume: "true"`), or
+    /// `RestartRequested` (its pod asked for a restart on its own volume with the annotation
+    /// `marekvs.io/restart: "true"`).
     #[serde(default)]
     pub reason: RolloutReason,
     /// With `VolumeRequested`: UID of the PVC it was asked to leave. The request is carried
@@ -767,11 +769,14 @@ pub enum RolloutStep {
 /// - `SpecChanged`: its pod or its volume differs from what the spec asks (a rolling update).
 /// - `VolumeRequested`: its pod asked for a fresh volume (`marekvs.io/replace-volume: "true"`);
 ///   it is drained, its data handed off, and it restarts on a fresh, empty volume.
+/// - `RestartRequested`: its pod asked for a restart (`marekvs.io/restart: "true"`); it is
+///   drained, its data handed off, and it restarts on its own volume.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
 pub enum RolloutReason {
     #[default]
     SpecChanged,
     VolumeRequested,
+    RestartRequested,
 }
 
 /// Why a member was chosen for removal.
