@@ -699,7 +699,8 @@ pub struct RolloutStatus {
 /// - `ScalingDown`: a member is being removed.
 /// - `Replacing`: a member's pod (and maybe its volume) is being re-created, or a member is
 ///   moved to a fresh volume its pod asked for.
-/// - `Updating`: outdated members are being restarted one at a time.
+/// - `Updating`: outdated members are being restarted one at a time, or a member whose pod
+///   asked for a restart (`marekvs.io/restart`) is.
 /// - `Paused`: `spec.paused` holds a wanted disruptive step.
 /// - `Blocked`: a wanted disruptive step may not happen now (see `blockReason`).
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]

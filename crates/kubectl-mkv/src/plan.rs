@@ -100,7 +100,14 @@ fn holds(s: &MarekvsClusterStatus) -> Vec<String> {
     };
     if let Some(b) = s.block_reason {
         let message = is_true(BLOCKED).map_or("", |c| c.message.as_str());
-        lines.push(format!("held ({b:?}): {message}"));
+        // Said already by the planned removal it holds.
+        let said = s
+            .plan
+            .iter()
+            .any(|p| p.held_by.as_ref().is_some_and(|h| h.message == message));
+        if !said {
+            lines.push(format!("held ({b:?}): {message}"));
+        }
     }
     for (t, what) in [
         (MASS_FAILURE, "mass failure"),
