@@ -89,8 +89,8 @@ fn members_listed(status: &str) -> Vec<String> {
         .collect()
 }
 
-async fn status_lists_every_member_and_remove_removes_exactly_the_named_one() -> anyhow::Result<()>
-{
+async fn kubectl_mkv_status_lists_every_member_and_remove_removes_exactly_the_named_one()
+-> anyhow::Result<()> {
     let env = TestEnv::new("mkv-remove").await?;
     let _op = Operator::start(&env.namespace)?;
     let api = create(&env, "demo", spec(4)).await?;
@@ -180,8 +180,8 @@ async fn pod_uid(env: &TestEnv, name: &str) -> anyhow::Result<Option<String>> {
         .and_then(|p| p.metadata.uid))
 }
 
-async fn replace_restarts_on_the_same_volume_or_a_fresh_one_behind_the_gate() -> anyhow::Result<()>
-{
+async fn kubectl_mkv_replace_restarts_on_the_same_volume_or_a_fresh_one_behind_the_gate()
+-> anyhow::Result<()> {
     let env = TestEnv::new("mkv-replace").await?;
     let _op = Operator::start(&env.namespace)?;
     let api = create(&env, "demo", spec(3)).await?;
@@ -266,7 +266,7 @@ async fn replace_restarts_on_the_same_volume_or_a_fresh_one_behind_the_gate() ->
     env.cleanup().await
 }
 
-async fn hibernate_wake_fence_and_unfence_patch_their_fields() -> anyhow::Result<()> {
+async fn kubectl_mkv_hibernate_wake_fence_and_unfence_patch_their_fields() -> anyhow::Result<()> {
     let env = TestEnv::new("mkv-fields").await?;
     let _op = Operator::start(&env.namespace)?;
     let api = create(&env, "demo", spec(3)).await?;
@@ -325,8 +325,8 @@ async fn hibernate_wake_fence_and_unfence_patch_their_fields() -> anyhow::Result
 
 fn main() -> std::process::ExitCode {
     harness::run(marekvs_e2e::cases![
-        status_lists_every_member_and_remove_removes_exactly_the_named_one,
-        replace_restarts_on_the_same_volume_or_a_fresh_one_behind_the_gate,
-        hibernate_wake_fence_and_unfence_patch_their_fields,
+        kubectl_mkv_status_lists_every_member_and_remove_removes_exactly_the_named_one,
+        kubectl_mkv_replace_restarts_on_the_same_volume_or_a_fresh_one_behind_the_gate,
+        kubectl_mkv_hibernate_wake_fence_and_unfence_patch_their_fields,
     ])
 }
