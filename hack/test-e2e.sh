@@ -57,7 +57,7 @@ summary() {
 }
 trap finish EXIT
 
-(cd "$REPO" && cargo build -q -p marekvs-operator -p marekvs-sim --bins)
+(cd "$REPO" && cargo build -q -p marekvs-operator -p marekvs-sim -p kubectl-mkv --bins)
 target=${CARGO_TARGET_DIR:-$REPO/target}/debug
 
 # The side cluster first: its members are stand-ins, whatever MAREKVS_BIN says.
@@ -79,6 +79,8 @@ export MAREKVS_E2E_OPERATOR_PODS=1 MAREKVS_E2E_POD_LOGS=$STATE/logs/pods
 export MAREKVS_OPERATOR_KUBECONFIG=$(operator_kubeconfig)
 export KUBECONFIG=$KUBECONFIG_PATH MAREKVS_E2E_POD_NETWORK=$POD_NETWORK
 export MAREKVS_OPERATOR_BIN=$target/marekvs-operator
+# The kubectl plugin, run directly and through the pinned kubectl (plugin discovery on PATH).
+export MAREKVS_KUBECTL_MKV_BIN=$target/kubectl-mkv MAREKVS_E2E_KUBECTL=$bin/kubectl
 export MAREKVS_E2E_LOG_DIR=$STATE/logs MAREKVS_E2E_CLUSTER=$NAME
 if [ -n "${MAREKVS_BIN:-}" ]; then
   # Real members: the simulator's control API does not reach them.

@@ -581,6 +581,12 @@ pub use marekvs_api::{
     RolloutReason, RolloutStep, VictimReason,
 };
 
+/// The uid of a PVC of the test's namespace: a new one means a fresh, empty volume.
+pub async fn pvc_uid(env: &TestEnv, name: &str) -> anyhow::Result<String> {
+    let pvc: k8s_openapi::api::core::v1::PersistentVolumeClaim = env.api().get(name).await?;
+    pvc.metadata.uid.context("a stored PVC has a uid")
+}
+
 /// The data check's first half: [`data::default_keys`] keys written over RESP before a
 /// disruption, spread over `members` except `reader`, the survivor they will be read back
 /// through (a real member keeps a copy of what was written through it). Read nothing back

@@ -18,16 +18,6 @@ use serde_json::{Value, json};
 
 const T: Duration = Duration::from_secs(120);
 
-async fn pvc_uid(env: &TestEnv, name: &str) -> anyhow::Result<String> {
-    Ok(env
-        .api::<PersistentVolumeClaim>()
-        .get(name)
-        .await?
-        .metadata
-        .uid
-        .unwrap())
-}
-
 async fn assert_no_loss(sim: &Option<Sim>, ns: &str) -> anyhow::Result<()> {
     if let Some(sim) = sim {
         assert_eq!(

@@ -864,8 +864,10 @@ pub struct RolloutStatus {
     pub ordinal: i32,
     /// The step the restart is at.
     pub step: RolloutStep,
-    /// Why it is restarted: `SpecChanged` (a rolling update), or `VolumeRequested` (its pod
-    /// asked for a fresh volume with the annotation `marekvs.io/replace-volume: "true"`).
+    /// Why it is restarted: `SpecChanged` (a rolling update), `VolumeRequested` (its pod
+    /// asked for a fresh volume with the annotation `marekvs.io/replace-volume: "true"`), or
+    /// `RestartRequested` (its pod asked for a restart on its own volume with the annotation
+    /// `marekvs.io/restart: "true"`).
     #[serde(default)]
     pub reason: RolloutReason,
     /// With `VolumeRequested`: UID of the PVC it was asked to leave. The request is carried
@@ -890,7 +892,8 @@ pub struct RolloutStatus {
 /// - `ScalingDown`: a member is being removed.
 /// - `Replacing`: a member's pod (and maybe its volume) is being re-created, or a member is
 ///   moved to a fresh volume its pod asked for.
-/// - `Updating`: outdated members are being restarted one at a time.
+/// - `Updating`: outdated members are being restarted one at a time, or a member whose pod
+///   asked for a restart (`marekvs.io/restart`) is.
 /// - `Paused`: `spec.paused` holds a wanted disruptive step.
 /// - `Blocked`: a wanted disruptive step may not happen now (see `blockReason`).
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
@@ -960,11 +963,14 @@ pub enum RolloutStep {
 /// - `SpecChanged`: its pod or its volume differs from what the spec asks (a rolling update).
 /// - `VolumeRequested`: its pod asked for a fresh volume (`marekvs.io/replace-volume: "true"`);
 ///   it is drained, its data handed off, and it restarts on a fresh, empty volume.
+/// - `RestartRequested`: its pod asked for a restart (`marekvs.io/restart: "true"`); it is
+///   drained, its data handed off, and it restarts on its own volume.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
 pub enum RolloutReason {
     #[default]
     SpecChanged,
     VolumeRequested,
+    RestartRequested,
 }
 
 /// Why a member was chosen for removal.

@@ -38,6 +38,11 @@ pub const ANNOTATION_TEMPLATE_HASH: &str = "marekvs.io/template-hash";
 /// `PodObs::replace_volume`; once the replacement is recorded in `status.rollout`, the record
 /// carries the request (the annotation goes with the pod that is deleted).
 pub const ANNOTATION_REPLACE_VOLUME: &str = "marekvs.io/replace-volume";
+/// Set by a user on a member's pod (`"true"`): restart this member on its own volume, safely
+/// (drained, its data handed off first, one member at a time, like one step of a rolling
+/// update). Read into `PodObs::restart`; once recorded in `status.rollout` (reason
+/// `RestartRequested`) the record carries the request.
+pub const ANNOTATION_RESTART: &str = "marekvs.io/restart";
 /// On a member's PVC: since when its member has been away from the cluster (RFC 3339), written
 /// when it stops serving or is removed and dropped when it serves again (`core::stale`). A
 /// volume away longer than `storage.staleVolumeGraceSeconds` is never mounted again. Removing

@@ -18,7 +18,8 @@ use marekvs_core::{MemberObs, Memory, PodObs, PvcObs, Scrape};
 
 use crate::build::{
     self, ANNOTATION_ABSENT_SINCE, ANNOTATION_CLUSTER_UID, ANNOTATION_DRAINED_AT,
-    ANNOTATION_DRAINED_RESTARTS, ANNOTATION_REPLACE_VOLUME, ANNOTATION_TEMPLATE_HASH,
+    ANNOTATION_DRAINED_RESTARTS, ANNOTATION_REPLACE_VOLUME, ANNOTATION_RESTART,
+    ANNOTATION_TEMPLATE_HASH,
 };
 use crate::error::Error;
 use crate::scrape::MemberClient;
@@ -281,6 +282,10 @@ pub fn pod_obs(p: &Pod, desired_hash: &str) -> PodObs {
             .annotations()
             .get(ANNOTATION_REPLACE_VOLUME)
             .is_some_and(|v| v.trim().eq_ignore_ascii_case("true")),
+        restart: p
+            .annotations()
+            .get(ANNOTATION_RESTART)
+            .is_some_and(|v| v.trim().eq_ignore_ascii_case("true")),
     }
 }
 
@@ -466,6 +471,36 @@ mod tests {
         let mut slim = pod(Some("true"));
         slim_pod(&mut slim);
         assert!(pod_obs(&slim, "h").replace_volume);
+    }
+
+    /// `marekvs.io/restart: "true"` on a pod asks for a safe restart on its own volume; it
+    /// says nothing else about the pod.
+    #[test]
+    fn the_restart_annotation_asks_for_a_restart() {
+        let pod = |value: Option<&str>| -> Pod {
+            let mut ann = serde_json::Map::new();
+            ann.insert(ANNOTATION_TEMPLATE_HASH.into(), json!("h"));
+            if let Some(v) = value {
+                ann.insert(ANNOTATION_RESTART.into(), json!(v));
+            }
+            serde_json::from_value(json!({"metadata": {"name": "demo-2", "annotations": ann}}))
+                .unwrap()
+        };
+        let asked = pod_obs(&pod(Some("true")), "h");
+        assert!(asked.restart && !asked.replace_volume);
+        for other in [None, Some("false"), Some("yes")] {
+            assert!(!pod_obs(&pod(other), "h").restart, "{other:?}");
+        }
+        assert_eq!(
+            PodObs {
+                restart: false,
+                ..asked
+            },
+            pod_obs(&pod(None), "h")
+        );
+        let mut slim = pod(Some("true"));
+        slim_pod(&mut slim);
+        assert!(pod_obs(&slim, "h").restart);
     }
 
     fn cluster(uid: &str, instance_names: &[&str]) -> MarekvsCluster {

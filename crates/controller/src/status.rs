@@ -100,6 +100,7 @@ pub fn memory_from_status(name: &str, status: &MarekvsClusterStatus) -> Memory {
             RolloutReason::VolumeRequested => RollReason::VolumeRequested {
                 pvc: r.replaced_pvc.clone()?,
             },
+            RolloutReason::RestartRequested => RollReason::RestartRequested,
         };
         Some(Roll {
             ordinal: u32::try_from(r.ordinal).ok()?,
@@ -272,9 +273,10 @@ pub fn status_from(input: &StatusInput) -> MarekvsClusterStatus {
             reason: match r.reason {
                 RollReason::SpecChanged => RolloutReason::SpecChanged,
                 RollReason::VolumeRequested { .. } => RolloutReason::VolumeRequested,
+                RollReason::RestartRequested => RolloutReason::RestartRequested,
             },
             replaced_pvc: match &r.reason {
-                RollReason::SpecChanged => None,
+                RollReason::SpecChanged | RollReason::RestartRequested => None,
                 RollReason::VolumeRequested { pvc } => Some(pvc.clone()),
             },
             handed_off_pvc: r.handed_off_pvc.clone(),
@@ -481,6 +483,8 @@ fn member_conditions(
             marekvs_api::RolloutStep::from(r.step).as_str(),
             if r.requested() {
                 "being moved to a fresh volume, as its pod asked"
+            } else if r.restart_requested() {
+                "being restarted on its own volume, as its pod asked"
             } else {
                 "being restarted with the current pod spec"
             },
@@ -1143,6 +1147,11 @@ mod tests {
             serde_json::to_value(&st).unwrap()["rollout"]["reason"],
             json!("VolumeRequested")
         );
+        // A restart asked for on a pod: no volume to remember.
+        let mut restart = serde_json::to_value(&st).unwrap()["rollout"].clone();
+        restart["reason"] = json!("RestartRequested");
+        restart.as_object_mut().unwrap().remove("replacedPvc");
+        assert_eq!(reason(&stored(restart)), Some(RollReason::RestartRequested));
         let unknown = json!({"instanceNames": [], "rollout": {"member": "demo-2", "ordinal": 2,
             "step": "Deleting", "reason": "Whim", "startedAt": "2026-11-23T10:00:00Z",
             "stepStartedAt": "2026-11-23T10:00:05Z"}});

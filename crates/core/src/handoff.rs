@@ -237,6 +237,7 @@ mod tests {
                 drained: false,
                 outdated: false,
                 replace_volume: false,
+                restart: false,
             }),
             pvc: None,
             scrape: Some(Scrape {

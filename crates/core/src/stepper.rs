@@ -13,6 +13,8 @@
 //! - A fresh volume on request (`PodObs::replace_volume`): the rolling update's path, one
 //!   member at a time: drain → hand-off gate → delete its pod → delete its PVC (only the one
 //!   whose data was handed off) → a fresh PVC and pod → gate.
+//! - A restart on request (`PodObs::restart`): the same path on its own volume: drain →
+//!   hand-off gate → delete its pod → a new pod on the same PVC → gate.
 //!
 //! `decide` runs the phases of one pass in order over a shared [`Pass`]; each phase lives in
 //! the submodule named after it.
@@ -324,6 +326,20 @@ impl<'a> Pass<'a> {
                     .as_ref()
                     .is_some_and(|p| p.replace_volume && !p.terminating)
                     && m.pvc.as_ref().is_some_and(|v| !v.terminating)
+            })
+            .collect()
+    }
+
+    /// Members whose pod asks to be restarted on its own volume (and asks no fresh volume).
+    fn asked_restart(&self) -> Vec<u32> {
+        self.members
+            .iter()
+            .copied()
+            .filter(|o| {
+                self.obs(*o)
+                    .pod
+                    .as_ref()
+                    .is_some_and(|p| p.restart && !p.replace_volume && !p.terminating)
             })
             .collect()
     }

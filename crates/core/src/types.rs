@@ -88,6 +88,9 @@ pub struct PodObs {
     /// `marekvs.io/replace-volume: "true"` on its pod). Gone with the pod it is on: once the
     /// replacement starts, the rollout record carries the request.
     pub replace_volume: bool,
+    /// The user asked for this member to be restarted on its own volume, safely (the
+    /// annotation `marekvs.io/restart: "true"` on its pod). Gone with the pod it is on.
+    pub restart: bool,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -202,6 +205,9 @@ pub enum RollReason {
     /// Its pod asked for a fresh volume (`PodObs::replace_volume`) in place of the PVC with
     /// this uid: it moves to a fresh volume whatever the storage spec.
     VolumeRequested { pvc: String },
+    /// Its pod asked to be restarted on its own volume (`PodObs::restart`): drained, its data
+    /// handed off, its pod deleted and re-created on the same volume.
+    RestartRequested,
 }
 
 /// The member being restarted with the current pod spec (a rolling update, one at a time),
@@ -228,6 +234,11 @@ impl Roll {
     /// Asked by the user (a fresh volume), not by a spec change.
     pub fn requested(&self) -> bool {
         matches!(self.reason, RollReason::VolumeRequested { .. })
+    }
+
+    /// Asked by the user (a restart on its own volume), not by a spec change.
+    pub fn restart_requested(&self) -> bool {
+        self.reason == RollReason::RestartRequested
     }
 }
 

@@ -62,6 +62,10 @@ struct Pod {
     drained: bool,
     /// A user annotated it to ask for a fresh volume.
     replace_volume: bool,
+    /// A user annotated it to ask for a restart on its own volume.
+    restart: bool,
+    /// The tick it was created at.
+    created_at: u64,
     phase: Phase,
     /// Deleted at this tick; flushes (still a copy source) until it exits.
     deleted_at: Option<u64>,
@@ -424,6 +428,7 @@ impl World {
                         drained: p.drained,
                         outdated: p.version != self.version,
                         replace_volume: p.replace_volume,
+                        restart: p.restart,
                     }),
                     pvc: self.vols.get(&o).map(|v| PvcObs {
                         uid: v.uid.to_string(),
@@ -566,6 +571,8 @@ impl World {
                             version: self.version,
                             drained: false,
                             replace_volume: false,
+                            restart: false,
+                            created_at: self.t,
                             phase: Phase::Joining,
                             deleted_at: None,
                             crashed_until: None,
@@ -659,6 +666,8 @@ struct Counts {
     volumes_grown: u64,
     /// Fresh volumes asked for on a pod, and carried out (`VolumeReplaced` recorded).
     fresh_volumes: u64,
+    /// Restarts on its own volume asked for on a pod, and carried out (`MemberRestarted`).
+    restarts: u64,
     /// Passes that found the cluster in a mass failure (replicationFactor or more down).
     mass_failure_passes: u64,
     /// Passes whose ready members' views disagreed by identity, and those of them with a
@@ -697,6 +706,7 @@ impl std::ops::AddAssign for Counts {
         self.transition_notes += o.transition_notes;
         self.volumes_grown += o.volumes_grown;
         self.fresh_volumes += o.fresh_volumes;
+        self.restarts += o.restarts;
         self.mass_failure_passes += o.mass_failure_passes;
         self.views_disagree_passes += o.views_disagree_passes;
         self.views_held_passes += o.views_held_passes;
@@ -806,6 +816,16 @@ fn inject_faults(
         let p = w.pods.get_mut(&o).unwrap();
         if !p.replace_volume {
             p.replace_volume = true;
+            faults += 1;
+        }
+    }
+    if rng.chance(0.01)
+        && let Some(o) = pick(rng)
+    {
+        // A user asks for a safe restart of a member on its own volume (annotates its pod).
+        let p = w.pods.get_mut(&o).unwrap();
+        if !p.restart {
+            p.restart = true;
             faults += 1;
         }
     }
@@ -1131,6 +1151,7 @@ impl Operator {
             }
         }
         count_stale(w, &d, &observed, counts, violations);
+        check_restart(w, &d, &status.memory, &observed, counts, violations);
         self.previous = std::mem::replace(&mut self.persisted, written);
         let actions = still_to_do(&d.actions, &made);
         let n = if faulty && rng.chance(0.02) {
@@ -1209,6 +1230,43 @@ fn count_stale(
             .is_some_and(|o| stale(&o) && d.actions.contains(&Action::DeletePvc(o)));
         if !replaced {
             violations.push(format!("t={}: {} (not stale, or kept)", w.t, n.message));
+        }
+    }
+}
+
+/// A restart asked for on a pod keeps its member's volume (only an outdated or stale one may
+/// go), and one reported done runs a pod created since the restart was recorded.
+fn check_restart(
+    w: &World,
+    d: &Decision,
+    before: &Memory,
+    observed: &BTreeMap<u32, MemberObs>,
+    counts: &mut Counts,
+    violations: &mut Vec<String>,
+) {
+    let restarting = |m: &Memory| m.roll().filter(|r| r.restart_requested()).cloned();
+    let Some(r) = restarting(&d.memory).or_else(|| restarting(before)) else {
+        return;
+    };
+    let now = w.t as Millis * 1000;
+    counts.invariant_checks += 1;
+    // Only a volume the spec cannot keep (another class, with replaceVolumes) or a stale one
+    // may go.
+    let may_go = observed
+        .get(&r.ordinal)
+        .and_then(|m| m.pvc.as_ref())
+        .is_some_and(|v| v.outdated || is_stale(v, w.stale_grace_ms, now));
+    if d.actions.contains(&Action::DeletePvc(r.ordinal)) && !may_go {
+        violations.push(format!(
+            "t={}: the restart of {} deleted its volume",
+            w.t, r.ordinal
+        ));
+    }
+    for n in d.notes.iter().filter(|n| n.reason == "MemberRestarted") {
+        counts.restarts += 1;
+        let since_recorded = |p: &Pod| p.created_at as Millis * 1000 >= r.started_at;
+        if !w.pods.get(&r.ordinal).is_some_and(since_recorded) {
+            violations.push(format!("t={}: {}: not restarted", w.t, n.message));
         }
     }
 }
@@ -1455,7 +1513,7 @@ fn no_schedule_loses_data_or_disrupts_two_members_and_every_one_converges() {
     }
     println!(
         "dst: {schedules} schedules, {} steps, {} faults injected, {} invariant checks, {} failing; \
-         {} early creations ({} from a stale status), {} passes with the autoscaler moving the target, {} transition Events, {} volumes grown in place, {} fresh volumes asked for on a pod and carried out, {} passes in a mass failure, \
+         {} early creations ({} from a stale status), {} passes with the autoscaler moving the target, {} transition Events, {} volumes grown in place, {} fresh volumes asked for on a pod and carried out, {} restarts asked for on a pod and carried out, {} passes in a mass failure, \
          {} passes with views disagreeing by identity ({} with a removal or restart held), {} passes reporting a suspected partition; \
          volume absences: {} stamped, {} cleared, {} pods created on a volume away within the grace, {} passes with a member's stale volume and no pod, {} stale volumes replaced, {} stale volumes of a mass failure kept by the user; \
          {} passes with a look-alike ({} of them holding a wanted disruptive step for it)",
@@ -1469,6 +1527,7 @@ fn no_schedule_loses_data_or_disrupts_two_members_and_every_one_converges() {
         counts.transition_notes,
         counts.volumes_grown,
         counts.fresh_volumes,
+        counts.restarts,
         counts.mass_failure_passes,
         counts.views_disagree_passes,
         counts.views_held_passes,
@@ -1495,6 +1554,7 @@ fn no_schedule_loses_data_or_disrupts_two_members_and_every_one_converges() {
         assert!(counts.transition_notes > 0, "{counts:?}");
         assert!(counts.volumes_grown > 0, "{counts:?}");
         assert!(counts.fresh_volumes > 0, "{counts:?}");
+        assert!(counts.restarts > 0, "{counts:?}");
         assert!(counts.mass_failure_passes > 0, "{counts:?}");
         assert!(counts.views_held_passes > 0, "{counts:?}");
         assert!(counts.suspected_partition_passes > 0, "{counts:?}");

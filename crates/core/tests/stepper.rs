@@ -52,6 +52,7 @@ impl World {
                         drained: false,
                         outdated: false,
                         replace_volume: false,
+                        restart: false,
                     });
                     self.copying_until = now + self.copying_ms;
                 }
@@ -866,6 +867,93 @@ fn a_fresh_volume_asked_on_a_pod_drains_waits_for_the_gate_then_replaces_pod_and
     assert!(mem.disruption.is_none());
 }
 
+// ---- a restart asked for on a member's pod ----
+
+fn ask_restart(w: &mut World, o: u32) {
+    w.obs.get_mut(&o).unwrap().pod.as_mut().unwrap().restart = true;
+}
+
+#[test]
+fn a_restart_asked_on_a_pod_drains_waits_for_the_gate_then_restarts_it_on_its_own_volume() {
+    let s = spec(3, 2);
+    let mut w = World::new(5_000);
+    let mut mem = Memory::default();
+    drive(&s, &mut w, &mut mem, 0, 60);
+    let uids = (uid_of(&w, 0), uid_of(&w, 1), uid_of(&w, 2));
+    ask_restart(&mut w, 1);
+
+    let ds = drive(&s, &mut w, &mut mem, 100_000, 600);
+    assert_eq!(ds.last().unwrap().phase, ClusterPhase::Healthy);
+    // Recorded before anything is done to it.
+    assert!(ds[0].actions.is_empty(), "{:?}", ds[0].actions);
+    let roll = ds[0].memory.roll().expect("recorded");
+    assert_eq!(
+        (roll.ordinal, &roll.reason),
+        (1, &RollReason::RestartRequested)
+    );
+    assert_eq!(ds[0].phase, ClusterPhase::Updating);
+    // Drain, delete the pod once the gate passed, a new pod on the same volume.
+    let mut seq = actions_of(&ds);
+    seq.dedup();
+    assert_eq!(
+        seq,
+        [Action::Drain(1), Action::DeletePod(1), Action::CreatePod(1)]
+    );
+    let at = |a: Action| ds.iter().position(|d| d.actions.contains(&a)).unwrap();
+    assert!(at(Action::DeletePod(1)) - at(Action::Drain(1)) >= 7);
+    // Every member on the volume it had.
+    assert_eq!((uid_of(&w, 0), uid_of(&w, 1), uid_of(&w, 2)), uids);
+    let started = notes_named(&ds, "RestartStarted");
+    let done = notes_named(&ds, "MemberRestarted");
+    assert_eq!((started.len(), done.len()), (1, 1));
+    assert!(started[0].contains("demo-1") && done[0].contains("demo-1"));
+    assert!(notes_named(&ds, "MemberUpdated").is_empty());
+    assert!(notes_named(&ds, "VolumeReplaced").is_empty());
+    // The new pod carries no request: nothing more happens.
+    let after = drive(&s, &mut w, &mut mem, 1_000_000, 30);
+    assert!(actions_of(&after).is_empty(), "{:?}", actions_of(&after));
+    assert!(mem.disruption.is_none());
+}
+
+#[test]
+fn a_restart_asked_for_is_held_while_paused_and_cancelled_if_the_pod_stops_asking() {
+    let mut s = spec(3, 2);
+    let mut w = World::new(2_000);
+    let mut mem = Memory::default();
+    drive(&s, &mut w, &mut mem, 0, 60);
+    ask_restart(&mut w, 2);
+    s.paused = true;
+    let ds = drive(&s, &mut w, &mut mem, 100_000, 20);
+    assert!(actions_of(&ds).is_empty(), "{:?}", actions_of(&ds));
+    let last = ds.last().unwrap();
+    assert_eq!(last.phase, ClusterPhase::Paused);
+    let held = &last.blocked.as_ref().expect("held").message;
+    assert!(held.contains("the restart asked for demo-2"), "{held}");
+    // Unpaused, it starts; the annotation removed before the drain took: not restarted.
+    s.paused = false;
+    w.scrape(200_000);
+    let d = decide(&Input {
+        spec: &s,
+        memory: &mem,
+        observed: &w.obs,
+        now: 200_000,
+    });
+    assert_eq!(
+        d.memory.roll().map(|r| (r.ordinal, r.reason.clone())),
+        Some((2, RollReason::RestartRequested))
+    );
+    mem = d.memory;
+    w.obs.get_mut(&2).unwrap().pod.as_mut().unwrap().restart = false;
+    let ds = drive(&s, &mut w, &mut mem, 201_000, 30);
+    assert_eq!(notes_named(&ds, "UpdateCancelled").len(), 1);
+    assert!(
+        !actions_of(&ds).contains(&Action::DeletePod(2)),
+        "{:?}",
+        actions_of(&ds)
+    );
+    assert!(mem.disruption.is_none());
+}
+
 #[test]
 fn a_fresh_volume_asked_for_is_held_while_paused_before_and_during_its_steps() {
     let mut s = spec(3, 2);
@@ -1041,6 +1129,7 @@ fn arb_obs() -> impl Strategy<Value = MemberObs> {
                     drained,
                     outdated,
                     replace_volume,
+                    restart: false,
                 },
             ),
             pvc: pvc.map(|(terminating, outdated)| PvcObs {
@@ -1131,6 +1220,7 @@ fn calm_asking(mem: &Memory, outdated: bool, asking: Option<u32>) -> BTreeMap<u3
                 drained: Some(*o) == disrupted && Some(*o) != moved,
                 outdated,
                 replace_volume: Some(*o) == asking,
+                restart: false,
             });
             let scrape = pod.as_ref().map(|_| Scrape {
                 view_members: serving,

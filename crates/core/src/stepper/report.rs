@@ -142,7 +142,8 @@ impl Pass<'_> {
             None if all_active
                 && self.members.len() == self.target
                 && self.outdated().is_empty()
-                && self.asked_fresh_volume().is_empty() =>
+                && self.asked_fresh_volume().is_empty()
+                && self.asked_restart().is_empty() =>
             {
                 ClusterPhase::Healthy
             }

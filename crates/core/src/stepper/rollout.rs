@@ -37,7 +37,14 @@ impl Pass<'_> {
             RollStep::Rejoining => {
                 if self.rejoined(&mut r, &name) {
                     self.rolled = Some(r.clone());
-                    self.notes.push(if r.requested() {
+                    self.notes.push(if r.restart_requested() {
+                        normal(
+                            "MemberRestarted",
+                            format!(
+                                "{name} restarted on its own volume; the cluster is fully replicated again"
+                            ),
+                        )
+                    } else if r.requested() {
                         normal(
                             "VolumeReplaced",
                             format!(
@@ -67,7 +74,9 @@ impl Pass<'_> {
             // Its pod is gone (deleted by this step or by hand): the children phase, earlier
             // in this pass, created a new one.
             enter(r, RollStep::Rejoining, self.now);
-            let message = if r.requested() {
+            let message = if r.restart_requested() {
+                format!("re-creating {name} on its own volume, as its pod asked")
+            } else if r.requested() {
                 format!("re-creating {name} on a fresh volume once its data was handed off")
             } else {
                 format!("re-creating {name} with the current spec on its own volume")
@@ -80,12 +89,15 @@ impl Pass<'_> {
         }
     }
 
-    /// The spec went back to what this member runs before it was drained. A fresh volume
-    /// asked for is never cancelled: its request went with the pod it was on.
+    /// The spec went back to what this member runs before it was drained, or its pod no
+    /// longer asks for the restart. A fresh volume asked for is never cancelled: its request
+    /// went with the pod it was on.
     fn update_cancelled(&mut self, r: &Roll, name: &str) -> bool {
         let m = self.obs(r.ordinal);
         let cancelled = r.step == RollStep::Draining
-            && m.pod.as_ref().is_some_and(|p| !p.outdated && !p.drained)
+            && m.pod.as_ref().is_some_and(|p| {
+                !p.outdated && !p.drained && (!r.restart_requested() || !p.restart)
+            })
             && !m.pvc.as_ref().is_some_and(|v| r.leaves_volume(v));
         if cancelled {
             self.notes.push(normal(
@@ -149,7 +161,13 @@ impl Pass<'_> {
                     self.actions.insert(Action::DeletePod(r.ordinal));
                 }
             }
-            Some(p) if p.outdated || m.pvc.as_ref().is_some_and(|v| r.leaves_volume(v)) => {
+            // Still the pod that asked for the restart, or one the spec or volume still
+            // wants gone: it restarted by itself and serves again.
+            Some(p)
+                if p.outdated
+                    || (r.restart_requested() && p.restart)
+                    || m.pvc.as_ref().is_some_and(|v| r.leaves_volume(v)) =>
+            {
                 self.notes.push(restarted_while_draining(name));
                 enter(r, RollStep::Draining, self.now);
             }
@@ -245,22 +263,23 @@ impl Pass<'_> {
     }
 
     /// Start the next rolling update: after any scale-down (only members that stay are
-    /// restarted), with the membership complete; a fresh volume asked for first, then the
-    /// highest outdated ordinal.
+    /// restarted), with the membership complete; a fresh volume asked for first, then a
+    /// restart asked for, then the highest outdated ordinal.
     pub(super) fn start_roll(&mut self) {
         let outdated = self.outdated();
         let asked = self.asked_fresh_volume();
+        let restarts = self.asked_restart();
         if self.disruption.is_some()
             || self.rolled.is_some()
             || self.completed.is_some()
             || self.blocked.is_some()
             || self.members.len() != self.target
-            || (outdated.is_empty() && asked.is_empty())
+            || (outdated.is_empty() && asked.is_empty() && restarts.is_empty())
             || self.drained_bystander()
         {
             return;
         }
-        if let Err(b) = self.may_start_roll(outdated.len(), &asked) {
+        if let Err(b) = self.may_start_roll(outdated.len(), &asked, &restarts) {
             self.blocked = Some(b);
             return;
         }
@@ -285,6 +304,17 @@ impl Pass<'_> {
                 "VolumeReplacementStarted",
                 format!(
                     "moving {} to a fresh volume, as its pod asks: draining it, then replacing its volume once the others hold its data",
+                    self.spec.member_name(o)
+                ),
+            ));
+            return;
+        }
+        if let Some(&o) = restarts.last() {
+            self.start_roll_of(o, RollReason::RestartRequested);
+            self.notes.push(normal(
+                "RestartStarted",
+                format!(
+                    "restarting {} on its own volume, as its pod asks: draining it, then deleting its pod once the others hold its data",
                     self.spec.member_name(o)
                 ),
             ));
@@ -315,23 +345,32 @@ impl Pass<'_> {
         self.phases.insert(o, MemberPhase::Draining);
     }
 
-    fn may_start_roll(&self, outdated: usize, asked: &[u32]) -> Result<(), Blocked> {
+    fn may_start_roll(
+        &self,
+        outdated: usize,
+        asked: &[u32],
+        restarts: &[u32],
+    ) -> Result<(), Blocked> {
         if self.spec.paused {
-            let asked = asked
-                .iter()
-                .map(|o| self.spec.member_name(*o))
-                .collect::<Vec<_>>()
-                .join(", ");
-            let held = match (outdated, asked.is_empty()) {
-                (_, true) => format!("the rolling update of {outdated} outdated members"),
-                (0, false) => format!("the fresh volume asked for {asked}"),
-                (_, false) => format!(
-                    "the fresh volume asked for {asked} and the rolling update of {outdated} outdated members"
-                ),
+            let names = |os: &[u32]| {
+                os.iter()
+                    .map(|o| self.spec.member_name(*o))
+                    .collect::<Vec<_>>()
+                    .join(", ")
             };
+            let mut held = Vec::new();
+            if !asked.is_empty() {
+                held.push(format!("the fresh volume asked for {}", names(asked)));
+            }
+            if !restarts.is_empty() {
+                held.push(format!("the restart asked for {}", names(restarts)));
+            }
+            if outdated > 0 || held.is_empty() {
+                held.push(format!("the rolling update of {outdated} outdated members"));
+            }
             Err(Blocked {
                 reason: BlockReason::Paused,
-                message: format!("spec.paused is set: holding {held}"),
+                message: format!("spec.paused is set: holding {}", held.join(" and ")),
             })
         } else if let Some(b) = self.look_alike_block("the rolling update") {
             Err(b)

@@ -1,0 +1,252 @@
+//! `kubectl mkv`: read and operate MarekvsClusters through the same API objects as everything
+//! else (the cluster, its status, its members' pods and PVCs); it never talks to members or
+//! to the operator.
+#![forbid(unsafe_code)]
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use anyhow::Context as _;
+use clap::{Parser, Subcommand, ValueEnum};
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+use kube::api::{Api, Patch, PatchParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Client, Config};
+use kubectl_mkv::edit::{self, Edit, PodState, Refused, Wake};
+use kubectl_mkv::{age, plan, table};
+use marekvs_api::MarekvsCluster;
+
+/// Status, plan and safe operations on MarekvsClusters.
+#[derive(Parser)]
+#[command(name = "kubectl mkv", version)]
+struct Cli {
+    /// Namespace of the cluster (default: the kubeconfig context's namespace).
+    #[arg(short = 'n', long, global = true)]
+    namespace: Option<String>,
+    /// Path to the kubeconfig file (default: $KUBECONFIG, then ~/.kube/config).
+    #[arg(long, global = true)]
+    kubeconfig: Option<PathBuf>,
+    /// The kubeconfig context to use (default: the current context).
+    #[arg(long, global = true)]
+    context: Option<String>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Output {
+    Json,
+    Yaml,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// The cluster's phase, what holds it, and a table of its members.
+    Status {
+        cluster: String,
+        /// Print the cluster's status as JSON or YAML instead.
+        #[arg(short = 'o', long)]
+        output: Option<Output>,
+    },
+    /// What would happen next and what holds it, in words.
+    Plan { cluster: String },
+    /// Remove this member, safely: spec.nodes one lower and the member in spec.removeMembers.
+    Remove { cluster: String, member: String },
+    /// Restart a member on its own volume, or on a fresh one, once drained and handed off.
+    Replace {
+        cluster: String,
+        member: String,
+        /// Move it to a fresh, empty volume instead (its data is handed off first).
+        #[arg(long)]
+        fresh_volume: bool,
+    },
+    /// Hold every disruptive step (spec.paused: true).
+    Pause { cluster: String },
+    /// Let disruptive steps go on (spec.paused: false).
+    Resume { cluster: String },
+    /// Stop every member's pod, keeping volumes and membership (spec.hibernation: true).
+    Hibernate { cluster: String },
+    /// Bring a hibernated cluster back (spec.hibernation: false).
+    Wake {
+        cluster: String,
+        /// Past storage.staleVolumeGraceSeconds, start every member on an empty volume.
+        #[arg(long)]
+        fresh_volumes: bool,
+        /// Confirm --fresh-volumes: the cluster's data is lost.
+        #[arg(long)]
+        yes_lose_data: bool,
+    },
+    /// Stop a member's pod, keeping it a member (spec.fencedMembers).
+    Fence { cluster: String, member: String },
+    /// Bring a fenced member back.
+    Unfence { cluster: String, member: String },
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli).await {
+        Ok(out) => {
+            print!("{out}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// A client for the chosen kubeconfig and context, and the namespace to work in.
+async fn connect(cli: &Cli) -> anyhow::Result<(Client, String)> {
+    let options = KubeConfigOptions {
+        context: cli.context.clone(),
+        ..KubeConfigOptions::default()
+    };
+    let config = match &cli.kubeconfig {
+        Some(path) => {
+            let kubeconfig = Kubeconfig::read_from(path)
+                .with_context(|| format!("reading {}", path.display()))?;
+            Config::from_custom_kubeconfig(kubeconfig, &options).await?
+        }
+        None => Config::from_kubeconfig(&options).await?,
+    };
+    let namespace = cli
+        .namespace
+        .clone()
+        .unwrap_or_else(|| config.default_namespace.clone());
+    Ok((Client::try_from(config)?, namespace))
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+async fn run(cli: Cli) -> anyhow::Result<String> {
+    let (client, ns) = connect(&cli).await?;
+    let clusters: Api<MarekvsCluster> = Api::namespaced(client.clone(), &ns);
+    let name = cluster_arg(&cli.command);
+    let cr = clusters
+        .get_opt(name)
+        .await
+        .with_context(|| format!("reading MarekvsCluster {ns}/{name}"))?
+        .with_context(|| format!("no MarekvsCluster {name} in namespace {ns}"))?;
+    match &cli.command {
+        Command::Status { output, .. } => status(&client, &ns, &cr, *output).await,
+        Command::Plan { .. } => Ok(plan::plan_text(&cr, now_ms())),
+        Command::Remove { member, .. } => apply(&clusters, name, edit::remove(&cr, member)?).await,
+        Command::Replace {
+            member,
+            fresh_volume,
+            ..
+        } => replace(&client, &ns, &cr, member, *fresh_volume).await,
+        Command::Pause { .. } => apply(&clusters, name, edit::pause(&cr, true)).await,
+        Command::Resume { .. } => apply(&clusters, name, edit::pause(&cr, false)).await,
+        Command::Hibernate { .. } => apply(&clusters, name, edit::hibernate(&cr)).await,
+        Command::Wake {
+            fresh_volumes,
+            yes_lose_data,
+            ..
+        } => {
+            let how = match (fresh_volumes, yes_lose_data) {
+                (false, _) => Wake::OwnVolumes,
+                (true, false) => Wake::FreshVolumesUnconfirmed,
+                (true, true) => Wake::FreshVolumesConfirmed,
+            };
+            apply(&clusters, name, edit::wake(&cr, how)?).await
+        }
+        Command::Fence { member, .. } => fence(&clusters, &cr, member, true).await,
+        Command::Unfence { member, .. } => fence(&clusters, &cr, member, false).await,
+    }
+}
+
+fn cluster_arg(c: &Command) -> &str {
+    match c {
+        Command::Status { cluster, .. }
+        | Command::Plan { cluster }
+        | Command::Remove { cluster, .. }
+        | Command::Replace { cluster, .. }
+        | Command::Pause { cluster }
+        | Command::Resume { cluster }
+        | Command::Hibernate { cluster }
+        | Command::Wake { cluster, .. }
+        | Command::Fence { cluster, .. }
+        | Command::Unfence { cluster, .. } => cluster,
+    }
+}
+
+/// The patch, as a merge patch; a conflict on the resourceVersion read is a refusal.
+async fn apply(clusters: &Api<MarekvsCluster>, name: &str, e: Edit) -> anyhow::Result<String> {
+    match clusters
+        .patch(name, &PatchParams::default(), &Patch::Merge(&e.patch))
+        .await
+    {
+        Ok(_) => Ok(e.done + "\n"),
+        Err(kube::Error::Api(s)) if s.code == 409 => Err(Refused(format!(
+            "{name} changed since it was read ({}); nothing was written: run the command again",
+            s.message
+        ))
+        .into()),
+        Err(e) => Err(e).with_context(|| format!("patching MarekvsCluster {name}")),
+    }
+}
+
+async fn fence(
+    clusters: &Api<MarekvsCluster>,
+    cr: &MarekvsCluster,
+    member: &str,
+    on: bool,
+) -> anyhow::Result<String> {
+    match edit::fence(cr, member, on)? {
+        Some(e) => apply(clusters, cr.metadata.name.as_deref().unwrap_or_default(), e).await,
+        None => Ok(format!("{member} is already fenced; nothing to do\n")),
+    }
+}
+
+async fn replace(
+    client: &Client,
+    ns: &str,
+    cr: &MarekvsCluster,
+    member: &str,
+    fresh_volume: bool,
+) -> anyhow::Result<String> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let pod = pods.get_opt(member).await?;
+    let state = match &pod {
+        None => PodState::Missing,
+        Some(p) if p.metadata.deletion_timestamp.is_some() => PodState::Terminating,
+        Some(_) => PodState::Running,
+    };
+    let e = edit::replace(cr, member, fresh_volume, state)?;
+    pods.patch(member, &PatchParams::default(), &Patch::Merge(&e.patch))
+        .await
+        .with_context(|| format!("annotating pod {member}"))?;
+    Ok(e.done + "\n")
+}
+
+async fn status(
+    client: &Client,
+    ns: &str,
+    cr: &MarekvsCluster,
+    output: Option<Output>,
+) -> anyhow::Result<String> {
+    let status = cr.status.clone().unwrap_or_default();
+    match output {
+        Some(Output::Json) => return Ok(serde_json::to_string_pretty(&status)? + "\n"),
+        Some(Output::Yaml) => return Ok(serde_yaml_ng::to_string(&status)?),
+        None => {}
+    }
+    let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), ns);
+    let mut births = table::VolumeBirths::new();
+    for pvc in status.members.iter().filter_map(|m| m.pvc.as_deref()) {
+        if let Some(p) = pvcs.get_opt(pvc).await?
+            && let Some(t) = &p.metadata.creation_timestamp
+        {
+            births.insert(pvc.to_string(), age::millis(t));
+        }
+    }
+    Ok(table::status_text(cr, &births, now_ms()))
+}

@@ -1,0 +1,244 @@
+//! `kubectl mkv status`: the cluster line, the conditions worth reading, and a table of the
+//! members from `status.members` (kept volumes and look-alikes below it when there are any).
+
+use std::collections::BTreeMap;
+
+use marekvs_api::conditions::{AUTOSCALING, READY, REMOVAL_CHOICES};
+use marekvs_api::{MarekvsCluster, MarekvsClusterStatus, MemberStatus};
+
+use crate::age::{millis, since};
+
+/// When each PVC was created (its `metadata.creationTimestamp`, in ms), by PVC name.
+pub type VolumeBirths = BTreeMap<String, i64>;
+
+/// The whole `status` output at `now_ms`.
+pub fn status_text(cr: &MarekvsCluster, births: &VolumeBirths, now_ms: i64) -> String {
+    let status = cr.status.clone().unwrap_or_default();
+    let mut out = cluster_line(cr, &status);
+    out.push('\n');
+    for line in condition_lines(&status) {
+        out.push_str(&format!("  {line}\n"));
+    }
+    out.push('\n');
+    out.push_str(&members_table(&status, births, now_ms));
+    if !status.kept_volumes.is_empty() {
+        out.push_str("\nKept volumes (not members):\n");
+        out.push_str(&kept_volumes_table(&status, now_ms));
+    }
+    if !status.look_alikes.is_empty() {
+        out.push_str("\nLook-alikes (not this cluster's; nothing is done in their name):\n");
+        out.push_str(&look_alikes_table(&status));
+    }
+    out
+}
+
+/// `demo: Healthy, 3/3 ready (spec.nodes 3), blocked: Underreplicated, paused`.
+pub fn cluster_line(cr: &MarekvsCluster, s: &MarekvsClusterStatus) -> String {
+    let name = cr.metadata.name.as_deref().unwrap_or("?");
+    let phase = s.phase.map_or("Unknown".to_string(), |p| format!("{p:?}"));
+    let members = s.instance_names.len();
+    let ready = s.ready_nodes.unwrap_or(0);
+    let mut line = format!(
+        "{name}: {phase}, {ready}/{members} ready (spec.nodes {})",
+        cr.spec.nodes
+    );
+    if let Some(b) = s.block_reason {
+        line.push_str(&format!(", blocked: {b:?}"));
+    }
+    if cr.spec.paused {
+        line.push_str(", paused");
+    }
+    if cr.spec.hibernation {
+        line.push_str(", hibernation asked");
+    }
+    if !cr.spec.fenced_members.is_empty() {
+        line.push_str(&format!(", fenced: {}", cr.spec.fenced_members.join(", ")));
+    }
+    line
+}
+
+/// Conditions away from their quiet value (`Ready` not True, `RemovalChoices` not True, any
+/// other True), as `Type: Reason: message`; the autoscaler's is in `plan`.
+pub fn condition_lines(s: &MarekvsClusterStatus) -> Vec<String> {
+    s.conditions
+        .iter()
+        .filter(|c| c.type_ != AUTOSCALING)
+        .filter(|c| {
+            let quiet = if c.type_ == READY || c.type_ == REMOVAL_CHOICES {
+                "True"
+            } else {
+                "False"
+            };
+            c.status != quiet
+        })
+        .map(|c| {
+            if c.message.is_empty() {
+                format!("{}={}: {}", c.type_, c.status, c.reason)
+            } else {
+                format!("{}={}: {}: {}", c.type_, c.status, c.reason, c.message)
+            }
+        })
+        .collect()
+}
+
+/// One row per member, in ordinal order.
+pub fn members_table(s: &MarekvsClusterStatus, births: &VolumeBirths, now_ms: i64) -> String {
+    let header = [
+        "NAME",
+        "PHASE",
+        "READY",
+        "VIEW",
+        "UNDERREP",
+        "JOIN-PENDING",
+        "LAST-REPAIR",
+        "VOLUME-AGE",
+    ];
+    let mut rows = vec![header.map(String::from).to_vec()];
+    let want = s.instance_names.len() as i64;
+    rows.extend(
+        s.members
+            .iter()
+            .map(|m| member_row(m, want, births, now_ms)),
+    );
+    render(&rows)
+}
+
+fn member_row(m: &MemberStatus, want: i64, births: &VolumeBirths, now_ms: i64) -> Vec<String> {
+    let figure = |f: fn(&marekvs_api::MemberMetrics) -> i64| {
+        m.metrics.as_ref().map_or("-".into(), |x| f(x).to_string())
+    };
+    let view = m.metrics.as_ref().map_or("-".into(), |x| {
+        if x.view_members == want {
+            x.view_members.to_string()
+        } else {
+            format!("{} (want {want})", x.view_members)
+        }
+    });
+    let volume_age = m
+        .pvc
+        .as_ref()
+        .and_then(|p| births.get(p))
+        .map_or("-".into(), |b| since(*b, now_ms));
+    vec![
+        m.name.clone(),
+        format!("{:?}", m.phase),
+        if m.ready { "yes" } else { "no" }.into(),
+        view,
+        figure(|x| x.underreplicated_partitions),
+        figure(|x| x.join_gate_pending),
+        m.counters_changed_at
+            .as_ref()
+            .map_or("-".into(), |t| format!("{} ago", since(millis(t), now_ms))),
+        volume_age,
+    ]
+}
+
+fn kept_volumes_table(s: &MarekvsClusterStatus, now_ms: i64) -> String {
+    let mut rows = vec![
+        ["PVC", "MEMBER", "AWAY", "REUSABLE"]
+            .map(String::from)
+            .to_vec(),
+    ];
+    rows.extend(s.kept_volumes.iter().map(|k| {
+        vec![
+            k.name.clone(),
+            k.member.clone(),
+            k.absent_since
+                .as_ref()
+                .map_or("-".into(), |t| since(millis(t), now_ms)),
+            if k.reusable { "yes" } else { "no (stale)" }.into(),
+        ]
+    }));
+    render(&rows)
+}
+
+fn look_alikes_table(s: &MarekvsClusterStatus) -> String {
+    let mut rows = vec![["KIND", "NAME", "MEMBER", "WHY"].map(String::from).to_vec()];
+    rows.extend(s.look_alikes.iter().map(|l| {
+        vec![
+            format!("{:?}", l.kind),
+            l.name.clone(),
+            l.member.clone(),
+            l.why.clone(),
+        ]
+    }));
+    render(&rows)
+}
+
+/// Left-aligned columns three spaces apart, as kubectl prints them.
+pub fn render(rows: &[Vec<String>]) -> String {
+    let columns = rows.iter().map(Vec::len).max().unwrap_or(0);
+    let widths: Vec<usize> = (0..columns)
+        .map(|i| {
+            rows.iter()
+                .filter_map(|r| r.get(i))
+                .map(|c| c.chars().count())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut out = String::new();
+    for row in rows {
+        let mut line = String::new();
+        for (i, cell) in row.iter().enumerate() {
+            line.push_str(cell);
+            if i + 1 < row.len() {
+                let pad = widths[i] - cell.chars().count() + 3;
+                line.push_str(&" ".repeat(pad));
+            }
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fixture::{cluster, t};
+    use serde_json::json;
+
+    #[test]
+    fn the_status_of_a_cluster_renders_exactly() {
+        let cr = cluster(json!({"nodes": 3, "paused": true}));
+        let births = VolumeBirths::from([
+            ("data-demo-0".into(), t("2026-11-20T10:00:00Z")),
+            ("data-demo-1".into(), t("2026-11-25T09:00:00Z")),
+        ]);
+        let now = t("2026-11-25T10:00:00Z");
+        let want = "\
+demo: Blocked, 2/3 ready (spec.nodes 3), blocked: Underreplicated, paused
+  Ready=False: NotReady: demo-2 is not ready
+  Blocked=True: Underreplicated: 4 partitions under-replicated
+  SuspectedPartition=True: ViewsDisagree: demo-1 sees a stranger
+
+NAME     PHASE     READY   VIEW         UNDERREP   JOIN-PENDING   LAST-REPAIR   VOLUME-AGE
+demo-0   Active    yes     3            0          0              75s ago       5d
+demo-1   Active    yes     2 (want 3)   4          1              -             60m
+demo-2   Unready   no      -            -          -              -             -
+
+Kept volumes (not members):
+PVC           MEMBER   AWAY   REUSABLE
+data-demo-3   demo-3   2m     yes
+data-demo-4   demo-4   -      no (stale)
+
+Look-alikes (not this cluster's; nothing is done in their name):
+KIND   NAME     MEMBER   WHY
+Pod    demo-5   demo-5   not controlled by demo
+";
+        assert_eq!(status_text(&cr, &births, now), want);
+    }
+
+    #[test]
+    fn a_cluster_without_status_yet_shows_no_member() {
+        let mut cr = cluster(json!({"nodes": 3}));
+        cr.status = None;
+        let text = status_text(&cr, &VolumeBirths::new(), 0);
+        assert!(
+            text.starts_with("demo: Unknown, 0/0 ready (spec.nodes 3)\n"),
+            "{text}"
+        );
+        assert_eq!(text.lines().filter(|l| l.starts_with("demo-")).count(), 0);
+    }
+}
