@@ -2130,7 +2130,11 @@ async fn hibernation_and_fencing_keep_every_volume_and_a_fence_holds_the_scale_d
     // Wake: the same members on the same volumes, every key read back.
     patch_spec(&api, "demo", json!({"hibernation": false})).await?;
     wait_healthy(&api, "demo", &four, T).await?;
-    assert_eq!(pvc_uids(&env, &four).await?, uids, "woken on its own volumes");
+    assert_eq!(
+        pvc_uids(&env, &four).await?,
+        uids,
+        "woken on its own volumes"
+    );
     wait_events(&env.client, &ns, "demo", &["Woken"]).await?;
     read_back(&env, &data).await?;
 
@@ -2163,7 +2167,11 @@ async fn hibernation_and_fencing_keep_every_volume_and_a_fence_holds_the_scale_d
     patch_spec(&api, "demo", json!({"fencedMembers": null})).await?;
     let three = &four[..3];
     wait_healthy(&api, "demo", three, T).await?;
-    assert_eq!(pvc_uid(&env, "data-demo-1").await?, uids[1], "its own volume");
+    assert_eq!(
+        pvc_uid(&env, "data-demo-1").await?,
+        uids[1],
+        "its own volume"
+    );
     read_back(&env, &data).await?;
     assert_no_loss(&sim, &ns).await?;
 
@@ -2202,7 +2210,11 @@ async fn hibernation_and_fencing_keep_every_volume_and_a_fence_holds_the_scale_d
     );
     wait_events(&env.client, &ns, "demo", &["WakeRefused"]).await?;
     tokio::time::sleep(Duration::from_secs(3)).await;
-    assert_eq!(pod_names(&env).await?, Vec::<String>::new(), "nothing started");
+    assert_eq!(
+        pod_names(&env).await?,
+        Vec::<String>::new(),
+        "nothing started"
+    );
     assert_eq!(
         pvc_uids(&env, three).await?,
         uids[..3],

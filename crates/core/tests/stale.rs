@@ -12,9 +12,6 @@ const GRACE: Millis = 60_000;
 fn spec(nodes: u32, rf: u32) -> ClusterSpec {
     ClusterSpec {
         stale_volume_grace_ms: GRACE,
-        hibernation: false,
-        fresh_volumes_on_wake: false,
-        fenced: Default::default(),
         ..common::spec(nodes, rf)
     }
 }

@@ -54,8 +54,7 @@ impl Pass<'_> {
 
     /// Scale up: all missing members at once, lowest free ordinals first.
     pub(super) fn scale_up(&mut self) {
-        if self.removal().is_some() || self.members.len() >= self.target || self.spec.hibernation
-        {
+        if self.removal().is_some() || self.members.len() >= self.target || self.spec.hibernation {
             return;
         }
         let want = self.target - self.members.len();

@@ -43,7 +43,8 @@ impl Pass<'_> {
         }
         let names = self.names(&running);
         if self.spec.paused {
-            self.held.push(format!("stopping {names} for spec.hibernation"));
+            self.held
+                .push(format!("stopping {names} for spec.hibernation"));
             return;
         }
         self.actions
@@ -128,7 +129,10 @@ impl Pass<'_> {
             .filter(|o| !self.spec.fenced.contains(o))
             .filter(|o| {
                 let m = self.obs(*o);
-                m.pod.is_none() && m.pvc.as_ref().is_some_and(|v| !v.terminating && self.stale(v))
+                m.pod.is_none()
+                    && m.pvc
+                        .as_ref()
+                        .is_some_and(|v| !v.terminating && self.stale(v))
             })
             .collect()
     }
