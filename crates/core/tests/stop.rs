@@ -303,3 +303,54 @@ fn fencing_replication_factor_members_or_one_listed_for_removal_warns() {
         [Some(0), Some(1)]
     );
 }
+
+#[test]
+fn the_autoscaler_holds_while_hibernated() {
+    use marekvs_core::autoscale::{LoadMemory, LoadSample, Policy, ScaleMemory};
+    use marekvs_core::sizing::{SizingInput, size};
+    let policy = Policy {
+        min_nodes: 3,
+        max_nodes: 8,
+        target_ops_per_node: 100.0,
+        scale_down_stabilization_ms: 0,
+        scale_up_cooldown_ms: 0,
+        disk_high_water: 0.8,
+    };
+    let memory = ScaleMemory {
+        desired: Some(4),
+        ..ScaleMemory::default()
+    };
+    // 2,000 commands per member over the last 10 s: 800 ops/s.
+    let mut observed = world(4, &[], None);
+    for m in observed.values_mut() {
+        m.scrape.as_mut().unwrap().commands_total = 2_000;
+    }
+    let load = LoadMemory {
+        sample: Some(LoadSample {
+            at: NOW - 10_000,
+            totals: (0..4).map(|o| (o, 0)).collect(),
+        }),
+        ops_per_sec: None,
+    };
+    let at = |hibernation: bool| {
+        let s = ClusterSpec {
+            hibernation,
+            ..spec(4)
+        };
+        size(&SizingInput {
+            spec: &s,
+            policy: Some(&policy),
+            members: &(0..4).collect(),
+            observed: &observed,
+            load: &load,
+            scale: &memory,
+            now: NOW,
+        })
+        .scaling
+        .unwrap()
+        .desired
+    };
+    // Awake, a heavy load asks for more members; hibernated, the same figure moves nothing.
+    assert_eq!(at(false), 8);
+    assert_eq!(at(true), 4);
+}

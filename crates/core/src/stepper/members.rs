@@ -144,7 +144,10 @@ impl Pass<'_> {
             }
             // A stale volume is never mounted again: no pod is created on it.
             Some(p) if !p.terminating && self.stale(p) => {
-                if self.waking() && self.spec.fresh_volumes_on_wake && m.pod.is_none() {
+                // A fresh-volume wake is a stale-volume replacement: a fence holds it too.
+                let fresh_wake =
+                    self.waking() && self.spec.fresh_volumes_on_wake && self.spec.fenced.is_empty();
+                if fresh_wake && m.pod.is_none() {
                     self.fresh_volume_on_wake(o, p);
                 } else {
                     self.leave_stale_volume(o, p, m.pod.as_ref());
