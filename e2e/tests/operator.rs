@@ -2150,6 +2150,168 @@ async fn a_member_down_longer_than_the_grace_rejoins_on_a_fresh_volume() -> anyh
     env.cleanup().await
 }
 
+/// The pods of the cluster, by name (terminating ones too).
+async fn pod_names(env: &TestEnv) -> anyhow::Result<Vec<String>> {
+    let pods: Api<Pod> = env.api();
+    Ok(pods
+        .list(&Default::default())
+        .await?
+        .items
+        .iter()
+        .map(name_of)
+        .collect())
+}
+
+/// The uid of each member's PVC.
+async fn pvc_uids(env: &TestEnv, members: &[&str]) -> anyhow::Result<Vec<String>> {
+    let mut uids = Vec::new();
+    for m in members {
+        uids.push(pvc_uid(env, &format!("data-{m}")).await?);
+    }
+    Ok(uids)
+}
+
+async fn wait_no_pods(env: &TestEnv) -> anyhow::Result<()> {
+    wait_until("every pod gone", T, || async {
+        let left = pod_names(env).await?;
+        if left.is_empty() {
+            Ok(Some(()))
+        } else {
+            Err(anyhow::anyhow!("pods left: {left:?}"))
+        }
+    })
+    .await
+}
+
+/// Hibernation stops every pod and keeps every volume and the membership; waking restores
+/// the same members on their own volumes. A fenced member's pod is stopped and holds a
+/// scale-down (`Fenced`); unfenced, it returns on its own volume and the scale-down proceeds.
+/// A wake past a short stale-volume grace is refused and starts nothing.
+async fn hibernation_and_fencing_keep_every_volume_and_a_fence_holds_the_scale_down()
+-> anyhow::Result<()> {
+    let env = TestEnv::new("hibernate").await?;
+    let ns = env.namespace.clone();
+    let _op = Operator::start(&ns)?;
+    let sim = Sim::from_env();
+    let api = create(&env, "demo", spec(4)).await?;
+    let four = ["demo-0", "demo-1", "demo-2", "demo-3"];
+    wait_healthy(&api, "demo", &four, T).await?;
+    let data = write_keys(&env, &four, "demo-0", "hibernate").await?;
+    let uids = pvc_uids(&env, &four).await?;
+
+    // Hibernate: every pod goes, the volumes and the membership stay.
+    patch_spec(&api, "demo", json!({"hibernation": true})).await?;
+    let c = wait_cluster(&api, "demo", "Hibernated", T, |s| {
+        s.phase == Some(ClusterPhase::Hibernated)
+            && s.members.iter().all(|m| m.phase == MemberPhase::Hibernated)
+    })
+    .await?;
+    assert_eq!(status_of(&c).instance_names, four, "the membership is kept");
+    wait_no_pods(&env).await?;
+    assert_eq!(pvc_uids(&env, &four).await?, uids, "every volume is kept");
+    let s = status_of(&api.get("demo").await?);
+    assert_eq!(
+        condition(&s, "Hibernated").map(|c| c.status.as_str()),
+        Some("True")
+    );
+    wait_events(&env.client, &ns, "demo", &["Hibernating"]).await?;
+
+    // Wake: the same members on the same volumes, every key read back.
+    patch_spec(&api, "demo", json!({"hibernation": false})).await?;
+    wait_healthy(&api, "demo", &four, T).await?;
+    assert_eq!(
+        pvc_uids(&env, &four).await?,
+        uids,
+        "woken on its own volumes"
+    );
+    wait_events(&env.client, &ns, "demo", &["Woken"]).await?;
+    read_back(&env, &data).await?;
+
+    // Fence demo-1: its pod goes, not re-created; a scale-down waits with the reason.
+    patch_spec(&api, "demo", json!({"fencedMembers": ["demo-1"]})).await?;
+    wait_until("the pod of demo-1 gone", T, || async {
+        Ok((!pod_names(&env).await?.iter().any(|p| p == "demo-1")).then_some(()))
+    })
+    .await?;
+    patch_spec(&api, "demo", json!({"nodes": 3})).await?;
+    let c = wait_cluster(&api, "demo", "the scale-down held by the fence", T, |s| {
+        s.block_reason == Some(BlockReason::Fenced)
+            && s.plan.first().is_some_and(|p| {
+                p.held_by
+                    .as_ref()
+                    .is_some_and(|h| h.reason == Some(BlockReason::Fenced))
+            })
+            && s.members
+                .iter()
+                .any(|m| m.name == "demo-1" && m.phase == MemberPhase::Fenced)
+    })
+    .await?;
+    let s = status_of(&c);
+    assert_eq!(s.instance_names, four, "nothing removed while fenced");
+    assert!(s.removal.is_none(), "{:?}", s.removal);
+    assert!(!pod_names(&env).await?.iter().any(|p| p == "demo-1"));
+    wait_events(&env.client, &ns, "demo", &["MemberFenced", "HeldByFence"]).await?;
+
+    // Unfence: demo-1 returns on its own volume, then the scale-down proceeds.
+    patch_spec(&api, "demo", json!({"fencedMembers": null})).await?;
+    let three = &four[..3];
+    wait_healthy(&api, "demo", three, T).await?;
+    assert_eq!(
+        pvc_uid(&env, "data-demo-1").await?,
+        uids[1],
+        "its own volume"
+    );
+    read_back(&env, &data).await?;
+    assert_no_loss(&sim, &ns).await?;
+
+    // Hibernate again with a 10 s grace; a wake past it is refused and starts nothing.
+    patch_spec(
+        &api,
+        "demo",
+        json!({"hibernation": true, "storage": {"staleVolumeGraceSeconds": 10}}),
+    )
+    .await?;
+    wait_cluster(&api, "demo", "Hibernated again", T, |s| {
+        s.phase == Some(ClusterPhase::Hibernated)
+    })
+    .await?;
+    wait_no_pods(&env).await?;
+    let pvcs: Api<PersistentVolumeClaim> = env.api();
+    for m in three {
+        let pvc = format!("data-{m}");
+        wait_until(&format!("the absence of {pvc} recorded"), T, || async {
+            Ok(absent_since(&pvcs, &pvc).await?.map(|_| ()))
+        })
+        .await?;
+    }
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    patch_spec(&api, "demo", json!({"hibernation": false})).await?;
+    let c = wait_cluster(&api, "demo", "the wake refused", T, |s| {
+        s.phase == Some(ClusterPhase::Blocked) && s.block_reason == Some(BlockReason::WakeRefused)
+    })
+    .await?;
+    let message = condition(&status_of(&c), "Blocked")
+        .map(|c| c.message.clone())
+        .unwrap_or_default();
+    assert!(
+        message.contains("freshVolumesOnWake") && message.contains("stays stopped"),
+        "{message}"
+    );
+    wait_events(&env.client, &ns, "demo", &["WakeRefused"]).await?;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        pod_names(&env).await?,
+        Vec::<String>::new(),
+        "nothing started"
+    );
+    assert_eq!(
+        pvc_uids(&env, three).await?,
+        uids[..3],
+        "no volume replaced without freshVolumesOnWake"
+    );
+    env.cleanup().await
+}
+
 fn main() -> std::process::ExitCode {
     harness::run(marekvs_e2e::cases![
         creates_members_then_scales_3_5_3_removing_the_chosen_member_first,
@@ -2175,5 +2337,6 @@ fn main() -> std::process::ExitCode {
         with_a_password_views_are_read_after_auth_and_a_refused_auth_holds_the_scale_down needs [Simulator],
         a_kept_volume_is_reused_within_the_grace_and_replaced_once_stale,
         a_member_down_longer_than_the_grace_rejoins_on_a_fresh_volume needs [Simulator],
+        hibernation_and_fencing_keep_every_volume_and_a_fence_holds_the_scale_down,
     ])
 }

@@ -23,6 +23,17 @@ pub const SUSPECTED_PARTITION: &str = "SuspectedPartition";
 pub const REMOVAL_CHOICES: &str = "RemovalChoices";
 /// True while objects that are not the cluster's hold members' names (`status.lookAlikes`).
 pub const LOOK_ALIKES: &str = "LookAlikes";
+/// Cluster: True while `spec.hibernation` keeps every pod stopped (`Hibernated`), and while a
+/// wake has not yet started every member again (`Waking`, or the refusal's message).
+pub const HIBERNATED: &str = "Hibernated";
+pub const REASON_HIBERNATED: &str = "Hibernated";
+pub const REASON_WAKING: &str = "Waking";
+pub const REASON_AWAKE: &str = "Awake";
+/// Cluster: True while `spec.fencedMembers` lists members (their pods stopped, every
+/// disruptive step held).
+pub const FENCED: &str = "Fenced";
+pub const REASON_MEMBERS_FENCED: &str = "MembersFenced";
+pub const REASON_NONE_FENCED: &str = "NoneFenced";
 pub const REASON_LOOK_ALIKES_FOUND: &str = "NotThisClusters";
 pub const REASON_NO_LOOK_ALIKES: &str = "NoneFound";
 

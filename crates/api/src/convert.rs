@@ -25,16 +25,17 @@ macro_rules! same_variants {
 
 same_variants!(ClusterPhase <=> ClusterPhase {
     Reconciling, Healthy, ScalingUp, ScalingDown, Replacing, Updating, Paused, Blocked,
+    Hibernated,
 });
 same_variants!(MemberPhase <=> MemberPhase {
-    Joining, Active, Unready, Replacing, Draining, Leaving, Updating,
+    Joining, Active, Unready, Replacing, Draining, Leaving, Updating, Fenced, Hibernated,
 });
 same_variants!(RemovalStep <=> RemovalStep { Draining, HandingOff, Deleting, Settling });
 same_variants!(RolloutStep <=> RollStep { Draining, HandingOff, Deleting, Rejoining });
 same_variants!(VictimReason <=> VictimReason { UserChosen, NotReady, HighestOrdinal });
 same_variants!(BlockReason <=> BlockReason {
     NotAllReady, MetricsUnavailable, Underreplicated, JoinPending, ViewsNotConverged,
-    RepairInProgress, Replacing, HandoffTimeout, Paused, LookAlike,
+    RepairInProgress, Replacing, HandoffTimeout, Paused, LookAlike, Fenced, WakeRefused,
 });
 
 impl RemovalStep {
@@ -86,6 +87,8 @@ mod tests {
             marekvs_core::BlockReason::HandoffTimeout,
             marekvs_core::BlockReason::Paused,
             marekvs_core::BlockReason::LookAlike,
+            marekvs_core::BlockReason::Fenced,
+            marekvs_core::BlockReason::WakeRefused,
         ] {
             let api = BlockReason::from(b);
             assert_eq!(marekvs_core::BlockReason::from(api), b);
@@ -100,6 +103,7 @@ mod tests {
             marekvs_core::ClusterPhase::Updating,
             marekvs_core::ClusterPhase::Paused,
             marekvs_core::ClusterPhase::Blocked,
+            marekvs_core::ClusterPhase::Hibernated,
         ] {
             let api = ClusterPhase::from(p);
             assert_eq!(marekvs_core::ClusterPhase::from(api), p);

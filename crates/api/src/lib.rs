@@ -628,6 +628,11 @@ pub struct MarekvsClusterStatus {
     /// for a volume that is the member's data, see docs/replacing-members.md).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub look_alikes: Vec<LookAlikeStatus>,
+    /// True from the pass that stops the pods for `spec.hibernation` until every member
+    /// (but the fenced) has a pod again after the wake: the operator reads it back to tell a
+    /// wake (refused past the stale-volume grace) from members lost one by one.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub hibernated: bool,
 }
 
 /// `opsPerSecond` as this operator writes it (an integer) or as marekvs's own operator did (a
@@ -895,7 +900,10 @@ pub struct RolloutStatus {
 /// - `Updating`: outdated members are being restarted one at a time, or a member whose pod
 ///   asked for a restart (`marekvs.io/restart`) is.
 /// - `Paused`: `spec.paused` holds a wanted disruptive step.
-/// - `Blocked`: a wanted disruptive step may not happen now (see `blockReason`).
+/// - `Blocked`: a wanted disruptive step may not happen now (see `blockReason`); a wake from
+///   hibernation refused because volumes are stale is `Blocked` with `WakeRefused`.
+/// - `Hibernated`: `spec.hibernation` is set; every member's pod is stopped (or being
+///   stopped), volumes and membership kept.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
 pub enum ClusterPhase {
     Reconciling,
@@ -906,6 +914,7 @@ pub enum ClusterPhase {
     Updating,
     Paused,
     Blocked,
+    Hibernated,
 }
 
 /// Where a member stands.
@@ -918,6 +927,9 @@ pub enum ClusterPhase {
 /// - `Leaving`: its pod is being deleted or is gone; waiting for the hand-off to settle.
 /// - `Updating`: being restarted with the current pod spec on its own volume, or moved to a
 ///   fresh volume (a `status.rollout` says which).
+/// - `Fenced`: listed in `spec.fencedMembers`; its pod is stopped, its volume and membership
+///   kept.
+/// - `Hibernated`: stopped by `spec.hibernation`, its volume kept.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
 pub enum MemberPhase {
     #[default]
@@ -928,6 +940,8 @@ pub enum MemberPhase {
     Draining,
     Leaving,
     Updating,
+    Fenced,
+    Hibernated,
 }
 
 /// The step a removal is at.
@@ -999,6 +1013,13 @@ pub enum BlockReason {
     Paused,
     /// An object that is not the cluster's holds a member's name (`status.lookAlikes`).
     LookAlike,
+    /// A member is listed in `spec.fencedMembers`: no drain, removal, restart or volume
+    /// replacement runs until it is unfenced.
+    Fenced,
+    /// Waking from hibernation would mount volumes away longer than
+    /// `storage.staleVolumeGraceSeconds`: the cluster stays stopped (see the message) unless
+    /// `storage.freshVolumesOnWake` is set.
+    WakeRefused,
 }
 
 #[cfg(test)]

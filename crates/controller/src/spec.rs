@@ -31,6 +31,15 @@ pub fn cluster_spec(cr: &MarekvsCluster) -> Result<ClusterSpec, Error> {
         handoff_timeout_ms: i64::from(s.scale_down.handoff_timeout_seconds.max(1)) * 1000,
         paused: s.paused,
         stale_volume_grace_ms: i64::from(s.storage.stale_volume_grace_seconds.max(1)) * 1000,
+        hibernation: s.hibernation,
+        fresh_volumes_on_wake: s.storage.fresh_volumes_on_wake,
+        // An entry that names no ordinal of this cluster fences nothing (the CEL rule rejects
+        // most at apply time).
+        fenced: s
+            .fenced_members
+            .iter()
+            .filter_map(|m| build::ordinal_from_name(&name, "", m))
+            .collect(),
     })
 }
 

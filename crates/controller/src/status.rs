@@ -138,6 +138,7 @@ pub fn memory_from_status(name: &str, status: &MarekvsClusterStatus) -> Memory {
         phases,
         blocked: status.block_reason.map(Into::into),
         views_split_since: status.views_disagree_since.as_ref().map(from_time),
+        hibernated: status.hibernated,
     }
 }
 
@@ -287,6 +288,7 @@ pub fn status_from(input: &StatusInput) -> MarekvsClusterStatus {
         views_disagree_since: d.memory.views_split_since.map(to_time),
         kept_volumes: kept_volumes(input),
         look_alikes: look_alikes_status(&name, input.children),
+        hibernated: d.memory.hibernated,
     };
     load_and_autoscale(input, &mut st, &t);
     st
@@ -572,6 +574,7 @@ fn cluster_conditions(input: &StatusInput, t: &Time) -> Vec<Condition> {
         ClusterPhase::Reconciling => (true, REASON_RECONCILING),
         ClusterPhase::Blocked => (false, "Blocked"),
         ClusterPhase::Healthy => (false, REASON_IDLE),
+        ClusterPhase::Hibernated => (false, REASON_HIBERNATED),
     };
     c.set(
         PROGRESSING,
@@ -592,6 +595,7 @@ fn cluster_conditions(input: &StatusInput, t: &Time) -> Vec<Condition> {
         ),
         None => c.set(MASS_FAILURE, false, REASON_ENOUGH_MEMBERS_UP, ""),
     }
+    stop_conditions(&mut c, input);
     match &d.suspected_partition {
         Some(p) => c.set(
             SUSPECTED_PARTITION,
@@ -625,6 +629,37 @@ fn cluster_conditions(input: &StatusInput, t: &Time) -> Vec<Condition> {
         c.set(REMOVAL_CHOICES, false, REASON_UNKNOWN_MEMBER, msg);
     }
     c.list
+}
+
+/// Hibernated and Fenced of the cluster.
+fn stop_conditions(c: &mut Conditions, input: &StatusInput) {
+    let d = input.decision;
+    if d.phase == ClusterPhase::Hibernated {
+        let msg = format!(
+            "spec.hibernation: every member's pod is stopped; {} volumes and the membership are kept",
+            d.memory.members.len()
+        );
+        c.set(HIBERNATED, true, REASON_HIBERNATED, msg);
+    } else if d.memory.hibernated {
+        let why = d.blocked.as_ref().map_or_else(
+            || "waking: members start again on their own volumes".to_string(),
+            |b| b.message.clone(),
+        );
+        c.set(HIBERNATED, true, REASON_WAKING, why);
+    } else {
+        c.set(HIBERNATED, false, REASON_AWAKE, "");
+    }
+    let spec = &input.sizing.spec;
+    if spec.fenced.is_empty() {
+        c.set(FENCED, false, REASON_NONE_FENCED, "");
+    } else {
+        let names: Vec<String> = spec.fenced.iter().map(|o| spec.member_name(*o)).collect();
+        let msg = format!(
+            "spec.fencedMembers: {} stopped, volumes and membership kept; no drain, removal, restart or volume replacement runs until they are unfenced",
+            names.join(", ")
+        );
+        c.set(FENCED, true, REASON_MEMBERS_FENCED, msg);
+    }
 }
 
 /// The load figures, the autoscaler's state, and what the Ready and Autoscaling conditions
@@ -891,6 +926,7 @@ mod tests {
             .into(),
             blocked: Some(BlockReason::Paused),
             views_split_since: Some(now - 12_000),
+            hibernated: true,
             ..Memory::default()
         };
         let removing = Memory {

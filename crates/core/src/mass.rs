@@ -10,6 +10,10 @@
 //! (its pod deleted by the operator after the hand-off gate passed). The cluster is in mass
 //! failure while `replicationFactor` or more members are down: every copy of a partition may
 //! be on them.
+//!
+//! A hibernating cluster (`spec.hibernation`) and one waking from it (`Memory::hibernated`)
+//! stopped its members on purpose: neither is a mass failure. A fenced member is down like any
+//! other (its copies are unavailable), but it is never re-created.
 
 use std::collections::BTreeMap;
 
@@ -55,6 +59,11 @@ pub fn mass_failure(
     memory: &Memory,
     observed: &BTreeMap<u32, MemberObs>,
 ) -> Option<MassFailure> {
+    // Pods stopped on purpose, or starting again after that, are no failure (a wake past the
+    // stale-volume grace is refused by the stepper itself).
+    if spec.hibernation || memory.hibernated {
+        return None;
+    }
     let down: Vec<u32> = memory
         .members
         .iter()
@@ -92,6 +101,9 @@ mod tests {
             handoff_timeout_ms: 60_000,
             paused: false,
             stale_volume_grace_ms: 3_600_000,
+            hibernation: false,
+            fresh_volumes_on_wake: false,
+            fenced: Default::default(),
         }
     }
 

@@ -55,9 +55,12 @@ pub fn size(input: &SizingInput) -> Sizing {
         })
         .collect();
     let load = update_load(load, &counters, now);
+    // While hibernated the autoscaler holds: it is given no load and no disk figure, so it
+    // keeps the size it last asked for (and its memory) until the wake.
     let scaling = policy.map(|policy| {
         let disks: BTreeMap<u32, Option<Disk>> = members
             .iter()
+            .filter(|_| !spec.hibernation)
             .map(|o| (*o, scrape(o).and_then(|s| s.disk)))
             .collect();
         decide_size(&ScaleInput {
@@ -65,7 +68,7 @@ pub fn size(input: &SizingInput) -> Sizing {
             rf_floor: spec.floor(),
             initial: spec.nodes,
             members: members.len() as u32,
-            ops_per_sec: load.ops_per_sec,
+            ops_per_sec: load.ops_per_sec.filter(|_| !spec.hibernation),
             disks: &disks,
             memory: scale,
             now,

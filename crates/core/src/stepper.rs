@@ -30,6 +30,7 @@ mod members;
 mod removal;
 mod report;
 mod rollout;
+mod stop;
 
 /// How soon to look again. While a removal or a restart is waiting on a hand-off gate, the
 /// pace bounds how late the next step starts after the cluster became safe (a counter's last
@@ -53,7 +54,14 @@ pub fn decide(input: &Input) -> Decision {
     pass.adopt();
     pass.cancel_removal();
     pass.scale_up();
-    let drained = pass.children();
+    let drained = if pass.hibernating() {
+        pass.hibernate();
+        Vec::new()
+    } else if pass.refuse_stale_wake() {
+        Vec::new()
+    } else {
+        pass.children()
+    };
     pass.recycle(&drained);
     pass.member_phases();
     pass.advance_removal();
@@ -61,7 +69,9 @@ pub fn decide(input: &Input) -> Decision {
     pass.start_removal();
     pass.start_roll();
     pass.hold_for_pause();
+    pass.hold_for_fence();
     pass.hold_for_look_alikes();
+    pass.settle_hibernation();
     pass.reclaim_volumes();
     pass.plan_removals();
     pass.report()
@@ -129,6 +139,10 @@ struct Pass<'a> {
     partition: Option<SuspectedPartition>,
     /// What disagreeing views hold back, in words.
     views_held: Vec<String>,
+    /// Disruptive steps the fenced members hold back, in words.
+    fenced_held: Vec<String>,
+    /// The pods are stopped by hibernation and not all started again (`Memory::hibernated`).
+    hibernated: bool,
     /// Ordinals whose name a look-alike holds (`MemberObs::look_alike`).
     look_alikes: Vec<u32>,
     /// Disruptive steps the look-alikes hold back, in words.
@@ -169,6 +183,8 @@ impl<'a> Pass<'a> {
             views_split_since,
             partition,
             views_held: Vec::new(),
+            fenced_held: Vec::new(),
+            hibernated: input.memory.hibernated,
             look_alikes: input
                 .observed
                 .iter()
@@ -234,11 +250,14 @@ impl<'a> Pass<'a> {
     }
 
     /// Whether a disruptive step (`what`, in words) is held: by `spec.paused` (which blocks
-    /// the cluster), by a mass failure, by members' views that disagree by identity (a
+    /// the cluster), by a fenced member (which blocks it too), by a mass failure, by members' views that disagree by identity (a
     /// suspected partition, or a disagreement not yet that old), or by a look-alike.
     fn hold(&mut self, what: String) -> bool {
         if self.spec.paused {
             self.held.push(what);
+            true
+        } else if !self.spec.fenced.is_empty() {
+            self.fenced_held.push(what);
             true
         } else if self.mass.is_some() {
             self.mass_held.push(what);

@@ -57,6 +57,15 @@ pub struct ClusterSpec {
     /// A volume away from the cluster longer than this is stale: never mounted again, its
     /// member gets a fresh one (`spec.storage.staleVolumeGraceSeconds`; see `stale`).
     pub stale_volume_grace_ms: Millis,
+    /// `spec.hibernation`: every member's pod is stopped, volumes and membership kept (see
+    /// `stepper/stop.rs`).
+    pub hibernation: bool,
+    /// `spec.storage.freshVolumesOnWake`: a wake past the stale-volume grace starts each stale
+    /// member on a fresh, empty volume instead of being refused.
+    pub fresh_volumes_on_wake: bool,
+    /// Ordinals of `spec.fencedMembers`: their pods are stopped and not re-created, their
+    /// volumes and membership kept; no disruptive step runs while any is fenced.
+    pub fenced: BTreeSet<u32>,
 }
 
 impl ClusterSpec {
@@ -265,6 +274,10 @@ pub enum MemberPhase {
     Leaving,
     /// Being restarted with the current pod spec on its own volume (rolling update).
     Updating,
+    /// Listed in `spec.fencedMembers`: its pod is stopped, its volume and membership kept.
+    Fenced,
+    /// Stopped by `spec.hibernation`, its volume kept.
+    Hibernated,
 }
 
 /// The one disruptive change in progress: a member being removed, or a member being
@@ -312,6 +325,9 @@ pub struct Memory {
     pub blocked: Option<BlockReason>,
     /// Since when the ready members' views have disagreed by identity (`views.rs`).
     pub views_split_since: Option<Millis>,
+    /// The pods were stopped by `spec.hibernation` and have not all been started again
+    /// (`status.hibernated`): a wake is told apart from members lost one by one.
+    pub hibernated: bool,
 }
 
 impl Memory {
@@ -339,6 +355,11 @@ pub enum BlockReason {
     Paused,
     /// A look-alike holds a member's name (see `ownership`): unknown is never safe.
     LookAlike,
+    /// A member is listed in `spec.fencedMembers`: no disruptive step runs.
+    Fenced,
+    /// A wake from hibernation would mount volumes away longer than the stale-volume grace:
+    /// refused (the cluster stays stopped) unless `storage.freshVolumesOnWake`.
+    WakeRefused,
 }
 
 impl BlockReason {
@@ -354,6 +375,8 @@ impl BlockReason {
             BlockReason::HandoffTimeout => "HandoffTimeout",
             BlockReason::Paused => "Paused",
             BlockReason::LookAlike => "LookAlike",
+            BlockReason::Fenced => "Fenced",
+            BlockReason::WakeRefused => "WakeRefused",
         }
     }
 }
@@ -370,6 +393,8 @@ pub enum ClusterPhase {
     /// `spec.paused` holds a disruptive step that is wanted.
     Paused,
     Blocked,
+    /// `spec.hibernation`: every member's pod is stopped (or being stopped), volumes kept.
+    Hibernated,
 }
 
 impl ClusterPhase {
@@ -383,6 +408,7 @@ impl ClusterPhase {
             ClusterPhase::Updating => "Updating",
             ClusterPhase::Paused => "Paused",
             ClusterPhase::Blocked => "Blocked",
+            ClusterPhase::Hibernated => "Hibernated",
         }
     }
 }

@@ -182,6 +182,9 @@ mod tests {
             handoff_timeout_ms: 60_000,
             paused: false,
             stale_volume_grace_ms: 3_600_000,
+            hibernation: false,
+            fresh_volumes_on_wake: false,
+            fenced: Default::default(),
         }
     }
 

@@ -164,6 +164,9 @@ fn gen_spec(r: &mut SplitMix64) -> ClusterSpec {
         paused: r.pct(15),
         // No generated volume records an absence: stale volumes are driven by the DST.
         stale_volume_grace_ms: 3_600_000,
+        hibernation: false,
+        fresh_volumes_on_wake: false,
+        fenced: Default::default(),
     }
 }
 
@@ -315,6 +318,7 @@ fn gen_memory(
         phases,
         blocked,
         views_split_since: None,
+        hibernated: false,
     }
 }
 

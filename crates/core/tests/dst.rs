@@ -1387,6 +1387,9 @@ fn run(seed: u64, trace: bool) -> Outcome {
         paused: false,
         // Short, so that kept volumes and long-down members go stale within a schedule.
         stale_volume_grace_ms: (10 + SplitMix64(!seed).below(30) as Millis) * 1000,
+        hibernation: false,
+        fresh_volumes_on_wake: false,
+        fenced: Default::default(),
     };
     let policy = rng.chance(0.3).then(|| Policy {
         min_nodes: rf + 1,

@@ -54,7 +54,7 @@ impl Pass<'_> {
 
     /// Scale up: all missing members at once, lowest free ordinals first.
     pub(super) fn scale_up(&mut self) {
-        if self.removal().is_some() || self.members.len() >= self.target {
+        if self.removal().is_some() || self.members.len() >= self.target || self.spec.hibernation {
             return;
         }
         let want = self.target - self.members.len();
@@ -117,6 +117,9 @@ impl Pass<'_> {
     fn children_of(&mut self, o: u32, rolling: Option<&Roll>) -> bool {
         let m = self.obs(o);
         let name = self.spec.member_name(o);
+        if self.fence(o) {
+            return false;
+        }
         if m.look_alike {
             // Its pod or PVC cannot be created (the name is taken), and a pod of ours must
             // never mount a volume that is not.
@@ -141,7 +144,14 @@ impl Pass<'_> {
             }
             // A stale volume is never mounted again: no pod is created on it.
             Some(p) if !p.terminating && self.stale(p) => {
-                self.leave_stale_volume(o, p, m.pod.as_ref());
+                // A fresh-volume wake is a stale-volume replacement: a fence holds it too.
+                let fresh_wake =
+                    self.waking() && self.spec.fresh_volumes_on_wake && self.spec.fenced.is_empty();
+                if fresh_wake && m.pod.is_none() {
+                    self.fresh_volume_on_wake(o, p);
+                } else {
+                    self.leave_stale_volume(o, p, m.pod.as_ref());
+                }
                 return false;
             }
             // A member moving to a fresh volume gets its new pod only on the new volume.
@@ -313,6 +323,12 @@ impl Pass<'_> {
         }
         if self.created.contains(&o) || self.fresh.contains(&o) {
             return MemberPhase::Joining;
+        }
+        if self.spec.fenced.contains(&o) {
+            return MemberPhase::Fenced;
+        }
+        if self.hibernating() || (self.waking() && self.obs(o).pod.is_none()) {
+            return MemberPhase::Hibernated;
         }
         let m = self.obs(o);
         let prev = self.memory.phases.get(&o).copied();

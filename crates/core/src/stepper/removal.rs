@@ -157,6 +157,7 @@ impl Pass<'_> {
             && self.mass.is_none()
             && !self.views_disagree()
             && self.look_alikes.is_empty()
+            && self.spec.fenced.is_empty()
         {
             self.actions.insert(Action::DeletePvc(v));
         }
@@ -168,6 +169,7 @@ impl Pass<'_> {
             || self.completed.is_some()
             || self.members.len() <= self.target
             || self.drained_bystander()
+            || self.spec.hibernation
         {
             return;
         }
@@ -298,6 +300,8 @@ impl Pass<'_> {
                     self.target
                 ),
             })
+        } else if let Some(b) = self.fence_block("the scale-down") {
+            Err(b)
         } else if let Some(b) = self.look_alike_block("the scale-down") {
             Err(b)
         } else if self.creating() {

@@ -30,6 +30,8 @@ impl Pass<'_> {
     pub(super) fn reclaim_volumes(&mut self) {
         if !self.spec.reclaim_pvcs
             || self.spec.paused
+            || self.spec.hibernation
+            || !self.spec.fenced.is_empty()
             || self.mass.is_some()
             || self.views_disagree()
             || !self.look_alikes.is_empty()
@@ -83,6 +85,7 @@ impl Pass<'_> {
                 phases: self.phases,
                 blocked: self.blocked.as_ref().map(|b| b.reason),
                 views_split_since: self.views_split_since,
+                hibernated: self.hibernated,
             },
             actions: self.actions.into_iter().collect(),
             phase,
@@ -103,6 +106,10 @@ impl Pass<'_> {
         {
             let reason = if b.reason == BlockReason::Paused {
                 "Paused"
+            } else if b.reason == BlockReason::WakeRefused {
+                "WakeRefused"
+            } else if b.reason == BlockReason::Fenced {
+                "HeldByFence"
             } else if self.removal().is_some() || self.members.len() > self.target {
                 "ScaleDownBlocked"
             } else {
@@ -126,6 +133,7 @@ impl Pass<'_> {
         match &self.blocked {
             Some(b) if b.reason == BlockReason::Paused => ClusterPhase::Paused,
             Some(_) => ClusterPhase::Blocked,
+            None if self.hibernating() => ClusterPhase::Hibernated,
             None if self.removal().is_some() || self.completed.is_some() => {
                 ClusterPhase::ScalingDown
             }
@@ -182,8 +190,9 @@ impl Pass<'_> {
                 self.phases.get(o) == Some(&MemberPhase::Active)
                     || self.obs(*o).pod.as_ref().is_none_or(|p| !p.ready)
             });
-        let busy =
-            (phase != ClusterPhase::Healthy || !self.actions.is_empty()) && !waiting_on_pods_only;
+        // A hibernated cluster at rest is as quiet as a healthy one.
+        let resting = matches!(phase, ClusterPhase::Healthy | ClusterPhase::Hibernated);
+        let busy = (!resting || !self.actions.is_empty()) && !waiting_on_pods_only;
         if self.disruption.is_some() {
             REQUEUE_GATE_MS
         } else if busy {

@@ -241,7 +241,7 @@ impl Pass<'_> {
                 // Its pod went before the hand-off: keep its data, restart it on it (unless it
                 // is stale: the children phase then replaces it; or a look-alike took its name:
                 // `children_of` says so).
-                if !self.obs(r.ordinal).look_alike {
+                if !self.obs(r.ordinal).look_alike && !self.spec.fenced.contains(&r.ordinal) {
                     self.actions.insert(Action::CreatePod(r.ordinal));
                 }
                 self.progress.push(format!(
@@ -276,6 +276,7 @@ impl Pass<'_> {
             || self.members.len() != self.target
             || (outdated.is_empty() && asked.is_empty() && restarts.is_empty())
             || self.drained_bystander()
+            || self.spec.hibernation
         {
             return;
         }
@@ -372,6 +373,8 @@ impl Pass<'_> {
                 reason: BlockReason::Paused,
                 message: format!("spec.paused is set: holding {}", held.join(" and ")),
             })
+        } else if let Some(b) = self.fence_block("the rolling update") {
+            Err(b)
         } else if let Some(b) = self.look_alike_block("the rolling update") {
             Err(b)
         } else if self.creating() || self.replacing {
