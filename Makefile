@@ -35,10 +35,11 @@ test: unit fuzz e2e ## Unit, property, simulation, fuzz and e2e (incl. chaos) te
 bench: ## Benchmarks on a fresh local control plane (reported numbers; see docs/benchmarks.md)
 	hack/bench.sh $(BENCH)
 
-lint: crd-check ## rustfmt, clippy (warnings are errors), the CRD drift check, deploy/, its overlays and the Helm chart render (RBAC checked)
+lint: crd-check ## rustfmt, clippy (warnings are errors), the CRD drift check, deploy/, its overlays and the Helm chart render (RBAC checked), actionlint on the workflows
 	cargo fmt --all --check
 	cargo clippy --workspace --all-targets -- -D warnings
 	hack/check-deploy.sh
+	$$(hack/tools.sh actionlint) .github/workflows/*.yaml
 
 # The generated CRD, in the kustomize tree and in the Helm chart: both written, both checked.
 CRDS := deploy/crd/marekvs.io_marekvsclusters.yaml deploy/helm/marekvs-operator/crds/marekvs.io_marekvsclusters.yaml
