@@ -124,6 +124,9 @@ async fn kubectl_mkv_status_lists_every_member_and_remove_removes_exactly_the_na
             String::from_utf8_lossy(&out.stderr)
         );
         assert_eq!(members_listed(&String::from_utf8_lossy(&out.stdout)), all);
+        eprintln!("kubectl mkv status: found on PATH by kubectl");
+    } else {
+        eprintln!("MAREKVS_E2E_KUBECTL is unset: plugin discovery through kubectl not checked");
     }
 
     refused(
