@@ -721,6 +721,9 @@ struct Counts {
     /// (blocked: Fenced).
     fence_stops: u64,
     fence_held_passes: u64,
+    /// Stale volumes of members unfenced after the grace that the user kept (annotation
+    /// removed) because their replacement could not pass the gate.
+    fence_stale_kept_by_user: u64,
     /// Passes checked against the hibernation and fence invariants with a member fenced or
     /// the cluster hibernated.
     stop_checks: u64,
@@ -757,6 +760,7 @@ impl std::ops::AddAssign for Counts {
         self.fresh_volume_wakes += o.fresh_volume_wakes;
         self.fence_stops += o.fence_stops;
         self.fence_held_passes += o.fence_held_passes;
+        self.fence_stale_kept_by_user += o.fence_stale_kept_by_user;
         self.stop_checks += o.stop_checks;
     }
 }
@@ -991,6 +995,8 @@ struct Pass {
     /// Members of a wake refused for their stale volumes (`WakeRefused`): the user decides
     /// too, as `docs/hibernation.md` says.
     refused_wake: Vec<u32>,
+    /// Members without a pod on a stale volume (e.g. unfenced after the grace).
+    away_stale: Vec<u32>,
 }
 
 impl Operator {
@@ -1020,7 +1026,7 @@ impl Operator {
         for a in &made {
             counts.invariant_checks += 2;
             if let Some(m) = &mass {
-                mass_failure_allows(a, &target, &status.memory, m, w.t, violations);
+                mass_failure_allows(a, &status.memory, m, w.t, violations);
             }
             let o = ordinal_of(a);
             if target.fenced.contains(&o)
@@ -1112,6 +1118,20 @@ impl Operator {
                 })
             })
             .collect();
+        let away_stale: Vec<u32> = d
+            .memory
+            .members
+            .iter()
+            .copied()
+            .filter(|o| {
+                observed.get(o).is_some_and(|m| {
+                    m.pod.is_none()
+                        && m.pvc.as_ref().is_some_and(|v| {
+                            !v.terminating && is_stale(v, self.spec.stale_volume_grace_ms, now)
+                        })
+                })
+            })
+            .collect();
         let refused_wake = if d.blocked.as_ref().map(|b| b.reason) == Some(BlockReason::WakeRefused)
         {
             d.memory
@@ -1136,6 +1156,7 @@ impl Operator {
             target: sizing.spec.target(),
             held_stale,
             refused_wake,
+            away_stale,
         };
         // The status write carries the resourceVersion the decision was based on: a decision
         // made on a stale status conflicts (409) and nothing is done.
@@ -1198,9 +1219,10 @@ impl Operator {
         // only re-creates pods on their own volumes (and volumes of members never Active).
         if let Some(m) = mass_failure(&sizing.spec, &status.memory, &observed) {
             counts.mass_failure_passes += 1;
-            for a in &d.actions {
+            // Stopping a member for the user's hibernation or fence loses nothing: the volume stays.
+            for a in d.actions.iter().filter(|a| !is_stop(a, &sizing.spec, &d)) {
                 counts.invariant_checks += 1;
-                mass_failure_allows(a, &sizing.spec, &status.memory, &m, t, violations);
+                mass_failure_allows(a, &status.memory, &m, t, violations);
             }
             if !d.memory.members.is_superset(&status.memory.members) {
                 violations.push(format!(
@@ -1425,7 +1447,6 @@ fn stops_hold(
 /// volume deleted, no drain, no pod deleted.
 fn mass_failure_allows(
     a: &Action,
-    spec: &ClusterSpec,
     memory: &Memory,
     m: &MassFailure,
     t: u64,
@@ -1436,9 +1457,7 @@ fn mass_failure_allows(
         Action::CreatePvc(o) => {
             memory.phases.get(o) == Some(&MemberPhase::Joining) && !m.down.contains(o)
         }
-        // A fenced member's pod is stopped whatever else is down: the user's decision.
-        Action::DeletePod(o) => spec.fenced.contains(o),
-        Action::DeletePvc(_) | Action::Drain(_) => false,
+        Action::DeletePvc(_) | Action::Drain(_) | Action::DeletePod(_) => false,
     };
     if !ok {
         violations.push(format!(
@@ -1563,6 +1582,7 @@ fn run(seed: u64, trace: bool) -> Outcome {
     let mut counts = Counts::default();
     let mut violations = Vec::new();
     let mut converged = None;
+    let mut ever_fenced = BTreeSet::new();
     for _ in 0..(FAULT_TICKS + CONVERGE_TICKS) {
         w.step();
         w.serve(ops);
@@ -1575,6 +1595,7 @@ fn run(seed: u64, trace: bool) -> Outcome {
                 &mut ops,
                 &mut rng,
             );
+            ever_fenced.extend(op.spec.fenced.iter().copied());
         } else if !faulty {
             op.spec.paused = false;
             op.spec.hibernation = false;
@@ -1609,6 +1630,17 @@ fn run(seed: u64, trace: bool) -> Outcome {
                     if let Some(v) = w.vols.get_mut(o) {
                         v.absent_since = None;
                         counts.wake_refused_kept_by_user += 1;
+                    }
+                }
+                // A member unfenced after the grace whose stale volume cannot be replaced (the
+                // others are not fully replicated without it, e.g. replicationFactor - 1
+                // members fenced): the user keeps its data, as documented.
+                if pass.quiet {
+                    for o in pass.away_stale.iter().filter(|o| ever_fenced.contains(o)) {
+                        if let Some(v) = w.vols.get_mut(o) {
+                            v.absent_since = None;
+                            counts.fence_stale_kept_by_user += 1;
+                        }
                     }
                 }
             }
@@ -1681,7 +1713,9 @@ fn no_schedule_loses_data_or_disrupts_two_members_and_every_one_converges() {
          {} early creations ({} from a stale status), {} passes with the autoscaler moving the target, {} transition Events, {} volumes grown in place, {} fresh volumes asked for on a pod and carried out, {} passes in a mass failure, \
          {} passes with views disagreeing by identity ({} with a removal or restart held), {} passes reporting a suspected partition; \
          volume absences: {} stamped, {} cleared, {} pods created on a volume away within the grace, {} passes with a member's stale volume and no pod, {} stale volumes replaced, {} stale volumes of a mass failure kept by the user; \
-         {} passes with a look-alike ({} of them holding a wanted disruptive step for it)",
+         {} passes with a look-alike ({} of them holding a wanted disruptive step for it); \
+         hibernation: {} pods stopped, {} passes Hibernated, {} wakes, {} passes with a wake refused ({} refused volumes kept by the user), {} stale volumes replaced by a fresh-volume wake; \
+         fences: {} pods stopped, {} passes holding a wanted step for a fence, {} stale volumes of unfenced members kept by the user; {} passes checked with a member fenced or the cluster hibernated",
         counts.steps,
         counts.faults,
         counts.invariant_checks,
@@ -1704,6 +1738,16 @@ fn no_schedule_loses_data_or_disrupts_two_members_and_every_one_converges() {
         counts.stale_held_for_user,
         counts.look_alike_passes,
         counts.look_alike_blocked,
+        counts.hibernation_stops,
+        counts.hibernated_passes,
+        counts.wakes,
+        counts.wake_refused_passes,
+        counts.wake_refused_kept_by_user,
+        counts.fresh_volume_wakes,
+        counts.fence_stops,
+        counts.fence_held_passes,
+        counts.fence_stale_kept_by_user,
+        counts.stop_checks,
     );
     assert!(
         failed.is_empty(),
@@ -1725,6 +1769,15 @@ fn no_schedule_loses_data_or_disrupts_two_members_and_every_one_converges() {
         assert!(counts.stamped_volumes_reused > 0, "{counts:?}");
         assert!(counts.stale_volume_checks > 0, "{counts:?}");
         assert!(counts.stale_volumes_replaced > 0, "{counts:?}");
+        assert!(counts.hibernation_stops > 0, "{counts:?}");
+        assert!(counts.hibernated_passes > 0, "{counts:?}");
+        assert!(counts.wakes > 0, "{counts:?}");
+        assert!(counts.wake_refused_passes > 0, "{counts:?}");
+        assert!(counts.wake_refused_kept_by_user > 0, "{counts:?}");
+        assert!(counts.fresh_volume_wakes > 0, "{counts:?}");
+        assert!(counts.fence_stops > 0, "{counts:?}");
+        assert!(counts.fence_held_passes > 0, "{counts:?}");
+        assert!(counts.stop_checks > 0, "{counts:?}");
         assert!(counts.look_alike_blocked > 0, "{counts:?}");
     }
 }

@@ -336,7 +336,10 @@ impl Pass<'_> {
         if self.spec.fenced.contains(&o) {
             return MemberPhase::Fenced;
         }
-        if self.hibernating() || (self.waking() && self.obs(o).pod.is_none()) {
+        // Still stopped by a wake in progress; a member that rejoins empty (a fresh-volume
+        // wake) stays Joining: it holds nothing a mass failure would wait for.
+        let joining = self.memory.phases.get(&o) == Some(&MemberPhase::Joining);
+        if self.hibernating() || (self.waking() && self.obs(o).pod.is_none() && !joining) {
             return MemberPhase::Hibernated;
         }
         let m = self.obs(o);

@@ -194,14 +194,12 @@ impl Pass<'_> {
         });
     }
 
-    /// Whether the wake is over: every member but the fenced has a pod (observed or created
-    /// by this pass).
+    /// Whether the wake is over: every member but the fenced has a pod (observed: creations
+    /// of this pass may not all be made, should the operator stop half-way).
     pub(super) fn woken(&self) -> bool {
-        self.members.iter().all(|o| {
-            self.spec.fenced.contains(o)
-                || self.obs(*o).pod.is_some()
-                || self.actions.contains(&Action::CreatePod(*o))
-        })
+        self.members
+            .iter()
+            .all(|o| self.spec.fenced.contains(o) || self.obs(*o).pod.is_some())
     }
 
     /// The hibernation record to keep, and the Event of a wake that is over.
