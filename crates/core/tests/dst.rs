@@ -1105,51 +1105,8 @@ impl Operator {
             suspected_partition: d.suspected_partition.as_ref(),
         };
         let notes = transition_notes(&sizing.spec, &status.reported, reporting);
-        let held_stale = d
-            .mass_failure
-            .iter()
-            .flat_map(|m| m.down.iter().copied())
-            .filter(|o| {
-                observed.get(o).is_some_and(|m| {
-                    m.pod.is_none()
-                        && m.pvc
-                            .as_ref()
-                            .is_some_and(|v| is_stale(v, self.spec.stale_volume_grace_ms, now))
-                })
-            })
-            .collect();
-        let away_stale: Vec<u32> = d
-            .memory
-            .members
-            .iter()
-            .copied()
-            .filter(|o| {
-                observed.get(o).is_some_and(|m| {
-                    m.pod.is_none()
-                        && m.pvc.as_ref().is_some_and(|v| {
-                            !v.terminating && is_stale(v, self.spec.stale_volume_grace_ms, now)
-                        })
-                })
-            })
-            .collect();
-        let refused_wake = if d.blocked.as_ref().map(|b| b.reason) == Some(BlockReason::WakeRefused)
-        {
-            d.memory
-                .members
-                .iter()
-                .copied()
-                .filter(|o| {
-                    observed.get(o).is_some_and(|m| {
-                        m.pod.is_none()
-                            && m.pvc
-                                .as_ref()
-                                .is_some_and(|v| is_stale(v, self.spec.stale_volume_grace_ms, now))
-                    })
-                })
-                .collect()
-        } else {
-            Vec::new()
-        };
+        let (held_stale, away_stale, refused_wake) =
+            away_on_stale_volumes(&d, &observed, self.spec.stale_volume_grace_ms, now);
         let pass = Pass {
             phase: d.phase,
             quiet: d.actions.is_empty(),
@@ -1282,27 +1239,85 @@ impl Operator {
         if w.trace && !actions.is_empty() {
             eprintln!("t={t} {:?} actions {:?}", d.phase, &actions[..n]);
         }
-        for a in &actions[..n] {
-            count_creation(w, a, counts);
-            let discarded = matches!(a, Action::DeletePvc(o) if fresh_wake_of(&d, *o));
-            if discarded {
-                w.discard_volume(a);
-            } else if let Err(e) = w.apply(*a, &self.persisted.memory.members) {
-                violations.push(format!("t={t}: {e}"));
-            }
-            if let Action::DeletePod(o) = a
-                && is_stop(a, &sizing.spec, &d)
-            {
-                // Stopped by the user's hibernation or fence, not a disruption of the runbook.
-                w.op_deleted.remove(o);
-            }
-        }
+        let members = &self.persisted.memory.members;
+        apply_actions(
+            w,
+            &actions[..n],
+            &sizing.spec,
+            &d,
+            members,
+            counts,
+            violations,
+        );
         if n == actions.len() {
             w.grow_volumes(counts, violations);
             let changes = absence_changes(&d.memory.members, &d.memory.phases, &observed);
             w.record_absences(&changes, &observed, counts);
         }
         pass
+    }
+}
+
+/// Members without a pod on a stale volume: those a mass failure holds, all of them, and
+/// those whose wake was refused (`WakeRefused`): what the user decides about once faults stop.
+fn away_on_stale_volumes(
+    d: &Decision,
+    observed: &BTreeMap<u32, MemberObs>,
+    grace_ms: Millis,
+    now: Millis,
+) -> (Vec<u32>, Vec<u32>, Vec<u32>) {
+    let away_stale: Vec<u32> = d
+        .memory
+        .members
+        .iter()
+        .copied()
+        .filter(|o| {
+            observed.get(o).is_some_and(|m| {
+                m.pod.is_none()
+                    && m.pvc
+                        .as_ref()
+                        .is_some_and(|v| !v.terminating && is_stale(v, grace_ms, now))
+            })
+        })
+        .collect();
+    let held_stale = away_stale
+        .iter()
+        .copied()
+        .filter(|o| d.mass_failure.as_ref().is_some_and(|m| m.down.contains(o)))
+        .collect();
+    let refused = d.blocked.as_ref().map(|b| b.reason) == Some(BlockReason::WakeRefused);
+    let refused_wake = if refused {
+        away_stale.clone()
+    } else {
+        Vec::new()
+    };
+    (held_stale, away_stale, refused_wake)
+}
+
+/// The pass's actions, in order, on the world.
+fn apply_actions(
+    w: &mut World,
+    actions: &[Action],
+    spec: &ClusterSpec,
+    d: &Decision,
+    members: &BTreeSet<u32>,
+    counts: &mut Counts,
+    violations: &mut Vec<String>,
+) {
+    for a in actions {
+        count_creation(w, a, counts);
+        let discarded = matches!(a, Action::DeletePvc(o) if fresh_wake_of(d, *o));
+        if discarded {
+            w.discard_volume(a);
+        } else if let Err(e) = w.apply(*a, members) {
+            violations.push(format!("t={}: {e}", w.t));
+        }
+        if let Action::DeletePod(o) = a
+            && is_stop(a, spec, d)
+        {
+            // Stopped by the user's hibernation or fence, not a disruption of the runbook.
+            w.op_deleted.remove(o);
+        }
     }
 }
 
