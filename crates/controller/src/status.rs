@@ -1255,6 +1255,82 @@ mod tests {
     /// A suspected partition is a condition naming who sees whom, read back so its Events
     /// fire only on transitions; the start of the disagreement is in status.
     #[test]
+    fn hibernation_and_fences_are_conditions_and_the_hibernation_is_read_back() {
+        let c = cr(json!({
+            "image": "x", "nodes": 3, "replicationFactor": 2,
+            "hibernation": true, "fencedMembers": ["demo-1", "other-2"],
+        }));
+        let sizing = Sizing {
+            spec: cluster_spec(&c).unwrap(),
+            load: LoadMemory::default(),
+            scaling: None,
+        };
+        assert_eq!(
+            sizing.spec.fenced,
+            [1].into(),
+            "only this cluster's members"
+        );
+        let now: Millis = 1_700_000_000_000;
+        let memory = Memory {
+            members: [0, 1, 2].into(),
+            phases: [
+                (0, MemberPhase::Hibernated),
+                (1, MemberPhase::Fenced),
+                (2, MemberPhase::Hibernated),
+            ]
+            .into(),
+            hibernated: true,
+            ..Memory::default()
+        };
+        let cond = |st: &MarekvsClusterStatus, t: &str| {
+            let c = st.conditions.iter().find(|c| c.type_ == t).unwrap();
+            (c.status.clone(), c.reason.clone(), c.message.clone())
+        };
+        let d = decision(memory.clone(), ClusterPhase::Hibernated, None);
+        let st = status_of(&c, &d, &sizing, &BTreeMap::new(), now);
+        assert!(st.hibernated);
+        assert_eq!(st.phase, Some(marekvs_api::ClusterPhase::Hibernated));
+        assert_eq!(st.members[1].phase, marekvs_api::MemberPhase::Fenced);
+        let (status, reason, _) = cond(&st, HIBERNATED);
+        assert_eq!(
+            (status.as_str(), reason.as_str()),
+            ("True", REASON_HIBERNATED)
+        );
+        let (status, reason, message) = cond(&st, FENCED);
+        assert_eq!(
+            (status.as_str(), reason.as_str()),
+            ("True", REASON_MEMBERS_FENCED)
+        );
+        assert!(message.contains("demo-1 stopped"), "{message}");
+        assert_eq!(memory_from_status("demo", &st), memory);
+        // A refused wake: still hibernated, the condition says why.
+        let refused = Blocked {
+            reason: BlockReason::WakeRefused,
+            message: "not waking: ...".into(),
+        };
+        let d = decision(memory, ClusterPhase::Blocked, Some(refused));
+        let st = status_of(&c, &d, &sizing, &BTreeMap::new(), now);
+        assert_eq!(st.block_reason, Some(marekvs_api::BlockReason::WakeRefused));
+        let (status, reason, message) = cond(&st, HIBERNATED);
+        assert_eq!(
+            (status.as_str(), reason.as_str(), message.as_str()),
+            ("True", REASON_WAKING, "not waking: ...")
+        );
+        // Awake, nothing fenced.
+        let awake = cr(json!({"image": "x", "nodes": 3, "replicationFactor": 2}));
+        let sizing = Sizing {
+            spec: cluster_spec(&awake).unwrap(),
+            load: LoadMemory::default(),
+            scaling: None,
+        };
+        let d = decision(Memory::default(), ClusterPhase::Healthy, None);
+        let st = status_of(&awake, &d, &sizing, &BTreeMap::new(), now);
+        assert!(!st.hibernated);
+        assert_eq!(cond(&st, HIBERNATED).1, REASON_AWAKE);
+        assert_eq!(cond(&st, FENCED).1, REASON_NONE_FENCED);
+    }
+
+    #[test]
     fn a_suspected_partition_is_a_condition_read_back_for_its_events() {
         let c = cr(json!({"image": "x", "nodes": 3, "replicationFactor": 2}));
         let sizing = Sizing {

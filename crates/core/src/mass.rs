@@ -11,8 +11,9 @@
 //! failure while `replicationFactor` or more members are down: every copy of a partition may
 //! be on them.
 //!
-//! A hibernating cluster (`spec.hibernation`) and one waking from it (`Memory::hibernated`)
-//! stopped its members on purpose: neither is a mass failure. A fenced member is down like any
+//! A hibernating cluster (`spec.hibernation`, once no removal or restart is in progress) and
+//! one waking from it (`Memory::hibernated`) stopped its members on purpose: neither is a mass
+//! failure. A fenced member is down like any
 //! other (its copies are unavailable), but it is never re-created.
 
 use std::collections::BTreeMap;
@@ -61,7 +62,7 @@ pub fn mass_failure(
 ) -> Option<MassFailure> {
     // Pods stopped on purpose, or starting again after that, are no failure (a wake past the
     // stale-volume grace is refused by the stepper itself).
-    if spec.hibernation || memory.hibernated {
+    if (spec.hibernation && memory.disruption.is_none()) || memory.hibernated {
         return None;
     }
     let down: Vec<u32> = memory

@@ -68,6 +68,7 @@ pub fn decide(input: &Input) -> Decision {
     pass.advance_roll();
     pass.start_removal();
     pass.start_roll();
+    pass.hold_for_wake();
     pass.hold_for_pause();
     pass.hold_for_fence();
     pass.hold_for_look_alikes();
@@ -143,6 +144,8 @@ struct Pass<'a> {
     fenced_held: Vec<String>,
     /// The pods are stopped by hibernation and not all started again (`Memory::hibernated`).
     hibernated: bool,
+    /// A wake refused for stale volumes, reported whatever else blocks.
+    wake_refused: Option<Blocked>,
     /// Ordinals whose name a look-alike holds (`MemberObs::look_alike`).
     look_alikes: Vec<u32>,
     /// Disruptive steps the look-alikes hold back, in words.
@@ -185,6 +188,7 @@ impl<'a> Pass<'a> {
             views_held: Vec::new(),
             fenced_held: Vec::new(),
             hibernated: input.memory.hibernated,
+            wake_refused: None,
             look_alikes: input
                 .observed
                 .iter()

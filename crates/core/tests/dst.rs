@@ -19,7 +19,7 @@
 //! drained); scrapes and views time out; gossip splits in two halves, or one member's view
 //! holds a stranger in place of a member (the right count); drains hang; users delete pods, delete a pod with its PVC, ask
 //! for a fresh volume of a member (annotate its pod), and edit the spec (size, pod template,
-//! volume class, pause).
+//! volume class, pause, hibernation, fenced members).
 //!
 //! Invariants, after every step: no partition loses its last copy among the members' volumes;
 //! at most one member is disrupted by the operator (drained, or its pod deleted by it); a
@@ -29,7 +29,10 @@
 //! no drain, pod or volume deletion, and no new removal or restart, while the ready members'
 //! views disagree by identity or a suspected partition is reported.
 //! no pod is ever (re)created on a volume away from the cluster longer than the stale-volume
-//! grace (the absence as the operator recorded it on the volume, `stale`).
+//! grace (the absence as the operator recorded it on the volume, `stale`): a wake from
+//! hibernation included; no pod or PVC is created for a fenced member, nor while hibernated;
+//! no disruptive step (drain, pod or volume deletion other than stopping a fenced or
+//! hibernated pod, a new removal or restart) while a member is fenced.
 //! Once faults stop, the cluster converges to the spec.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -628,6 +631,27 @@ impl World {
         Ok(())
     }
 
+    /// A volume the user chose to discard (`storage.freshVolumesOnWake`): its data goes. When
+    /// that was a partition's last copy, the cluster's data is gone: it is born again, empty,
+    /// once enough members are Active (as for a new cluster).
+    fn discard_volume(&mut self, a: &Action) {
+        let Action::DeletePvc(o) = *a else {
+            return;
+        };
+        if self.pods.contains_key(&o) {
+            if let Some(v) = self.vols.get_mut(&o) {
+                v.deleting = true;
+            }
+        } else {
+            self.vols.remove(&o);
+        }
+        let kept = |p: usize| self.vols.iter().any(|(m, v)| *m != o && v.data[p]);
+        if (0..PARTITIONS).any(|p| !kept(p)) {
+            self.born = false;
+            self.vols.values_mut().for_each(|v| v.data.fill(false));
+        }
+    }
+
     /// Every partition has rf copies on running Active members and nothing is in motion.
     fn fully_replicated(&self) -> bool {
         let active = self.active();
@@ -693,6 +717,25 @@ struct Counts {
     look_alike_passes: u64,
     /// Of those, passes that held a wanted disruptive step for it (blocked: LookAlike).
     look_alike_blocked: u64,
+    /// Pods stopped by hibernation, passes reporting `Hibernated`, and wakes completed.
+    hibernation_stops: u64,
+    hibernated_passes: u64,
+    wakes: u64,
+    /// Passes whose wake was refused (stale volumes), refusals the user answered by keeping
+    /// the data (the absence record removed), and stale volumes replaced by a fresh-volume wake.
+    wake_refused_passes: u64,
+    wake_refused_kept_by_user: u64,
+    fresh_volume_wakes: u64,
+    /// Pods stopped by a fence, and passes in which a fence held a wanted disruptive step
+    /// (blocked: Fenced).
+    fence_stops: u64,
+    fence_held_passes: u64,
+    /// Stale volumes of members unfenced after the grace that the user kept (annotation
+    /// removed) because their replacement could not pass the gate.
+    fence_stale_kept_by_user: u64,
+    /// Passes checked against the hibernation and fence invariants with a member fenced or
+    /// the cluster hibernated.
+    stop_checks: u64,
 }
 
 impl std::ops::AddAssign for Counts {
@@ -719,6 +762,16 @@ impl std::ops::AddAssign for Counts {
         self.stale_held_for_user += o.stale_held_for_user;
         self.look_alike_passes += o.look_alike_passes;
         self.look_alike_blocked += o.look_alike_blocked;
+        self.hibernation_stops += o.hibernation_stops;
+        self.hibernated_passes += o.hibernated_passes;
+        self.wakes += o.wakes;
+        self.wake_refused_passes += o.wake_refused_passes;
+        self.wake_refused_kept_by_user += o.wake_refused_kept_by_user;
+        self.fresh_volume_wakes += o.fresh_volume_wakes;
+        self.fence_stops += o.fence_stops;
+        self.fence_held_passes += o.fence_held_passes;
+        self.fence_stale_kept_by_user += o.fence_stale_kept_by_user;
+        self.stop_checks += o.stop_checks;
     }
 }
 
@@ -861,6 +914,20 @@ fn inject_faults(
         spec.paused = !spec.paused;
         faults += 1;
     }
+    if rng.chance(0.008) {
+        // Hibernate or wake; at times with fresh volumes asked for on a wake past the grace.
+        spec.hibernation = !spec.hibernation;
+        spec.fresh_volumes_on_wake = rng.chance(0.3);
+        faults += 1;
+    }
+    if rng.chance(0.01) {
+        // Fence a member (at times a second one), or unfence one.
+        match pick(rng) {
+            Some(o) if spec.fenced.len() < 2 && rng.chance(0.6) => spec.fenced.insert(o),
+            _ => spec.fenced.pop_first().is_some(),
+        };
+        faults += 1;
+    }
     if rng.chance(0.01) && w.split.as_ref().is_none_or(|(u, _)| t >= *u) {
         // Gossip splits in two halves, for long enough (at times) to be a suspected
         // partition.
@@ -915,8 +982,15 @@ fn trace_world(w: &World, status: &Status, spec: &ClusterSpec) {
         })
         .collect();
     eprintln!(
-        "t={} world {pods:?} members {:?} nodes {} paused {}",
-        w.t, status.memory.members, spec.nodes, spec.paused
+        "t={} world {pods:?} members {:?} nodes {} paused {} hibernation {} (recorded {}, fresh volumes on wake {}) fenced {:?}",
+        w.t,
+        status.memory.members,
+        spec.nodes,
+        spec.paused,
+        spec.hibernation,
+        status.memory.hibernated,
+        spec.fresh_volumes_on_wake,
+        spec.fenced
     );
 }
 
@@ -938,6 +1012,11 @@ struct Pass {
     /// Down members of a mass failure whose volume is stale: the operator holds them for the
     /// user's decision (keep the data or discard it), as `docs/storage.md` says.
     held_stale: Vec<u32>,
+    /// Members of a wake refused for their stale volumes (`WakeRefused`): the user decides
+    /// too, as `docs/hibernation.md` says.
+    refused_wake: Vec<u32>,
+    /// Members without a pod on a stale volume (e.g. unfenced after the grace).
+    away_stale: Vec<u32>,
 }
 
 impl Operator {
@@ -968,6 +1047,15 @@ impl Operator {
             counts.invariant_checks += 2;
             if let Some(m) = &mass {
                 mass_failure_allows(a, &status.memory, m, w.t, violations);
+            }
+            let o = ordinal_of(a);
+            if target.fenced.contains(&o)
+                || (target.hibernation && status.memory.disruption.is_none())
+            {
+                violations.push(format!(
+                    "t={}: {a:?} before the scrapes while fenced or hibernated",
+                    w.t
+                ));
             }
             match a {
                 Action::CreatePod(o) | Action::CreatePvc(o)
@@ -1037,24 +1125,15 @@ impl Operator {
             suspected_partition: d.suspected_partition.as_ref(),
         };
         let notes = transition_notes(&sizing.spec, &status.reported, reporting);
-        let held_stale = d
-            .mass_failure
-            .iter()
-            .flat_map(|m| m.down.iter().copied())
-            .filter(|o| {
-                observed.get(o).is_some_and(|m| {
-                    m.pod.is_none()
-                        && m.pvc
-                            .as_ref()
-                            .is_some_and(|v| is_stale(v, self.spec.stale_volume_grace_ms, now))
-                })
-            })
-            .collect();
+        let (held_stale, away_stale, refused_wake) =
+            away_on_stale_volumes(&d, &observed, self.spec.stale_volume_grace_ms, now);
         let pass = Pass {
             phase: d.phase,
             quiet: d.actions.is_empty(),
             target: sizing.spec.target(),
             held_stale,
+            refused_wake,
+            away_stale,
         };
         // The status write carries the resourceVersion the decision was based on: a decision
         // made on a stale status conflicts (409) and nothing is done.
@@ -1098,16 +1177,27 @@ impl Operator {
                 if matches!(
                     a,
                     Action::Drain(_) | Action::DeletePod(_) | Action::DeletePvc(_)
-                ) {
+                ) && !is_stop(a, &sizing.spec, &d)
+                {
                     violations.push(format!("t={t}: {a:?} while a look-alike is there"));
                 }
             }
         }
+        stops_hold(
+            &sizing.spec,
+            &status.memory,
+            &observed,
+            &d,
+            w,
+            counts,
+            violations,
+        );
         // In a mass failure (by the rule itself, over what this pass was given), the operator
         // only re-creates pods on their own volumes (and volumes of members never Active).
         if let Some(m) = mass_failure(&sizing.spec, &status.memory, &observed) {
             counts.mass_failure_passes += 1;
-            for a in &d.actions {
+            // Stopping a member for the user's hibernation or fence loses nothing: the volume stays.
+            for a in d.actions.iter().filter(|a| !is_stop(a, &sizing.spec, &d)) {
                 counts.invariant_checks += 1;
                 mass_failure_allows(a, &status.memory, &m, t, violations);
             }
@@ -1170,18 +1260,85 @@ impl Operator {
         if w.trace && !actions.is_empty() {
             eprintln!("t={t} {:?} actions {:?}", d.phase, &actions[..n]);
         }
-        for a in &actions[..n] {
-            count_creation(w, a, counts);
-            if let Err(e) = w.apply(*a, &self.persisted.memory.members) {
-                violations.push(format!("t={t}: {e}"));
-            }
-        }
+        let members = &self.persisted.memory.members;
+        apply_actions(
+            w,
+            &actions[..n],
+            &sizing.spec,
+            &d,
+            members,
+            counts,
+            violations,
+        );
         if n == actions.len() {
             w.grow_volumes(counts, violations);
             let changes = absence_changes(&d.memory.members, &d.memory.phases, &observed);
             w.record_absences(&changes, &observed, counts);
         }
         pass
+    }
+}
+
+/// Members without a pod on a stale volume: those a mass failure holds, all of them, and
+/// those whose wake was refused (`WakeRefused`): what the user decides about once faults stop.
+fn away_on_stale_volumes(
+    d: &Decision,
+    observed: &BTreeMap<u32, MemberObs>,
+    grace_ms: Millis,
+    now: Millis,
+) -> (Vec<u32>, Vec<u32>, Vec<u32>) {
+    let away_stale: Vec<u32> = d
+        .memory
+        .members
+        .iter()
+        .copied()
+        .filter(|o| {
+            observed.get(o).is_some_and(|m| {
+                m.pod.is_none()
+                    && m.pvc
+                        .as_ref()
+                        .is_some_and(|v| !v.terminating && is_stale(v, grace_ms, now))
+            })
+        })
+        .collect();
+    let held_stale = away_stale
+        .iter()
+        .copied()
+        .filter(|o| d.mass_failure.as_ref().is_some_and(|m| m.down.contains(o)))
+        .collect();
+    let refused = d.blocked.as_ref().map(|b| b.reason) == Some(BlockReason::WakeRefused);
+    let refused_wake = if refused {
+        away_stale.clone()
+    } else {
+        Vec::new()
+    };
+    (held_stale, away_stale, refused_wake)
+}
+
+/// The pass's actions, in order, on the world.
+fn apply_actions(
+    w: &mut World,
+    actions: &[Action],
+    spec: &ClusterSpec,
+    d: &Decision,
+    members: &BTreeSet<u32>,
+    counts: &mut Counts,
+    violations: &mut Vec<String>,
+) {
+    for a in actions {
+        count_creation(w, a, counts);
+        let discarded = matches!(a, Action::DeletePvc(o) if fresh_wake_of(d, *o));
+        if discarded {
+            w.discard_volume(a);
+        } else if let Err(e) = w.apply(*a, members) {
+            violations.push(format!("t={}: {e}", w.t));
+        }
+        if let Action::DeletePod(o) = a
+            && is_stop(a, spec, d)
+        {
+            // Stopped by the user's hibernation or fence, not a disruption of the runbook.
+            w.op_deleted.remove(o);
+        }
     }
 }
 
@@ -1271,6 +1428,93 @@ fn check_restart(
     }
 }
 
+/// The member an action is about.
+fn ordinal_of(a: &Action) -> u32 {
+    let (Action::CreatePvc(o)
+    | Action::CreatePod(o)
+    | Action::Drain(o)
+    | Action::DeletePod(o)
+    | Action::DeletePvc(o)) = *a;
+    o
+}
+
+/// A pod deletion that stops a member for `spec.hibernation` or `spec.fencedMembers`.
+fn is_stop(a: &Action, spec: &ClusterSpec, d: &Decision) -> bool {
+    let hibernating = spec.hibernation && d.memory.hibernated && d.memory.disruption.is_none();
+    matches!(a, Action::DeletePod(o) if spec.fenced.contains(o) || hibernating)
+}
+
+/// The volume of `o` replaced by a fresh-volume wake (`FreshVolumeOnWake` announced).
+fn fresh_wake_of(d: &Decision, o: u32) -> bool {
+    d.notes
+        .iter()
+        .any(|n| n.reason == "FreshVolumeOnWake" && n.member == Some(o))
+}
+
+/// Hibernation and fences: no pod or PVC created for a fenced member or while hibernated (a
+/// removal or restart in progress finishes first); while a member is fenced, no drain, no
+/// volume deleted, no pod deleted but a stop, no removal or restart started; a fresh-volume
+/// wake only replaces a stale volume of a wake, and only when asked for.
+fn stops_hold(
+    spec: &ClusterSpec,
+    memory: &Memory,
+    observed: &BTreeMap<u32, MemberObs>,
+    d: &Decision,
+    w: &World,
+    counts: &mut Counts,
+    violations: &mut Vec<String>,
+) {
+    let t = w.t;
+    let hibernated = spec.hibernation && memory.disruption.is_none();
+    counts.hibernated_passes += u64::from(d.phase == ClusterPhase::Hibernated);
+    counts.wakes += d.notes.iter().filter(|n| n.reason == "Woken").count() as u64;
+    counts.fence_stops += d
+        .notes
+        .iter()
+        .filter(|n| n.reason == "MemberFenced")
+        .count() as u64;
+    match d.blocked.as_ref().map(|b| b.reason) {
+        Some(BlockReason::WakeRefused) => counts.wake_refused_passes += 1,
+        Some(BlockReason::Fenced) => counts.fence_held_passes += 1,
+        _ => {}
+    }
+    if hibernated || !spec.fenced.is_empty() {
+        counts.stop_checks += 1;
+    }
+    for a in &d.actions {
+        counts.invariant_checks += 1;
+        let o = ordinal_of(a);
+        let creation = matches!(a, Action::CreatePod(_) | Action::CreatePvc(_));
+        if creation && (spec.fenced.contains(&o) || hibernated) {
+            violations.push(format!("t={t}: {a:?} while fenced or hibernated"));
+        }
+        if is_stop(a, spec, d) && hibernated {
+            counts.hibernation_stops += 1;
+        }
+        let disruptive = !creation && !is_stop(a, spec, d);
+        if disruptive && !spec.fenced.is_empty() {
+            violations.push(format!("t={t}: {a:?} while {:?} fenced", spec.fenced));
+        }
+        if fresh_wake_of(d, o) {
+            counts.fresh_volume_wakes += 1;
+            let stale = observed
+                .get(&o)
+                .and_then(|m| m.pvc.as_ref())
+                .is_some_and(|v| is_stale(v, spec.stale_volume_grace_ms, t as Millis * 1000));
+            let wake = memory.hibernated && !spec.hibernation && spec.fresh_volumes_on_wake;
+            if !(stale && wake && *a == Action::DeletePvc(o)) {
+                violations.push(format!("t={t}: fresh-volume wake of {o} not asked for"));
+            }
+        }
+    }
+    if !spec.fenced.is_empty() && memory.disruption.is_none() && d.memory.disruption.is_some() {
+        violations.push(format!(
+            "t={t}: {:?} started while {:?} fenced",
+            d.memory.disruption, spec.fenced
+        ));
+    }
+}
+
 /// What the operator may do in a mass failure: a pod on an existing volume, and a volume for a
 /// member that never held data (Joining). No fresh volume for a member that held data, no
 /// volume deleted, no drain, no pod deleted.
@@ -1331,7 +1575,7 @@ fn views_hold(
         matches!(
             a,
             Action::Drain(_) | Action::DeletePod(_) | Action::DeletePvc(_)
-        )
+        ) && !is_stop(a, spec, d)
     }) {
         violations.push(format!(
             "t={t}: {a:?} while views disagree (suspected partition: {:?})",
@@ -1411,6 +1655,7 @@ fn run(seed: u64, trace: bool) -> Outcome {
     let mut counts = Counts::default();
     let mut violations = Vec::new();
     let mut converged = None;
+    let mut ever_fenced = BTreeSet::new();
     for _ in 0..(FAULT_TICKS + CONVERGE_TICKS) {
         w.step();
         w.serve(ops);
@@ -1423,8 +1668,11 @@ fn run(seed: u64, trace: bool) -> Outcome {
                 &mut ops,
                 &mut rng,
             );
+            ever_fenced.extend(op.spec.fenced.iter().copied());
         } else if !faulty {
             op.spec.paused = false;
+            op.spec.hibernation = false;
+            op.spec.fenced.clear();
             w.look_alikes.clear();
             w.view_lag.values_mut().for_each(|l| *l = 0);
             w.split = None;
@@ -1447,6 +1695,25 @@ fn run(seed: u64, trace: bool) -> Outcome {
                     if let Some(v) = w.vols.get_mut(o) {
                         v.absent_since = None;
                         counts.stale_held_for_user += 1;
+                    }
+                }
+                // A wake refused for stale volumes: the user keeps the data (as documented,
+                // the absence record removed), or would set freshVolumesOnWake.
+                for o in &pass.refused_wake {
+                    if let Some(v) = w.vols.get_mut(o) {
+                        v.absent_since = None;
+                        counts.wake_refused_kept_by_user += 1;
+                    }
+                }
+                // A member unfenced after the grace whose stale volume cannot be replaced (the
+                // others are not fully replicated without it, e.g. replicationFactor - 1
+                // members fenced): the user keeps its data, as documented.
+                if pass.quiet {
+                    for o in pass.away_stale.iter().filter(|o| ever_fenced.contains(o)) {
+                        if let Some(v) = w.vols.get_mut(o) {
+                            v.absent_since = None;
+                            counts.fence_stale_kept_by_user += 1;
+                        }
                     }
                 }
             }
@@ -1519,7 +1786,9 @@ fn no_schedule_loses_data_or_disrupts_two_members_and_every_one_converges() {
          {} early creations ({} from a stale status), {} passes with the autoscaler moving the target, {} transition Events, {} volumes grown in place, {} fresh volumes asked for on a pod and carried out, {} restarts asked for on a pod and carried out, {} passes in a mass failure, \
          {} passes with views disagreeing by identity ({} with a removal or restart held), {} passes reporting a suspected partition; \
          volume absences: {} stamped, {} cleared, {} pods created on a volume away within the grace, {} passes with a member's stale volume and no pod, {} stale volumes replaced, {} stale volumes of a mass failure kept by the user; \
-         {} passes with a look-alike ({} of them holding a wanted disruptive step for it)",
+         {} passes with a look-alike ({} of them holding a wanted disruptive step for it); \
+         hibernation: {} pods stopped, {} passes Hibernated, {} wakes, {} passes with a wake refused ({} refused volumes kept by the user), {} stale volumes replaced by a fresh-volume wake; \
+         fences: {} pods stopped, {} passes holding a wanted step for a fence, {} stale volumes of unfenced members kept by the user; {} passes checked with a member fenced or the cluster hibernated",
         counts.steps,
         counts.faults,
         counts.invariant_checks,
@@ -1543,6 +1812,16 @@ fn no_schedule_loses_data_or_disrupts_two_members_and_every_one_converges() {
         counts.stale_held_for_user,
         counts.look_alike_passes,
         counts.look_alike_blocked,
+        counts.hibernation_stops,
+        counts.hibernated_passes,
+        counts.wakes,
+        counts.wake_refused_passes,
+        counts.wake_refused_kept_by_user,
+        counts.fresh_volume_wakes,
+        counts.fence_stops,
+        counts.fence_held_passes,
+        counts.fence_stale_kept_by_user,
+        counts.stop_checks,
     );
     assert!(
         failed.is_empty(),
@@ -1565,6 +1844,15 @@ fn no_schedule_loses_data_or_disrupts_two_members_and_every_one_converges() {
         assert!(counts.stamped_volumes_reused > 0, "{counts:?}");
         assert!(counts.stale_volume_checks > 0, "{counts:?}");
         assert!(counts.stale_volumes_replaced > 0, "{counts:?}");
+        assert!(counts.hibernation_stops > 0, "{counts:?}");
+        assert!(counts.hibernated_passes > 0, "{counts:?}");
+        assert!(counts.wakes > 0, "{counts:?}");
+        assert!(counts.wake_refused_passes > 0, "{counts:?}");
+        assert!(counts.wake_refused_kept_by_user > 0, "{counts:?}");
+        assert!(counts.fresh_volume_wakes > 0, "{counts:?}");
+        assert!(counts.fence_stops > 0, "{counts:?}");
+        assert!(counts.fence_held_passes > 0, "{counts:?}");
+        assert!(counts.stop_checks > 0, "{counts:?}");
         assert!(counts.look_alike_blocked > 0, "{counts:?}");
     }
 }

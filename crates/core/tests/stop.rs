@@ -174,8 +174,11 @@ fn a_wake_within_the_grace_restarts_every_member_on_its_own_volume() {
     let (memory, gone) = hibernated(NOW - GRACE);
     let d = decide_at(&spec(4), &memory, &gone);
     assert_eq!(d.actions, (0..4).map(Action::CreatePod).collect::<Vec<_>>());
-    assert!(!d.memory.hibernated, "every member has its pod");
-    assert!(reasons(&d).contains(&"Woken"));
+    assert!(d.memory.hibernated, "until every pod is seen");
+    assert!(!reasons(&d).contains(&"Woken"));
+    let d2 = decide_at(&spec(4), &d.memory, &world(4, &[], None));
+    assert!(!d2.memory.hibernated, "every member has its pod");
+    assert_eq!(reasons(&d2), ["Woken"]);
     // Before the scrapes too (the same creations, nothing else).
     let c = creations_before_scrapes(&spec(4), &memory, &gone, NOW);
     assert_eq!(c.actions, d.actions);
@@ -227,7 +230,13 @@ fn a_wake_past_the_grace_is_refused_unless_fresh_volumes_are_asked_for() {
     want.extend((0..4).map(Action::CreatePod));
     want.sort();
     assert_eq!(d2.actions, want);
-    assert!(!d2.memory.hibernated);
+    assert!(
+        d2.memory
+            .phases
+            .values()
+            .all(|p| *p == MemberPhase::Joining),
+        "they rejoin empty"
+    );
 }
 
 #[test]

@@ -144,10 +144,7 @@ impl Pass<'_> {
             }
             // A stale volume is never mounted again: no pod is created on it.
             Some(p) if !p.terminating && self.stale(p) => {
-                // A fresh-volume wake is a stale-volume replacement: a fence holds it too.
-                let fresh_wake =
-                    self.waking() && self.spec.fresh_volumes_on_wake && self.spec.fenced.is_empty();
-                if fresh_wake && m.pod.is_none() {
+                if self.waking() && self.spec.fresh_volumes_on_wake && m.pod.is_none() {
                     self.fresh_volume_on_wake(o, p);
                 } else {
                     self.leave_stale_volume(o, p, m.pod.as_ref());
@@ -250,12 +247,15 @@ impl Pass<'_> {
         if new_member {
             return true;
         }
+        // Another member away on a stale volume holds nothing the gate can count on and is
+        // in no view: the others are those that can hold the data (two members unfenced or
+        // back after the grace would otherwise wait on each other for ever).
         let others: Vec<u32> = self
             .memory
             .members
             .iter()
             .copied()
-            .filter(|m| *m != o)
+            .filter(|m| *m != o && !self.away_on_a_stale_volume(*m))
             .collect();
         match self.gate(others.iter().copied(), others.len(), None) {
             Ok(()) => true,
@@ -267,6 +267,15 @@ impl Pass<'_> {
                 false
             }
         }
+    }
+
+    /// A member without a pod whose volume is stale.
+    fn away_on_a_stale_volume(&self, o: u32) -> bool {
+        let m = self.obs(o);
+        m.pod.is_none()
+            && m.pvc
+                .as_ref()
+                .is_some_and(|v| !v.terminating && self.stale(v))
     }
 
     /// A drained member that is no longer leaving (the removal was cancelled) is restarted so
@@ -327,7 +336,10 @@ impl Pass<'_> {
         if self.spec.fenced.contains(&o) {
             return MemberPhase::Fenced;
         }
-        if self.hibernating() || (self.waking() && self.obs(o).pod.is_none()) {
+        // Still stopped by a wake in progress; a member that rejoins empty (a fresh-volume
+        // wake) stays Joining: it holds nothing a mass failure would wait for.
+        let joining = self.memory.phases.get(&o) == Some(&MemberPhase::Joining);
+        if self.hibernating() || (self.waking() && self.obs(o).pod.is_none() && !joining) {
             return MemberPhase::Hibernated;
         }
         let m = self.obs(o);

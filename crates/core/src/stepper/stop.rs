@@ -113,6 +113,14 @@ impl Pass<'_> {
         })
     }
 
+    /// A refused wake blocks the cluster, whatever else is wanted (a scale-down would only
+    /// wait for members that are not started): the user has to decide.
+    pub(super) fn hold_for_wake(&mut self) {
+        if let Some(b) = self.wake_refused.take() {
+            self.blocked = Some(b);
+        }
+    }
+
     /// Disruptive steps the fence held back block the cluster, unless something else does.
     pub(super) fn hold_for_fence(&mut self) {
         if self.blocked.is_none() && !self.fenced_held.is_empty() {
@@ -152,7 +160,7 @@ impl Pass<'_> {
             .pvc
             .as_ref()
             .map_or_else(String::new, |v| absence_in_words(v, self.now));
-        self.blocked = Some(Blocked {
+        self.wake_refused = Some(Blocked {
             reason: BlockReason::WakeRefused,
             message: format!(
                 "not waking: the volumes of {} have been away {away}, longer than storage.staleVolumeGraceSeconds ({}s), and may hold keys deleted since; the cluster stays stopped. Set spec.storage.freshVolumesOnWake: true to start them on fresh, empty volumes (their data is lost), or spec.hibernation: true to keep it hibernated (docs/hibernation.md)",
@@ -164,9 +172,13 @@ impl Pass<'_> {
     }
 
     /// A wake past the grace with `freshVolumesOnWake`: the stale volume goes, its member
-    /// rejoins empty (`Joining`), whatever the gate or a mass failure say: the user chose it.
+    /// rejoins empty (`Joining`), whatever the gate says: the user chose it.
     pub(super) fn fresh_volume_on_wake(&mut self, o: u32, v: &PvcObs) {
         let name = self.spec.member_name(o);
+        // `spec.paused`, a fence or a look-alike hold it like any volume deletion.
+        if self.hold(format!("a fresh volume for {name} (waking past the grace)")) {
+            return;
+        }
         self.actions.insert(Action::DeletePvc(o));
         self.fresh.insert(o);
         self.progress
@@ -182,14 +194,12 @@ impl Pass<'_> {
         });
     }
 
-    /// Whether the wake is over: every member but the fenced has a pod (observed or created
-    /// by this pass).
+    /// Whether the wake is over: every member but the fenced has a pod (observed: creations
+    /// of this pass may not all be made, should the operator stop half-way).
     pub(super) fn woken(&self) -> bool {
-        self.members.iter().all(|o| {
-            self.spec.fenced.contains(o)
-                || self.obs(*o).pod.is_some()
-                || self.actions.contains(&Action::CreatePod(*o))
-        })
+        self.members
+            .iter()
+            .all(|o| self.spec.fenced.contains(o) || self.obs(*o).pod.is_some())
     }
 
     /// The hibernation record to keep, and the Event of a wake that is over.
