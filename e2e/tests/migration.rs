@@ -231,10 +231,11 @@ async fn a_statefulset_left_by_marekvs_own_operator_is_adopted_without_a_restart
         Ok(())
     })
     .await?;
-    // Stored as marekvs's own operator left it, under this operator's CRD.
+    // Served as marekvs's own operator left it, under this operator's CRD: the API server
+    // prunes the fields the schema does not know (lastScaleEpoch …) when it reads the object,
+    // but not a value of another type, which reaches the operator's watch.
     let stored = raw_status(&env).await?;
     assert_eq!(stored["opsPerSecond"], json!("4231.0"), "{stored}");
-    assert_eq!(stored["lastScaleEpoch"], json!(1_764_000_000), "{stored}");
     let cr = api.get("demo").await?;
     let uid = cr.uid().context("uid")?;
     old_children(&env, &cr).await?;
@@ -322,16 +323,15 @@ async fn a_statefulset_left_by_marekvs_own_operator_is_adopted_without_a_restart
         before, after,
         "a pod was restarted or replaced by the adoption"
     );
+    // The status is this operator's now (its conditions), the string gone.
     let stored = raw_status(&env).await?;
-    for old in [
-        "lastScaleEpoch",
-        "lastOpsTotal",
-        "lastSampleEpoch",
-        "message",
-    ] {
-        assert!(stored.get(old).is_none(), "{old} left in {stored}");
-    }
     assert!(!stored["opsPerSecond"].is_string(), "{stored}");
+    assert!(
+        stored["conditions"]
+            .as_array()
+            .is_some_and(|c| !c.is_empty()),
+        "{stored}"
+    );
     assert!(status_of(&adopted).look_alikes.is_empty());
     let reasons = event_reasons(&env.client, &env.namespace, "demo").await?;
     assert!(reasons.iter().any(|r| r == "MemberAdopted"), "{reasons:?}");

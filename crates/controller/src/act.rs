@@ -310,7 +310,7 @@ pub async fn stamp_volumes(ctx: &Ctx, cr: &MarekvsCluster, children: &Children) 
                         cr.name_any()
                     ),
                     None => format!(
-                        "{name} of {member} (created by an earlier version of the operator, mounted by its pod): stamped with this object's uid"
+                        "{name} of {member} (not stamped: created by an earlier version of the operator, or by a StatefulSet's claim template; mounted by its pod): stamped with this object's uid"
                     ),
                 },
             ),

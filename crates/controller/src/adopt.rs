@@ -7,9 +7,9 @@
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::events::{Event, EventType};
 use kube::{Resource, ResourceExt};
 use marekvs_api::MarekvsCluster;
-use marekvs_core::EventKind;
 use marekvs_core::adoption::{Orphan, Wanted, may_adopt};
 use marekvs_core::ownership::PodController;
 use serde_json::json;
@@ -18,7 +18,6 @@ use tracing::{info, warn};
 use crate::build::{self, ADOPT_STATEFULSET_ORPHANS, ANNOTATION_ADOPT, LABEL_ORDINAL};
 use crate::observe::{Children, controller_of};
 use crate::reconcile::Ctx;
-use crate::report::publish;
 
 /// The cluster object opts in to adopting a StatefulSet's orphaned members.
 pub fn opted_in(cr: &MarekvsCluster) -> bool {
@@ -37,51 +36,54 @@ pub async fn orphans(ctx: &Ctx, cr: &MarekvsCluster, children: &Children) -> usi
     let mut adopted = 0;
     for ordinal in &children.orphans {
         let member = build::member_name(cr, *ordinal);
-        match adopt(&api, cr, *ordinal, &member).await {
-            Ok(true) => {
-                adopted += 1;
-                ctx.metrics.actions.inc("adopt_pod");
-                let message = format!(
-                    "{member}: its orphaned pod (no controller) is now controlled by this cluster, not restarted; its volume {} is stamped next",
-                    build::pvc_name(cr, *ordinal)
-                );
-                publish(
-                    ctx,
-                    &cr.object_ref(&()),
-                    EventKind::Normal,
-                    "MemberAdopted",
-                    &message,
-                )
-                .await;
-            }
-            Ok(false) => {}
-            Err(e) => warn!(%member, "adopting: {e}"),
+        if let Some(pod) = adopt(&api, cr, *ordinal, &member).await {
+            adopted += 1;
+            ctx.metrics.actions.inc("adopt_pod");
+            let message = format!(
+                "{member}: its orphaned pod (no controller) is now controlled by this cluster, not restarted; its volume {} is stamped next",
+                build::pvc_name(cr, *ordinal)
+            );
+            announce(ctx, cr, &pod, &message).await;
         }
     }
     adopted
 }
 
-/// Adopt one orphan, read fresh: `Ok(false)` when it is gone, already controlled, or may not
-/// be adopted (it stays a look-alike; the reason is logged).
-async fn adopt(
-    api: &Api<Pod>,
-    cr: &MarekvsCluster,
-    ordinal: u32,
-    member: &str,
-) -> Result<bool, kube::Error> {
-    let Some(pod) = api.get_opt(member).await? else {
-        return Ok(false);
+/// The `MemberAdopted` Event, about the cluster and related to the adopted pod: one Event per
+/// member (the recorder folds Events with the same reason and related object into one series).
+async fn announce(ctx: &Ctx, cr: &MarekvsCluster, pod: &Pod, message: &str) {
+    let event = Event {
+        type_: EventType::Normal,
+        reason: "MemberAdopted".into(),
+        note: Some(message.into()),
+        action: "MemberAdopted".into(),
+        secondary: Some(pod.object_ref(&())),
+    };
+    info!(reason = "MemberAdopted", message, "event");
+    if let Err(e) = ctx.recorder.publish(&event, &cr.object_ref(&())).await {
+        warn!("publishing event MemberAdopted: {e}");
+    }
+}
+
+/// Adopt one orphan, read fresh; the pod as adopted. `None` when it is gone, already
+/// controlled, may not be adopted (it stays a look-alike), or the patch failed (the reason is
+/// logged; the next pass tries again).
+async fn adopt(api: &Api<Pod>, cr: &MarekvsCluster, ordinal: u32, member: &str) -> Option<Pod> {
+    let pod = match api.get_opt(member).await {
+        Ok(pod) => pod?,
+        Err(e) => {
+            warn!(%member, "adopting: {e}");
+            return None;
+        }
     };
     if controller_of(&pod.metadata) != PodController::None {
-        return Ok(false);
+        return None;
     }
     if let Err(why) = may_adopt(true, &orphan(&pod, ordinal), &wanted(cr, ordinal)) {
         info!(%member, "not adopted: {}", why.message());
-        return Ok(false);
+        return None;
     }
-    let Some(owner) = cr.controller_owner_ref(&()) else {
-        return Ok(false);
-    };
+    let owner = cr.controller_owner_ref(&())?;
     // Other (non-controller) owner references are kept; the list is replaced whole, so the
     // patch holds only if the pod is unchanged since it was read (uid and resourceVersion).
     let mut owners = pod.metadata.owner_references.clone().unwrap_or_default();
@@ -92,9 +94,16 @@ async fn adopt(
         "ownerReferences": owners,
         "labels": {LABEL_ORDINAL: ordinal.to_string()},
     }});
-    api.patch(member, &PatchParams::default(), &Patch::Merge(patch))
-        .await?;
-    Ok(true)
+    match api
+        .patch(member, &PatchParams::default(), &Patch::Merge(patch))
+        .await
+    {
+        Ok(adopted) => Some(adopted),
+        Err(e) => {
+            warn!(%member, "adopting: {e}");
+            None
+        }
+    }
 }
 
 /// What the orphan's pod says about itself, for the core.

@@ -5,6 +5,7 @@ use kube::{Client, ResourceExt};
 use marekvs_api::conditions::{READY, REASON_INVALID_SPEC, set_condition};
 use marekvs_api::{MarekvsCluster, MarekvsClusterStatus};
 use serde_json::json;
+use tracing::warn;
 
 use crate::build::MANAGER;
 use crate::error::Error;
@@ -25,17 +26,52 @@ pub async fn write_status(
         "metadata": {"resourceVersion": cr.resource_version()},
         "status": status,
     });
-    api.patch_status(
-        &cr.name_any(),
-        &PatchParams::apply(MANAGER).force(),
-        &Patch::Apply(body),
-    )
-    .await
-    .map_err(|source| Error::Record {
-        name: cr.name_any(),
-        source,
-    })?;
+    let applied = api
+        .patch_status(
+            &cr.name_any(),
+            &PatchParams::apply(MANAGER).force(),
+            &Patch::Apply(body),
+        )
+        .await;
+    if let Err(source) = applied {
+        if stored_status_untyped(&source) {
+            clear_foreign_status(&api, cr).await;
+        }
+        return Err(Error::Record {
+            name: cr.name_any(),
+            source,
+        });
+    }
     Ok(())
+}
+
+/// The API server cannot apply to the object because its stored status holds a value of
+/// another type than the schema's (marekvs's own operator wrote `opsPerSecond: "4231.0"`):
+/// server-side apply then fails with a 500 before looking at what we send.
+fn stored_status_untyped(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(r) if r.code == 500 && r.message.contains("smd typed"))
+}
+
+/// Remove a status this operator cannot have written (it cannot be typed), so that the next
+/// pass writes its own. A merge patch, which the API server accepts on such an object,
+/// conditional on the resourceVersion read; nothing of this operator's is lost (its own status
+/// is always typed).
+async fn clear_foreign_status(api: &Api<MarekvsCluster>, cr: &MarekvsCluster) {
+    let patch = json!({"metadata": {"resourceVersion": cr.resource_version()}, "status": null});
+    match api
+        .patch_status(
+            &cr.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(patch),
+        )
+        .await
+    {
+        Ok(_) => warn!(
+            cluster = %cr.name_any(),
+            "the stored status was not this operator's (a value of another type than the schema's, e.g. marekvs's own operator's opsPerSecond): cleared, to be written anew"
+        ),
+        Err(e) => warn!(cluster = %cr.name_any(), "clearing a foreign status: {e}"),
+    }
 }
 
 /// A spec the operator cannot act on: say so in the Ready condition, and touch nothing else.
@@ -56,4 +92,34 @@ pub async fn invalid_spec(ctx: &Ctx, cr: &MarekvsCluster, why: &str) -> Result<(
         return Ok(());
     }
     write_status(&ctx.client, cr, &status).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn api_error(code: u16, message: &str) -> kube::Error {
+        kube::Error::Api(
+            serde_json::from_value(json!({"status": "Failure", "message": message,
+                "reason": "", "code": code}))
+            .unwrap(),
+        )
+    }
+
+    /// The error the API server (v1.34) answered an apply to an object whose stored status
+    /// marekvs's own operator wrote, as the migration e2e test met it.
+    #[test]
+    fn an_untyped_stored_status_is_told_from_other_errors() {
+        let seen = "failed to create manager for existing fields: failed to convert new object (e2e-migr-3aa7e7f1/demo; marekvs.io/v1alpha1, Kind=MarekvsCluster) to smd typed: .status.opsPerSecond: expected numeric (int or float), got string";
+        assert!(stored_status_untyped(&api_error(500, seen)));
+        assert!(!stored_status_untyped(&api_error(
+            500,
+            "etcdserver: request timed out"
+        )));
+        assert!(!stored_status_untyped(&api_error(
+            409,
+            "the object has been modified"
+        )));
+        assert!(!stored_status_untyped(&api_error(422, seen)));
+    }
 }
