@@ -7,9 +7,9 @@
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, Patch, PatchParams};
-use kube::runtime::events::{Event, EventType};
 use kube::{Resource, ResourceExt};
 use marekvs_api::MarekvsCluster;
+use marekvs_core::EventKind;
 use marekvs_core::adoption::{Orphan, Wanted, may_adopt};
 use marekvs_core::ownership::PodController;
 use serde_json::json;
@@ -18,6 +18,7 @@ use tracing::{info, warn};
 use crate::build::{self, ADOPT_STATEFULSET_ORPHANS, ANNOTATION_ADOPT, LABEL_ORDINAL};
 use crate::observe::{Children, controller_of};
 use crate::reconcile::Ctx;
+use crate::report;
 
 /// The cluster object opts in to adopting a StatefulSet's orphaned members.
 pub fn opted_in(cr: &MarekvsCluster) -> bool {
@@ -36,33 +37,30 @@ pub async fn orphans(ctx: &Ctx, cr: &MarekvsCluster, children: &Children) -> usi
     let mut adopted = 0;
     for ordinal in &children.orphans {
         let member = build::member_name(cr, *ordinal);
-        if let Some(pod) = adopt(&api, cr, *ordinal, &member).await {
+        if adopt(&api, cr, *ordinal, &member).await.is_some() {
             adopted += 1;
             ctx.metrics.actions.inc("adopt_pod");
             let message = format!(
                 "{member}: its orphaned pod (no controller) is now controlled by this cluster, not restarted; its volume {} is stamped next",
                 build::pvc_name(cr, *ordinal)
             );
-            announce(ctx, cr, &pod, &message).await;
+            announce(ctx, cr, &message).await;
         }
     }
     adopted
 }
 
-/// The `MemberAdopted` Event, about the cluster and related to the adopted pod: one Event per
-/// member (the recorder folds Events with the same reason and related object into one series).
-async fn announce(ctx: &Ctx, cr: &MarekvsCluster, pod: &Pod, message: &str) {
-    let event = Event {
-        type_: EventType::Normal,
-        reason: "MemberAdopted".into(),
-        note: Some(message.into()),
-        action: "MemberAdopted".into(),
-        secondary: Some(pod.object_ref(&())),
-    };
-    info!(reason = "MemberAdopted", message, "event");
-    if let Err(e) = ctx.recorder.publish(&event, &cr.object_ref(&())).await {
-        warn!("publishing event MemberAdopted: {e}");
-    }
+/// The `MemberAdopted` Event, about the cluster; its note names the member, so it carries the
+/// member's pod as `related` and is never folded with another member's (`report`).
+async fn announce(ctx: &Ctx, cr: &MarekvsCluster, message: &str) {
+    report::publish(
+        ctx,
+        &cr.object_ref(&()),
+        EventKind::Normal,
+        "MemberAdopted",
+        message,
+    )
+    .await;
 }
 
 /// Adopt one orphan, read fresh; the pod as adopted. `None` when it is gone, already
