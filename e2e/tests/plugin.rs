@@ -7,7 +7,7 @@ use std::time::Duration;
 use anyhow::{Context as _, bail};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, Patch, PatchParams};
-use marekvs_api::{BlockReason, ClusterPhase, MarekvsCluster, RolloutReason};
+use marekvs_api::{BlockReason, ClusterPhase, MarekvsCluster, MemberPhase, RolloutReason};
 use marekvs_e2e::*;
 use serde_json::json;
 
@@ -269,18 +269,38 @@ async fn kubectl_mkv_replace_restarts_on_the_same_volume_or_a_fresh_one_behind_t
     env.cleanup().await
 }
 
-async fn kubectl_mkv_hibernate_wake_fence_and_unfence_patch_their_fields() -> anyhow::Result<()> {
+async fn kubectl_mkv_hibernate_wake_fence_and_unfence_stop_and_bring_back_members()
+-> anyhow::Result<()> {
     let env = TestEnv::new("mkv-fields").await?;
     let _op = Operator::start(&env.namespace)?;
     let api = create(&env, "demo", spec(3)).await?;
     let all = ["demo-0", "demo-1", "demo-2"];
     wait_healthy(&api, "demo", &all, T).await?;
-    // Hibernation and fencing stop pods where the operator implements them.
     let data = write_keys(&env, &all, "demo-0", "mkv-fields").await?;
+    let volumes = volume_uids(&env, &all).await?;
     let spec = || async { anyhow::Ok(api.get("demo").await?.spec) };
+    let pods: Api<Pod> = env.api();
+    let live_pods = || async {
+        let listed = pods.list(&Default::default()).await?.items;
+        anyhow::Ok(
+            listed
+                .into_iter()
+                .filter_map(|p| p.metadata.name)
+                .collect::<Vec<_>>(),
+        )
+    };
 
+    // hibernate: every pod stops, the volumes stay; wake: the same members on the same volumes.
     done(&env, &["hibernate", "demo"]).await?;
     assert!(spec().await?.hibernation);
+    wait_cluster(&api, "demo", "Hibernated", T, |s| {
+        s.phase == Some(ClusterPhase::Hibernated)
+    })
+    .await?;
+    wait_until("no member pod", T, || async {
+        Ok(live_pods().await?.is_empty().then_some(()))
+    })
+    .await?;
     refused(
         &env,
         &api,
@@ -291,6 +311,13 @@ async fn kubectl_mkv_hibernate_wake_fence_and_unfence_patch_their_fields() -> an
     done(&env, &["wake", "demo"]).await?;
     let s = spec().await?;
     assert!(!s.hibernation && !s.storage.fresh_volumes_on_wake);
+    wait_healthy(&api, "demo", &all, T).await?;
+    assert_eq!(
+        volume_uids(&env, &all).await?,
+        volumes,
+        "woken on the same volumes"
+    );
+    read_back(&env, &data).await?;
     done(
         &env,
         &["wake", "demo", "--fresh-volumes", "--yes-lose-data"],
@@ -299,6 +326,7 @@ async fn kubectl_mkv_hibernate_wake_fence_and_unfence_patch_their_fields() -> an
     let s = spec().await?;
     assert!(!s.hibernation && s.storage.fresh_volumes_on_wake);
 
+    // fence: the member's pod stops, it stays a member; unfence: back on its own volume.
     refused(
         &env,
         &api,
@@ -309,6 +337,21 @@ async fn kubectl_mkv_hibernate_wake_fence_and_unfence_patch_their_fields() -> an
     let out = done(&env, &["fence", "demo", "demo-1"]).await?;
     assert!(out.starts_with("demo: fenced demo-1"), "{out}");
     assert_eq!(spec().await?.fenced_members, ["demo-1"]);
+    wait_until("demo-1 stopped", T, || async {
+        Ok((!live_pods().await?.contains(&"demo-1".to_string())).then_some(()))
+    })
+    .await?;
+    let fenced = wait_cluster(&api, "demo", "demo-1 Fenced", T, |s| {
+        s.members
+            .iter()
+            .any(|m| m.name == "demo-1" && m.phase == MemberPhase::Fenced)
+    })
+    .await?;
+    assert_eq!(
+        status_of(&fenced).instance_names,
+        all,
+        "a fenced member stays a member"
+    );
     let out = done(&env, &["fence", "demo", "demo-1"]).await?;
     assert!(out.contains("already fenced"), "{out}");
     done(&env, &["unfence", "demo", "demo-1"]).await?;
@@ -322,14 +365,28 @@ async fn kubectl_mkv_hibernate_wake_fence_and_unfence_patch_their_fields() -> an
     .await?;
 
     wait_healthy(&api, "demo", &all, T).await?;
+    assert_eq!(
+        volume_uids(&env, &all).await?,
+        volumes,
+        "unfenced on its own volume"
+    );
     read_back(&env, &data).await?;
     env.cleanup().await
+}
+
+/// The uids of the members' PVCs, in order.
+async fn volume_uids(env: &TestEnv, members: &[&str]) -> anyhow::Result<Vec<String>> {
+    let mut uids = Vec::new();
+    for m in members {
+        uids.push(pvc_uid(env, &format!("data-{m}")).await?);
+    }
+    Ok(uids)
 }
 
 fn main() -> std::process::ExitCode {
     harness::run(marekvs_e2e::cases![
         kubectl_mkv_status_lists_every_member_and_remove_removes_exactly_the_named_one,
         kubectl_mkv_replace_restarts_on_the_same_volume_or_a_fresh_one_behind_the_gate,
-        kubectl_mkv_hibernate_wake_fence_and_unfence_patch_their_fields,
+        kubectl_mkv_hibernate_wake_fence_and_unfence_stop_and_bring_back_members,
     ])
 }
