@@ -11,30 +11,29 @@ here=$(cd "$(dirname "$0")" && pwd)
 cache=${MAREKVS_CACHE:-$HOME/.cache/marekvs-operator}
 log() { printf '[tools] %s\n' "$*" >&2; }
 
+# build <tool> <version> <module path of its main package> <ldflags>: go install it once into
+# the cache and print its path.
+build() {
+  local tool=$1 version=$2 package=$3 ldflags=$4
+  local dir="$cache/bin/$tool-$version"
+  if [ ! -x "$dir/$tool" ]; then
+    command -v go >/dev/null || { log "go is needed to build $tool (or put $tool $version at $dir/$tool)"; exit 1; }
+    log "building $tool $version from $package (first use only)"
+    mkdir -p "$dir"
+    CGO_ENABLED=0 GOFLAGS=-buildvcs=false GOBIN="$dir" go install -trimpath \
+      -ldflags "-s -w $ldflags" "$package@$version"
+  fi
+  echo "$dir/$tool"
+}
+
 case "${1:-}" in
   helm)
-    dir="$cache/bin/helm-$HELM_VERSION"
-    if [ ! -x "$dir/helm" ]; then
-      command -v go >/dev/null || { log "go is needed to build helm (or put helm $HELM_VERSION at $dir/helm)"; exit 1; }
-      log "building helm $HELM_VERSION from helm.sh/helm/v3 (first use only)"
-      mkdir -p "$dir"
-      CGO_ENABLED=0 GOFLAGS=-buildvcs=false GOBIN="$dir" go install -trimpath \
-        -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION" \
-        "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
-    fi
-    echo "$dir/helm"
+    build helm "$HELM_VERSION" helm.sh/helm/v3/cmd/helm \
+      "-X helm.sh/helm/v3/internal/version.version=$HELM_VERSION"
     ;;
   actionlint)
-    dir="$cache/bin/actionlint-$ACTIONLINT_VERSION"
-    if [ ! -x "$dir/actionlint" ]; then
-      command -v go >/dev/null || { log "go is needed to build actionlint (or put actionlint $ACTIONLINT_VERSION at $dir/actionlint)"; exit 1; }
-      log "building actionlint $ACTIONLINT_VERSION from github.com/rhysd/actionlint (first use only)"
-      mkdir -p "$dir"
-      CGO_ENABLED=0 GOFLAGS=-buildvcs=false GOBIN="$dir" go install -trimpath \
-        -ldflags "-s -w -X github.com/rhysd/actionlint.version=$ACTIONLINT_VERSION" \
-        "github.com/rhysd/actionlint/cmd/actionlint@$ACTIONLINT_VERSION"
-    fi
-    echo "$dir/actionlint"
+    build actionlint "$ACTIONLINT_VERSION" github.com/rhysd/actionlint/cmd/actionlint \
+      "-X github.com/rhysd/actionlint.version=$ACTIONLINT_VERSION"
     ;;
   *)
     echo "usage: hack/tools.sh helm|actionlint" >&2
