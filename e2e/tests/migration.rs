@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use anyhow::Context as _;
+use anyhow::{Context as _, bail};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -75,17 +75,27 @@ async fn status_schema(
     new: Option<Value>,
 ) -> anyhow::Result<Value> {
     const PATH: &str = "/spec/versions/0/schema/openAPIV3Schema/properties/status";
-    let mut crd = serde_json::to_value(crds.get(CRD).await?)?;
-    let slot = crd
-        .pointer_mut(PATH)
-        .context("the CRD has a status schema")?;
-    let old = slot.clone();
-    if let Some(new) = new {
+    // Another test may apply the CRD meanwhile (the installs do): a conflict reads it again.
+    for _ in 0..5 {
+        let mut crd = serde_json::to_value(crds.get(CRD).await?)?;
+        let slot = crd
+            .pointer_mut(PATH)
+            .context("the CRD has a status schema")?;
+        let old = slot.clone();
+        let Some(new) = new.clone() else {
+            return Ok(old);
+        };
         *slot = new;
-        crds.replace(CRD, &Default::default(), &serde_json::from_value(crd)?)
-            .await?;
+        match crds
+            .replace(CRD, &Default::default(), &serde_json::from_value(crd)?)
+            .await
+        {
+            Ok(_) => return Ok(old),
+            Err(kube::Error::Api(e)) if e.code == 409 => continue,
+            Err(e) => return Err(e.into()),
+        }
     }
-    Ok(old)
+    bail!("the CRD kept changing while its status schema was being replaced")
 }
 
 fn owner(cr: &MarekvsCluster) -> Value {
