@@ -27,8 +27,17 @@ pub struct TestEnv {
     pub namespace: String,
 }
 
+/// How long a new namespace may wait for its default ServiceAccount (made by the controller
+/// manager).
+const SERVICE_ACCOUNT_WAIT: Duration = Duration::from_secs(60);
+
 impl TestEnv {
     pub async fn new(prefix: &str) -> anyhow::Result<Self> {
+        Self::new_within(prefix, SERVICE_ACCOUNT_WAIT).await
+    }
+
+    /// A new namespace whose default ServiceAccount may take up to `wait` to appear.
+    pub async fn new_within(prefix: &str, wait: Duration) -> anyhow::Result<Self> {
         if std::env::var_os("KUBECONFIG").is_none() {
             bail!(
                 "KUBECONFIG is not set: run the e2e tests through `make test` (or point KUBECONFIG at a cluster)"
@@ -38,11 +47,15 @@ impl TestEnv {
             .await
             .context("connecting to the cluster in KUBECONFIG")?;
         let suffix = format!("{:08x}", rand_u32());
-        Self::on(client, &format!("e2e-{prefix}-{suffix}")).await
+        Self::on_within(client, &format!("e2e-{prefix}-{suffix}"), wait).await
     }
 
     /// The namespace `namespace` on the cluster of `client` (e.g. a second cluster).
     pub async fn on(client: Client, namespace: &str) -> anyhow::Result<Self> {
+        Self::on_within(client, namespace, SERVICE_ACCOUNT_WAIT).await
+    }
+
+    async fn on_within(client: Client, namespace: &str, wait: Duration) -> anyhow::Result<Self> {
         let ns: Namespace = serde_json::from_value(json!({
             "metadata": {"name": namespace, "labels": {"marekvs.io/e2e": "true"}}
         }))?;
@@ -52,11 +65,9 @@ impl TestEnv {
         // Pods are refused until the namespace's default ServiceAccount exists.
         let sa: Api<k8s_openapi::api::core::v1::ServiceAccount> =
             Api::namespaced(client.clone(), namespace);
-        wait_until(
-            "default service account",
-            Duration::from_secs(60),
-            || async { Ok(sa.get_opt("default").await?.map(|_| ())) },
-        )
+        wait_until("default service account", wait, || async {
+            Ok(sa.get_opt("default").await?.map(|_| ()))
+        })
         .await?;
         Ok(TestEnv {
             client,

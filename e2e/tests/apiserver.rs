@@ -160,7 +160,19 @@ async fn api_server_restarts_and_a_member_crash_mid_operation_lose_nothing() -> 
         );
         assert_eq!(sim.lost_partitions(&ns).await?, 0);
     }
-    env.cleanup().await
+    env.cleanup().await?;
+    // The tests after this one need the controller manager, which lived through every
+    // restart: once, its service-account controller took over a minute after the last one
+    // to give new namespaces their default ServiceAccount, and the next tests (which wait
+    // 60 s for it) failed. The chaos ends only once the control plane serves new
+    // namespaces again.
+    let recovering = Instant::now();
+    let probe = TestEnv::new_within("apichaos-after", Duration::from_secs(300)).await?;
+    eprintln!(
+        "api chaos: a new namespace got its default ServiceAccount {:.1}s after the chaos",
+        recovering.elapsed().as_secs_f64()
+    );
+    probe.cleanup().await
 }
 
 fn main() -> std::process::ExitCode {
