@@ -1,7 +1,9 @@
 //! Exhaustive conversions between the status enums and the core's: a variant added on either
 //! side fails to compile until both sides know it. No string parsing, no fallback.
 
-use crate::{BlockReason, ClusterPhase, MemberPhase, RemovalStep, RolloutStep, VictimReason};
+use crate::{
+    BlockReason, ClusterPhase, MemberPhase, Moving, RemovalStep, RolloutStep, VictimReason,
+};
 
 /// `From` both ways between two enums with the same unit variants.
 macro_rules! same_variants {
@@ -36,6 +38,10 @@ same_variants!(VictimReason <=> VictimReason { UserChosen, NotReady, HighestOrdi
 same_variants!(BlockReason <=> BlockReason {
     NotAllReady, MetricsUnavailable, Underreplicated, JoinPending, ViewsNotConverged,
     RepairInProgress, Replacing, HandoffTimeout, Paused, LookAlike, Fenced, WakeRefused,
+    LeaverBacklog,
+});
+same_variants!(Moving <=> Moving {
+    ReplicationRing, ClientTraffic, Bootstraps, Repairs, Views, Other,
 });
 
 impl RemovalStep {

@@ -591,6 +591,15 @@ pub struct MarekvsClusterStatus {
     /// What the autoscaler wants and why (with `spec.autoscale`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub autoscale: Option<AutoscaleStatus>,
+    /// What holds the next scale-down step (the removal in progress, or the one that would
+    /// start): what keeps moving, on which members, how fast, since when, and whether it is
+    /// stuck.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handoff_hold: Option<HandoffHoldStatus>,
+    /// Repairs that keep moving without holding anything (writes under load being repaired
+    /// by anti-entropy), for information.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub background_repair: Option<BackgroundRepairStatus>,
     /// The maximum of `marekvs_cluster_underreplicated_partitions` over the members scraped.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub underreplicated_partitions: Option<i64>,
@@ -783,6 +792,18 @@ pub struct MemberStatus {
     /// When its bootstrap/repair counters last moved (the hand-off gate's settle clock).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub counters_changed_at: Option<Time>,
+    /// When its bootstrap counter last moved.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bootstraps_changed_at: Option<Time>,
+    /// When its repair counter last moved.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repairs_changed_at: Option<Time>,
+    /// The repair counter and when it was read, before its last move (for the repair rate).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repairs_previous: Option<CounterSample>,
+    /// The last time its replication ring (`marekvs_ring_ops`) was read above 0 or unknown.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ring_busy_at: Option<Time>,
     /// Ready, Scraped, Draining, Updated, VolumeResizing, DiskWriteStopped.
     #[serde(default)]
     pub conditions: Vec<Condition>,
@@ -808,6 +829,17 @@ pub struct MemberMetrics {
     pub ae_repair_ops_total: i64,
     /// Sum of `marekvs_commands_total` over its series (resets when the node restarts).
     pub commands_total: i64,
+    /// `marekvs_ring_ops`: its writes not yet on every owner (absent: not reported).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ring_ops: Option<i64>,
+}
+
+/// A counter's value at one instant.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CounterSample {
+    pub value: i64,
+    pub at: Time,
 }
 
 /// The member being removed and the step it is at.
@@ -857,6 +889,9 @@ pub struct AutoscaleStatus {
     /// Its wish and the stepper's hold, in words.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// The reason a removal it asked for is held (as in `handoffHold.reason`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held_by: Option<BlockReason>,
 }
 
 /// The member being restarted with the current pod spec and the step it is at.
@@ -1020,6 +1055,64 @@ pub enum BlockReason {
     /// `storage.staleVolumeGraceSeconds`: the cluster stays stopped (see the message) unless
     /// `storage.freshVolumesOnWake` is set.
     WakeRefused,
+    /// The leaving member still holds writes not yet on every owner (`marekvs_ring_ops`
+    /// above 0 or unreadable), or the client Service still routes to it.
+    LeaverBacklog,
+}
+
+/// What keeps a held scale-down step from passing.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum Moving {
+    /// The leaver's replication ring (`marekvs_ring_ops`) is not empty, or unknown.
+    ReplicationRing,
+    /// The client Service still routes to the leaver.
+    ClientTraffic,
+    /// Partition bootstraps keep completing.
+    Bootstraps,
+    /// Anti-entropy repairs keep being applied.
+    Repairs,
+    /// Views have not converged.
+    Views,
+    /// Anything else the gate checks (readiness, scrapes, gauges, replacements).
+    Other,
+}
+
+/// A held scale-down step: what keeps moving, where, how fast and since when.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HandoffHoldStatus {
+    /// The gate's reason (as in `blockReason`).
+    pub reason: BlockReason,
+    /// The gate's message.
+    pub message: String,
+    /// What keeps moving.
+    pub moving: Moving,
+    /// The members where it moves.
+    #[serde(default)]
+    pub members: Vec<String>,
+    /// Repairs or bootstraps per second summed over `members`; for `ReplicationRing`, the
+    /// leaver's backlog in ops.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_per_second: Option<f64>,
+    /// Since when it has held for this reason.
+    pub since: Time,
+    /// Held longer than `spec.scaleDown.handoffTimeoutSeconds`: reported as stuck
+    /// (`Blocked`, reason `HandoffTimeout`). It never proceeds blindly.
+    #[serde(default)]
+    pub stuck: bool,
+}
+
+/// Anti-entropy repairs that move without holding anything (background repair under load).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BackgroundRepairStatus {
+    /// The members applying repairs.
+    #[serde(default)]
+    pub members: Vec<String>,
+    /// Repairs per second summed over `members`.
+    pub rate_per_second: f64,
+    /// Since when repairs have kept moving.
+    pub since: Time,
 }
 
 #[cfg(test)]

@@ -139,6 +139,7 @@ async fn act(
         Action::Drain(_) => "drain",
         Action::DeletePod(_) => "delete_pod",
         Action::DeletePvc(_) => "delete_pvc",
+        Action::SetClientTraffic { .. } => "set_client_traffic",
     });
     let ns = cr.namespace().unwrap_or_default();
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
@@ -193,6 +194,22 @@ async fn act(
                     .delete(&pod.name_any(), &delete_exactly(pod.uid()))
                     .await;
                 ok_if(r.map(|_| ()), &[404, 409]).map_err(failed(pod.name_any()))?;
+            }
+        }
+        Action::SetClientTraffic { ordinal, on } => {
+            if let Some(pod) = children.pods.get(&ordinal) {
+                // A label only: the client Service selects "on"; the pod is not restarted.
+                let value = if on { "on" } else { "off" };
+                let patch = json!({"metadata": {"labels": {build::LABEL_CLIENT_TRAFFIC: value}}});
+                let r = pods
+                    .patch(
+                        &pod.name_any(),
+                        &PatchParams::default(),
+                        &Patch::Merge(patch),
+                    )
+                    .await
+                    .map(|_| ());
+                ok_if(r, &[404]).map_err(failed(pod.name_any()))?;
             }
         }
         Action::DeletePvc(o) => {

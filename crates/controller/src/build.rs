@@ -25,6 +25,9 @@ pub const LABEL_NAME: &str = "app.kubernetes.io/name";
 pub const LABEL_INSTANCE: &str = "app.kubernetes.io/instance";
 pub const LABEL_MANAGED_BY: &str = "app.kubernetes.io/managed-by";
 pub const LABEL_ORDINAL: &str = "marekvs.io/ordinal";
+/// `"on"` or `"off"`: whether the client Service routes to the member (off for a leaver, so
+/// that no new client writes originate on it before its hand-off).
+pub const LABEL_CLIENT_TRAFFIC: &str = "marekvs.io/client-traffic";
 /// Set on a member's pod once its node answered `/drain` with 200.
 pub const ANNOTATION_DRAINED_AT: &str = "marekvs.io/drained-at";
 /// The pod's container restart count when it was drained: a node that restarted since is no

@@ -286,6 +286,10 @@ pub fn pod_obs(p: &Pod, desired_hash: &str) -> PodObs {
             .annotations()
             .get(ANNOTATION_RESTART)
             .is_some_and(|v| v.trim().eq_ignore_ascii_case("true")),
+        client_traffic_off: p
+            .labels()
+            .get(crate::build::LABEL_CLIENT_TRAFFIC)
+            .is_some_and(|v| v == "off"),
     }
 }
 

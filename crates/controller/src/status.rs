@@ -9,9 +9,9 @@ use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use marekvs_api::conditions::*;
 use marekvs_api::{
-    AutoscaleStatus, KeptVolume, LoadSampleStatus, LookAlikeStatus, MarekvsCluster,
-    MarekvsClusterStatus, MemberMetrics, MemberStatus, PlanHold, PlanHoldKind, PlanStep,
-    RemovalStatus, RolloutReason, RolloutStatus,
+    AutoscaleStatus, BackgroundRepairStatus, CounterSample, HandoffHoldStatus, KeptVolume,
+    LoadSampleStatus, LookAlikeStatus, MarekvsCluster, MarekvsClusterStatus, MemberMetrics,
+    MemberStatus, PlanHold, PlanHoldKind, PlanStep, RemovalStatus, RolloutReason, RolloutStatus,
 };
 use marekvs_core::autoscale::{LoadMemory, LoadSample, ScaleMemory};
 use marekvs_core::sizing::Sizing;
@@ -118,12 +118,23 @@ pub fn memory_from_status(name: &str, status: &MarekvsClusterStatus) -> Memory {
             continue;
         };
         if let (Some(metrics), Some(changed)) = (&m.metrics, &m.counters_changed_at) {
+            let changed = from_time(changed);
+            // A status written before the split clocks: both counters moved at `changed`.
+            let or_changed = |t: &Option<Time>| t.as_ref().map_or(changed, from_time);
             samples.insert(
                 o,
                 Sample {
                     bootstraps_total: metrics.bootstraps_completed_total.max(0) as u64,
                     repairs_total: metrics.ae_repair_ops_total.max(0) as u64,
-                    changed_at: from_time(changed),
+                    changed_at: changed,
+                    bootstraps_changed_at: or_changed(&m.bootstraps_changed_at),
+                    repairs_changed_at: or_changed(&m.repairs_changed_at),
+                    repairs_prev: m
+                        .repairs_previous
+                        .as_ref()
+                        .map(|p| (p.value.max(0) as u64, from_time(&p.at))),
+                    ring_ops: metrics.ring_ops.map(|r| r.max(0) as u64),
+                    ring_busy_at: m.ring_busy_at.as_ref().map(from_time),
                 },
             );
         }
@@ -139,6 +150,10 @@ pub fn memory_from_status(name: &str, status: &MarekvsClusterStatus) -> Memory {
         blocked: status.block_reason.map(Into::into),
         views_split_since: status.views_disagree_since.as_ref().map(from_time),
         hibernated: status.hibernated,
+        hold_since: status
+            .handoff_hold
+            .as_ref()
+            .map(|h| (h.reason.into(), from_time(&h.since))),
     }
 }
 
@@ -222,7 +237,6 @@ pub fn status_from(input: &StatusInput) -> MarekvsClusterStatus {
         now,
         ..
     } = *input;
-    let name = cr.name_any();
     let t = to_time(now);
     let members: Vec<MemberStatus> = d
         .memory
@@ -238,7 +252,26 @@ pub fn status_from(input: &StatusInput) -> MarekvsClusterStatus {
         .filter_map(|o| input.observed.get(o)?.scrape.as_ref())
         .map(|s| s.underreplicated as i64)
         .max();
+    let name = cr.name_any();
+    let names = |ords: &[u32]| ords.iter().map(|o| format!("{name}-{o}")).collect();
     let mut st = MarekvsClusterStatus {
+        handoff_hold: d.hold.as_ref().map(|h| HandoffHoldStatus {
+            reason: h.reason.into(),
+            message: h.message.clone(),
+            moving: h.moving.into(),
+            members: names(&h.members),
+            rate_per_second: h.rate_per_sec,
+            since: to_time(h.since),
+            stuck: h.stuck,
+        }),
+        background_repair: d
+            .background_repair
+            .as_ref()
+            .map(|b| BackgroundRepairStatus {
+                members: names(&b.members),
+                rate_per_second: b.rate_per_sec,
+                since: to_time(b.since),
+            }),
         phase: Some(d.phase.into()),
         block_reason: d.blocked.as_ref().map(|b| b.reason.into()),
         conditions: cluster_conditions(input, &t),
@@ -416,9 +449,11 @@ fn member_status(input: &StatusInput, o: u32, t: &Time) -> MemberStatus {
             bootstraps_completed_total: s.bootstraps_total as i64,
             ae_repair_ops_total: s.repairs_total as i64,
             commands_total: s.commands_total as i64,
+            ring_ops: s.ring_ops.map(|r| r as i64),
         }),
         None => prev_m.and_then(|pm| pm.metrics.clone()),
     };
+    let sample = d.memory.samples.get(&o);
     MemberStatus {
         name: format!("{}-{o}", cr.name_any()),
         ordinal: o as i32,
@@ -439,7 +474,16 @@ fn member_status(input: &StatusInput, o: u32, t: &Time) -> MemberStatus {
         ready: m.pod.as_ref().is_some_and(|p| p.ready),
         updated: m.pod.as_ref().is_some_and(|p| !p.outdated),
         metrics,
-        counters_changed_at: d.memory.samples.get(&o).map(|s| to_time(s.changed_at)),
+        counters_changed_at: sample.map(|s| to_time(s.changed_at)),
+        bootstraps_changed_at: sample.map(|s| to_time(s.bootstraps_changed_at)),
+        repairs_changed_at: sample.map(|s| to_time(s.repairs_changed_at)),
+        repairs_previous: sample
+            .and_then(|s| s.repairs_prev)
+            .map(|(value, at)| CounterSample {
+                value: value as i64,
+                at: to_time(at),
+            }),
+        ring_busy_at: sample.and_then(|s| s.ring_busy_at).map(to_time),
         conditions: conditions.list,
     }
 }
@@ -712,6 +756,7 @@ fn load_and_autoscale(input: &StatusInput, st: &mut MarekvsClusterStatus, t: &Ti
                 last_scale_down_time: sd.memory.last_scale_down_at.map(to_time),
                 low_load_since: sd.memory.low_since.map(to_time),
                 message: Some(message.clone()),
+                held_by: None,
             });
             c.set(AUTOSCALING, true, REASON_AUTOSCALING_ACTIVE, message);
         }
@@ -793,6 +838,8 @@ mod tests {
             plan: vec![],
             mass_failure: None,
             suspected_partition: None,
+            hold: None,
+            background_repair: None,
         }
     }
 
@@ -887,6 +934,7 @@ mod tests {
                 bootstraps_completed_total: 1,
                 ae_repair_ops_total: 0,
                 commands_total: 5,
+                ring_ops: Some(0),
             }),
             ..MemberStatus::default()
         };
@@ -913,6 +961,11 @@ mod tests {
                         bootstraps_total: u64::from(o) * 10,
                         repairs_total: u64::from(o),
                         changed_at: now - 1_000 * i64::from(o),
+                        bootstraps_changed_at: now - 2_000 * i64::from(o),
+                        repairs_changed_at: now - 1_000 * i64::from(o),
+                        repairs_prev: (o > 1).then(|| (1, now - 9_000)),
+                        ring_ops: Some(0),
+                        ring_busy_at: (o > 2).then_some(now - 500),
                     };
                     (o, sample)
                 })

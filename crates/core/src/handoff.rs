@@ -211,6 +211,11 @@ pub fn update_samples(
                         bootstraps_total: s.bootstraps_total,
                         repairs_total: s.repairs_total,
                         changed_at: now,
+                        bootstraps_changed_at: now,
+                        repairs_changed_at: now,
+                        repairs_prev: None,
+                        ring_ops: s.ring_ops,
+                        ring_busy_at: None,
                     },
                 );
             }
@@ -238,6 +243,7 @@ mod tests {
                 outdated: false,
                 replace_volume: false,
                 restart: false,
+                client_traffic_off: false,
             }),
             pvc: None,
             scrape: Some(Scrape {
@@ -349,6 +355,10 @@ mod tests {
                         bootstraps_total: 0,
                         repairs_total: 0,
                         changed_at: t,
+                        bootstraps_changed_at: t,
+                        repairs_changed_at: t,
+                        ring_ops: Some(0),
+                        ..Sample::default()
                     },
                 )
             })

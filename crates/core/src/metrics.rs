@@ -98,6 +98,8 @@ pub fn parse_scrape(text: &str) -> Option<Scrape> {
     let mut disk_total = Figure::new(Combine::Max, false);
     let mut disk_avail = Figure::new(Combine::Min, false);
     let mut write_stopped = Figure::new(Combine::Max, false);
+    // Strict: a leaver whose ring figure is not a number holds its hand-off (unknown).
+    let mut ring = Figure::new(Combine::Max, true);
     for line in text.lines() {
         let line = line.trim();
         if line.is_empty() || line.starts_with('#') {
@@ -117,6 +119,7 @@ pub fn parse_scrape(text: &str) -> Option<Scrape> {
             "marekvs_disk_total_bytes" => &mut disk_total,
             "marekvs_disk_avail_bytes" => &mut disk_avail,
             "marekvs_disk_write_stopped" => &mut write_stopped,
+            "marekvs_ring_ops" => &mut ring,
             _ => continue,
         };
         figure.add(
@@ -140,6 +143,7 @@ pub fn parse_scrape(text: &str) -> Option<Scrape> {
             _ => None,
         },
         write_stopped: write_stopped.read().is_some_and(|v| v >= 1),
+        ring_ops: ring.read(),
     })
 }
 
@@ -179,6 +183,8 @@ mod tests {
                 commands_total: 15,
                 disk: None,
                 write_stopped: false,
+                // Not reported: unknown.
+                ring_ops: None,
             }
         );
     }

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 pub type Millis = i64;
 
 /// Figures read from one member's `/metrics`.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Scrape {
     /// `marekvs_cluster_members`: members in this node's own view (every sample the same
     /// whole number, or the scrape is unknown).
@@ -26,6 +26,27 @@ pub struct Scrape {
     pub disk: Option<Disk>,
     /// `marekvs_disk_write_stopped` is 1: the node refuses writes at its disk high-water mark.
     pub write_stopped: bool,
+    /// `marekvs_ring_ops` (largest sample, rounded up): this node's writes not yet on every
+    /// owner, queued in its replication ring or past a ring gap waiting for anti-entropy.
+    /// `None`: not reported or not a number (unknown, never safe for a leaver).
+    pub ring_ops: Option<u64>,
+}
+
+impl Default for Scrape {
+    /// Figures of a quiet member, its ring empty.
+    fn default() -> Self {
+        Scrape {
+            view_members: 0,
+            underreplicated: 0,
+            join_pending: 0,
+            bootstraps_total: 0,
+            repairs_total: 0,
+            commands_total: 0,
+            disk: None,
+            write_stopped: false,
+            ring_ops: Some(0),
+        }
+    }
 }
 
 /// A member's volume usage.
@@ -100,6 +121,9 @@ pub struct PodObs {
     /// The user asked for this member to be restarted on its own volume, safely (the
     /// annotation `marekvs.io/restart: "true"` on its pod). Gone with the pod it is on.
     pub restart: bool,
+    /// The pod carries `marekvs.io/client-traffic: "off"`: the client Service no longer
+    /// selects it, so no new client writes originate on it (see `Action::SetClientTraffic`).
+    pub client_traffic_off: bool,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -252,11 +276,40 @@ impl Roll {
 }
 
 /// Re-replication counters of one member as last seen, and when they last moved.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Sample {
     pub bootstraps_total: u64,
     pub repairs_total: u64,
+    /// Either counter last moved (or the member was first seen).
     pub changed_at: Millis,
+    /// The bootstrap counter last moved (or the member was first seen).
+    pub bootstraps_changed_at: Millis,
+    /// The repair counter last moved (or the member was first seen).
+    pub repairs_changed_at: Millis,
+    /// The repair counter and the time of the sample before its last move: the repair rate
+    /// is `(repairs_total - prev.0) / (repairs_changed_at - prev.1)`.
+    pub repairs_prev: Option<(u64, Millis)>,
+    /// `marekvs_ring_ops` as last read (`None`: unknown).
+    pub ring_ops: Option<u64>,
+    /// The last scrape that read the ring above 0 or unknown (`None`: never, since first seen
+    /// empty).
+    pub ring_busy_at: Option<Millis>,
+}
+
+impl Sample {
+    /// Counters last moved at `changed_at` (both of them), the ring read empty.
+    pub fn new(bootstraps_total: u64, repairs_total: u64, changed_at: Millis) -> Self {
+        Sample {
+            bootstraps_total,
+            repairs_total,
+            changed_at,
+            bootstraps_changed_at: changed_at,
+            repairs_changed_at: changed_at,
+            repairs_prev: None,
+            ring_ops: Some(0),
+            ring_busy_at: None,
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -328,6 +381,9 @@ pub struct Memory {
     /// The pods were stopped by `spec.hibernation` and have not all been started again
     /// (`status.hibernated`): a wake is told apart from members lost one by one.
     pub hibernated: bool,
+    /// The gate hold last reported and since when (`status.handoffHold.since`), so the
+    /// hold's age survives a restart and only a change of reason restarts it.
+    pub hold_since: Option<(BlockReason, Millis)>,
 }
 
 impl Memory {
@@ -360,6 +416,9 @@ pub enum BlockReason {
     /// A wake from hibernation would mount volumes away longer than the stale-volume grace:
     /// refused (the cluster stays stopped) unless `storage.freshVolumesOnWake`.
     WakeRefused,
+    /// The leaving member still holds writes not yet on every owner (`marekvs_ring_ops`
+    /// above 0 or unknown), or its client traffic is not cut yet.
+    LeaverBacklog,
 }
 
 impl BlockReason {
@@ -377,6 +436,7 @@ impl BlockReason {
             BlockReason::LookAlike => "LookAlike",
             BlockReason::Fenced => "Fenced",
             BlockReason::WakeRefused => "WakeRefused",
+            BlockReason::LeaverBacklog => "LeaverBacklog",
         }
     }
 }
@@ -422,6 +482,26 @@ pub enum Action {
     Drain(u32),
     DeletePod(u32),
     DeletePvc(u32),
+    /// Set the pod's label `marekvs.io/client-traffic` to `"on"` or `"off"` (a label patch,
+    /// never a restart): the client Service selects only `"on"`.
+    SetClientTraffic {
+        ordinal: u32,
+        on: bool,
+    },
+}
+
+impl Action {
+    /// The member it acts on.
+    pub fn ordinal(&self) -> u32 {
+        match *self {
+            Action::CreatePvc(o)
+            | Action::CreatePod(o)
+            | Action::Drain(o)
+            | Action::DeletePod(o)
+            | Action::DeletePvc(o)
+            | Action::SetClientTraffic { ordinal: o, .. } => o,
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -509,4 +589,68 @@ pub struct Decision {
     pub mass_failure: Option<crate::mass::MassFailure>,
     /// Views have disagreed by identity for too long: every disruptive step is held.
     pub suspected_partition: Option<crate::views::SuspectedPartition>,
+    /// What holds the next scale-down step (the removal in progress or the one that would
+    /// start), what keeps moving, where, how fast and since when (`status.handoffHold`).
+    pub hold: Option<HoldReport>,
+    /// Anti-entropy repair that does not hold anything (background repair of writes under
+    /// load), reported so a user sees it (`status.backgroundRepair`).
+    pub background_repair: Option<BackgroundRepair>,
+}
+
+/// What keeps a gate from passing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Moving {
+    /// The leaver's replication ring (`marekvs_ring_ops`) is not empty, or unknown.
+    ReplicationRing,
+    /// The leaver still gets client traffic (its pod is not labelled off yet).
+    ClientTraffic,
+    /// Partition bootstraps (`marekvs_bootstraps_completed_total`) keep completing.
+    Bootstraps,
+    /// Anti-entropy repairs (`marekvs_ae_repair_ops_total`) keep being applied.
+    Repairs,
+    /// Views have not converged.
+    Views,
+    /// Anything else the gate checks (readiness, scrapes, gauges, replacements).
+    Other,
+}
+
+impl Moving {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Moving::ReplicationRing => "ReplicationRing",
+            Moving::ClientTraffic => "ClientTraffic",
+            Moving::Bootstraps => "Bootstraps",
+            Moving::Repairs => "Repairs",
+            Moving::Views => "Views",
+            Moving::Other => "Other",
+        }
+    }
+}
+
+/// A held scale-down step, reported while it holds.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HoldReport {
+    pub reason: BlockReason,
+    pub message: String,
+    /// What keeps moving.
+    pub moving: Moving,
+    /// The members where it moves (ordinals).
+    pub members: Vec<u32>,
+    /// How fast, where there is a rate (repairs or bootstraps per second, summed over
+    /// `members`; the leaver's ring backlog in ops for `ReplicationRing`).
+    pub rate_per_sec: Option<f64>,
+    /// Since when it has held for this reason.
+    pub since: Millis,
+    /// It has held longer than `spec.scaleDown.handoffTimeoutSeconds`: the cluster reports
+    /// it as stuck (Blocked, HandoffTimeout). It never proceeds blindly.
+    pub stuck: bool,
+}
+
+/// Repairs that move while nothing is held by them.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BackgroundRepair {
+    pub members: Vec<u32>,
+    /// Repairs per second, summed over `members`.
+    pub rate_per_sec: f64,
+    pub since: Millis,
 }

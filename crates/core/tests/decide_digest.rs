@@ -90,6 +90,30 @@ fn disruption(m: &Memory) -> String {
     format!("removal {:?} roll {roll}", m.removal())
 }
 
+/// Text that renders as itself inside a `Debug` rendering.
+struct Raw(String);
+
+impl std::fmt::Debug for Raw {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// The counter samples as rendered before `Sample` had split clocks and a ring figure.
+fn samples(m: &Memory) -> Raw {
+    let old: Vec<String> = m
+        .samples
+        .iter()
+        .map(|(o, s)| {
+            format!(
+                "{o}: Sample {{ bootstraps_total: {}, repairs_total: {}, changed_at: {} }}",
+                s.bootstraps_total, s.repairs_total, s.changed_at
+            )
+        })
+        .collect();
+    Raw(format!("{{{}}}", old.join(", ")))
+}
+
 /// What a decision says, without depending on the layout of `Memory`.
 fn projection(d: &Decision) -> String {
     // Views by identity, only when they say something: without disagreeing views the
@@ -109,7 +133,7 @@ fn projection(d: &Decision) -> String {
             d.requeue_ms,
             &d.memory.members,
             &d.memory.phases,
-            &d.memory.samples,
+            samples(&d.memory),
             &d.memory.blocked,
             disruption(&d.memory),
             &d.plan,
@@ -276,6 +300,11 @@ fn gen_memory(
                     bootstraps_total: r.below(2),
                     repairs_total: r.below(3),
                     changed_at,
+                    bootstraps_changed_at: changed_at,
+                    repairs_changed_at: changed_at,
+                    repairs_prev: None,
+                    ring_ops: Some(0),
+                    ring_busy_at: None,
                 },
             );
         }
@@ -319,6 +348,7 @@ fn gen_memory(
         blocked,
         views_split_since: None,
         hibernated: false,
+        hold_since: None,
     }
 }
 

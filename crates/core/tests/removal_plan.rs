@@ -18,14 +18,7 @@ fn healthy(n: u32) -> (Memory, BTreeMap<u32, MemberObs>) {
     for o in 0..n {
         memory.members.insert(o);
         memory.phases.insert(o, MemberPhase::Active);
-        memory.samples.insert(
-            o,
-            Sample {
-                bootstraps_total: 0,
-                repairs_total: 0,
-                changed_at: NOW - 60_000,
-            },
-        );
+        memory.samples.insert(o, Sample::new(0, 0, NOW - 60_000));
         observed.insert(
             o,
             MemberObs {

@@ -38,11 +38,7 @@ fn member(pod: bool, absent_since: Option<Millis>) -> MemberObs {
 
 /// Every member Active, its re-replication counters quiet for a minute.
 fn active(members: &[u32]) -> Memory {
-    let quiet = Sample {
-        bootstraps_total: 0,
-        repairs_total: 0,
-        changed_at: NOW - 60_000,
-    };
+    let quiet = Sample::new(0, 0, NOW - 60_000);
     Memory {
         members: members.iter().copied().collect(),
         phases: members.iter().map(|o| (*o, MemberPhase::Active)).collect(),

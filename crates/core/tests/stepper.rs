@@ -53,6 +53,7 @@ impl World {
                         outdated: false,
                         replace_volume: false,
                         restart: false,
+                        client_traffic_off: false,
                     });
                     self.copying_until = now + self.copying_ms;
                 }
@@ -72,6 +73,11 @@ impl World {
                 Action::DeletePvc(o) => {
                     if let Some(m) = self.obs.get_mut(&o) {
                         m.pvc = None;
+                    }
+                }
+                Action::SetClientTraffic { ordinal, on } => {
+                    if let Some(p) = self.obs.get_mut(&ordinal).and_then(|m| m.pod.as_mut()) {
+                        p.client_traffic_off = !on;
                     }
                 }
             }
@@ -1130,6 +1136,7 @@ fn arb_obs() -> impl Strategy<Value = MemberObs> {
                     outdated,
                     replace_volume,
                     restart: false,
+                    client_traffic_off: false,
                 },
             ),
             pvc: pvc.map(|(terminating, outdated)| PvcObs {
@@ -1221,6 +1228,7 @@ fn calm_asking(mem: &Memory, outdated: bool, asking: Option<u32>) -> BTreeMap<u3
                 outdated,
                 replace_volume: Some(*o) == asking,
                 restart: false,
+                client_traffic_off: false,
             });
             let scrape = pod.as_ref().map(|_| Scrape {
                 view_members: serving,
@@ -1551,16 +1559,7 @@ fn a_drained_bystander_is_never_disrupted_beside_another_member() {
     let samples = |mem: &Memory| -> BTreeMap<u32, Sample> {
         mem.members
             .iter()
-            .map(|o| {
-                (
-                    *o,
-                    Sample {
-                        bootstraps_total: 0,
-                        repairs_total: 0,
-                        changed_at: 0,
-                    },
-                )
-            })
+            .map(|o| (*o, Sample::new(0, 0, 0)))
             .collect()
     };
     let mut mem = Memory {
@@ -1632,16 +1631,7 @@ fn a_hand_off_does_not_outlive_a_restart_of_the_node() {
     mem.samples = mem
         .members
         .iter()
-        .map(|o| {
-            (
-                *o,
-                Sample {
-                    bootstraps_total: 0,
-                    repairs_total: 0,
-                    changed_at: 0,
-                },
-            )
-        })
+        .map(|o| (*o, Sample::new(0, 0, 0)))
         .collect();
     mem.disruption = Some(Disruption::Roll(Roll {
         ordinal: 3,
@@ -1834,18 +1824,7 @@ fn a_suspected_partition_holds_every_disruptive_step_until_views_agree() {
     let mut mem = Memory {
         members: (0..4).collect(),
         phases: (0..4).map(|o| (o, MemberPhase::Active)).collect(),
-        samples: (0..4)
-            .map(|o| {
-                (
-                    o,
-                    Sample {
-                        bootstraps_total: 0,
-                        repairs_total: 0,
-                        changed_at: 0,
-                    },
-                )
-            })
-            .collect(),
+        samples: (0..4).map(|o| (o, Sample::new(0, 0, 0))).collect(),
         disruption: Some(Disruption::Removal(Removal {
             ordinal: 3,
             reason: VictimReason::HighestOrdinal,
@@ -1960,11 +1939,7 @@ fn disagreeing_views_hold_a_rolling_update_and_a_requested_fresh_volume() {
         phases: (0..4).map(|o| (o, MemberPhase::Active)).collect(),
         samples: (0..4)
             .map(|o| {
-                let quiet = Sample {
-                    bootstraps_total: 0,
-                    repairs_total: 0,
-                    changed_at: 0,
-                };
+                let quiet = Sample::new(0, 0, 0);
                 (o, quiet)
             })
             .collect(),

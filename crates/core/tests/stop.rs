@@ -59,11 +59,7 @@ fn world(n: u32, down: &[u32], since: Option<Millis>) -> BTreeMap<u32, MemberObs
 }
 
 fn active(n: u32) -> Memory {
-    let quiet = Sample {
-        bootstraps_total: 0,
-        repairs_total: 0,
-        changed_at: NOW - 60_000,
-    };
+    let quiet = Sample::new(0, 0, NOW - 60_000);
     Memory {
         members: (0..n).collect(),
         phases: (0..n).map(|o| (o, MemberPhase::Active)).collect(),

@@ -86,6 +86,7 @@ impl Pass<'_> {
                 blocked: self.blocked.as_ref().map(|b| b.reason),
                 views_split_since: self.views_split_since,
                 hibernated: self.hibernated,
+                hold_since: None,
             },
             actions: self.actions.into_iter().collect(),
             phase,
@@ -96,6 +97,8 @@ impl Pass<'_> {
             plan: self.plan,
             mass_failure: self.mass,
             suspected_partition: self.partition,
+            hold: None,
+            background_repair: None,
         }
     }
 
