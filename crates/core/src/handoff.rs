@@ -1,20 +1,42 @@
-//! The hand-off gate: has the cluster finished re-replicating after the last change?
+//! The hand-off gate (v2): has the data of the step being gated reached every owner?
 //!
 //! On real marekvs the under-replication gauge is computed from membership alone and reads 0
 //! while data is still moving, so it is necessary but never sufficient. The gate passes only
 //! when, for every member that must carry the data:
-//! 1. its pod exists and is Ready, and its metrics were actually read;
-//! 2. it reports 0 under-replicated and 0 join-gate-pending partitions;
-//! 3. its membership view holds exactly the expected number of members, and by identity
-//!    exactly the expected members: the ids the gated members give as their own (read over
-//!    RESP; an unread view is unknown, and holds);
-//! 4. its bootstrap and repair counters have not moved for the settle window, counted from
-//!    the later of their last change and `since` (the start of the step being gated).
+//! - G1 its pod exists and is Ready, and its metrics were actually read;
+//! - G2 it reports 0 under-replicated and 0 join-gate-pending partitions;
+//! - G3 its membership view holds exactly the expected number of members, and by identity
+//!   exactly the expected members: the ids the gated members give as their own (read over
+//!   RESP; an unread view is unknown, and holds);
+//! - G4 its bootstrap counter (whole-partition copies) has not moved for the settle window,
+//!   counted from the later of its last move and `since` (the start of the step being gated);
+//! - G5 the leaver, when there is one: its client traffic is cut (its pod is labelled off) and
+//!   its replication ring (`marekvs_ring_ops`) is known, 0 now, and has been neither above 0
+//!   nor unknown for the settle window: every write that originated on it is on every owner;
+//! - G6 its repair counter has not moved for the settle window, unless the repairs are
+//!   explained by ring backlog: some gated member's ring read a known figure above 0 within
+//!   the window. Those repairs copy writes past a ring gap to their owners (background repair
+//!   under load); they say nothing about the step being gated and hold nothing. Unknown never
+//!   relaxes: a ring not read explains nothing.
+//!
+//! docs/scale-down.md argues each condition.
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::types::{BlockReason, Blocked, MemberObs, Millis, Sample, View};
+use crate::types::{
+    BackgroundRepair, BlockReason, Blocked, MemberObs, Millis, Moving, Sample, Scrape, View,
+};
 use crate::views::describe;
+
+/// The member leaving (removed, or restarted): the gate also checks that what originated on it
+/// reached every owner (G5).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Leaver {
+    pub ordinal: u32,
+    /// Its client traffic was asked to be cut (the removal or restart is recorded). Before
+    /// that only its ring must be known: it still takes client writes, so its ring may be busy.
+    pub traffic_cut: bool,
+}
 
 pub struct HandoffGate<'a> {
     /// The members that must carry the data, by ordinal.
@@ -27,18 +49,74 @@ pub struct HandoffGate<'a> {
     pub settle_ms: Millis,
     /// For messages.
     pub name: &'a str,
+    /// The member leaving, if the step has one (it is among `members`).
+    pub leaver: Option<Leaver>,
+}
+
+/// Why the gate holds: the block, what keeps moving, where and how fast.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GateHold {
+    pub blocked: Blocked,
+    pub moving: Moving,
+    pub members: Vec<u32>,
+    /// Summed repairs per second (`Repairs`), or the leaver's ring backlog in ops
+    /// (`ReplicationRing`).
+    pub rate_per_sec: Option<f64>,
+}
+
+fn hold(
+    reason: BlockReason,
+    message: String,
+    moving: Moving,
+    members: Vec<u32>,
+    rate_per_sec: Option<f64>,
+) -> Result<(), GateHold> {
+    Err(GateHold {
+        blocked: Blocked { reason, message },
+        moving,
+        members,
+        rate_per_sec,
+    })
+}
+
+fn secs(ms: Millis) -> f64 {
+    ms.max(0) as f64 / 1000.0
 }
 
 impl HandoffGate<'_> {
     pub fn check(&self) -> Result<(), Blocked> {
-        let who = |ords: Vec<u32>| -> String {
-            ords.iter()
-                .map(|o| format!("{}-{o}", self.name))
-                .collect::<Vec<_>>()
-                .join(", ")
-        };
-        let fail = |reason, message: String| Err(Blocked { reason, message });
+        self.evaluate().map_err(|h| h.blocked)
+    }
 
+    /// The gate, with what keeps moving when it holds.
+    pub fn evaluate(&self) -> Result<(), GateHold> {
+        self.check_pods()?;
+        let scrapes: Vec<(u32, &Scrape)> = self
+            .members
+            .iter()
+            .filter_map(|(o, m)| m.scrape.as_ref().map(|s| (*o, s)))
+            .collect();
+        self.check_gauges(&scrapes)?;
+        self.check_identities().map_err(|blocked| GateHold {
+            blocked,
+            moving: Moving::Views,
+            members: self.members.iter().map(|(o, _)| *o).collect(),
+            rate_per_sec: None,
+        })?;
+        self.check_bootstraps()?;
+        self.check_leaver()?;
+        self.check_repairs()
+    }
+
+    fn who(&self, ords: &[u32]) -> String {
+        ords.iter()
+            .map(|o| format!("{}-{o}", self.name))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
+    /// G1: every gated pod Ready and scraped.
+    fn check_pods(&self) -> Result<(), GateHold> {
         let not_ready: Vec<u32> = self
             .members
             .iter()
@@ -46,10 +124,8 @@ impl HandoffGate<'_> {
             .map(|(o, _)| *o)
             .collect();
         if !not_ready.is_empty() {
-            return fail(
-                BlockReason::NotAllReady,
-                format!("not ready: {}", who(not_ready)),
-            );
+            let message = format!("not ready: {}", self.who(&not_ready));
+            return hold(BlockReason::NotAllReady, message, Moving::Other, not_ready, None);
         }
         let unscraped: Vec<u32> = self
             .members
@@ -58,26 +134,27 @@ impl HandoffGate<'_> {
             .map(|(o, _)| *o)
             .collect();
         if !unscraped.is_empty() {
-            return fail(
-                BlockReason::MetricsUnavailable,
-                format!("metrics not read from: {}", who(unscraped)),
-            );
+            let message = format!("metrics not read from: {}", self.who(&unscraped));
+            let reason = BlockReason::MetricsUnavailable;
+            return hold(reason, message, Moving::Other, unscraped, None);
         }
-        let scrapes: Vec<(u32, &crate::types::Scrape)> = self
-            .members
+        Ok(())
+    }
+
+    /// G2 and G3 by count: gauges at 0, views of the expected size.
+    fn check_gauges(&self, scrapes: &[(u32, &Scrape)]) -> Result<(), GateHold> {
+        let under: Vec<u32> = scrapes
             .iter()
-            .filter_map(|(o, m)| m.scrape.as_ref().map(|s| (*o, s)))
+            .filter(|(_, s)| s.underreplicated > 0)
+            .map(|(o, _)| *o)
             .collect();
-        let worst = scrapes
-            .iter()
-            .map(|(_, s)| s.underreplicated)
-            .max()
-            .unwrap_or(0);
-        if worst > 0 {
-            return fail(
-                BlockReason::Underreplicated,
-                format!("{worst} partitions under-replicated (max over members)"),
+        if !under.is_empty() {
+            let worst = scrapes.iter().map(|(_, s)| s.underreplicated).max();
+            let message = format!(
+                "{} partitions under-replicated (max over members)",
+                worst.unwrap_or(0)
             );
+            return hold(BlockReason::Underreplicated, message, Moving::Other, under, None);
         }
         let joining: Vec<u32> = scrapes
             .iter()
@@ -85,55 +162,202 @@ impl HandoffGate<'_> {
             .map(|(o, _)| *o)
             .collect();
         if !joining.is_empty() {
-            return fail(
-                BlockReason::JoinPending,
-                format!("still bootstrapping partitions: {}", who(joining)),
-            );
+            let message = format!("still bootstrapping partitions: {}", self.who(&joining));
+            let reason = BlockReason::JoinPending;
+            return hold(reason, message, Moving::Bootstraps, joining, None);
         }
-        let diverged: Vec<String> = scrapes
+        let diverged: Vec<(u32, u64)> = scrapes
             .iter()
             .filter(|(_, s)| s.view_members != self.expected_view)
-            .map(|(o, s)| format!("{}-{o} sees {}", self.name, s.view_members))
+            .map(|(o, s)| (*o, s.view_members))
             .collect();
         if !diverged.is_empty() {
-            return fail(
-                BlockReason::ViewsNotConverged,
-                format!(
-                    "views not converged on {} members: {}",
-                    self.expected_view,
-                    diverged.join(", ")
-                ),
+            let seen: Vec<String> = diverged
+                .iter()
+                .map(|(o, n)| format!("{}-{o} sees {n}", self.name))
+                .collect();
+            let message = format!(
+                "views not converged on {} members: {}",
+                self.expected_view,
+                seen.join(", ")
             );
-        }
-        self.check_identities()?;
-        let mut moving: Vec<u32> = Vec::new();
-        let mut quiet_for = Millis::MAX;
-        for (o, _) in &scrapes {
-            let changed = self
-                .samples
-                .get(o)
-                .map(|s| s.changed_at)
-                .unwrap_or(self.now);
-            let start = changed.max(self.since.unwrap_or(Millis::MIN));
-            let q = self.now - start;
-            if q < self.settle_ms {
-                moving.push(*o);
-            }
-            quiet_for = quiet_for.min(q);
-        }
-        if !moving.is_empty() {
-            return fail(
-                BlockReason::RepairInProgress,
-                format!(
-                    "re-replication not settled: counters quiet for {:.1}s of {:.1}s on {}",
-                    quiet_for.max(0) as f64 / 1000.0,
-                    self.settle_ms as f64 / 1000.0,
-                    who(moving)
-                ),
-            );
+            let members = diverged.iter().map(|(o, _)| *o).collect();
+            return hold(BlockReason::ViewsNotConverged, message, Moving::Views, members, None);
         }
         Ok(())
     }
+
+    /// How long a clock last set at `at` has been quiet, counted from `since` at the earliest.
+    fn quiet_for(&self, at: Option<Millis>) -> Millis {
+        let start = at
+            .unwrap_or(Millis::MIN)
+            .max(self.since.unwrap_or(Millis::MIN));
+        self.now.saturating_sub(start)
+    }
+
+    /// Per gated member, how long a counter has been quiet (a member never sampled: 0,
+    /// unknown is never quiet).
+    fn quiet(&self, clock: impl Fn(&Sample) -> Millis) -> Vec<(u32, Millis)> {
+        self.members
+            .iter()
+            .map(|(o, _)| {
+                let at = self.samples.get(o).map(&clock).unwrap_or(self.now);
+                (*o, self.quiet_for(Some(at)))
+            })
+            .collect()
+    }
+
+    /// G4: no partition bootstrap completed for the settle window.
+    fn check_bootstraps(&self) -> Result<(), GateHold> {
+        let quiet = self.quiet(|s| s.bootstraps_changed_at);
+        let moving: Vec<u32> = quiet
+            .iter()
+            .filter(|(_, q)| *q < self.settle_ms)
+            .map(|(o, _)| *o)
+            .collect();
+        if moving.is_empty() {
+            return Ok(());
+        }
+        let least = quiet.iter().map(|(_, q)| *q).min().unwrap_or(0);
+        let message = format!(
+            "partition hand-off not settled: bootstraps quiet for {:.1}s of {:.1}s on {}",
+            secs(least),
+            secs(self.settle_ms),
+            self.who(&moving)
+        );
+        hold(BlockReason::RepairInProgress, message, Moving::Bootstraps, moving, None)
+    }
+
+    /// G5: the leaver takes no client writes and every write that originated on it is on
+    /// every owner (its ring known, empty, and quiet for the settle window).
+    fn check_leaver(&self) -> Result<(), GateHold> {
+        let Some(l) = self.leaver else {
+            return Ok(());
+        };
+        let Some((_, m)) = self.members.iter().find(|(o, _)| *o == l.ordinal) else {
+            return Ok(());
+        };
+        let name = format!("{}-{}", self.name, l.ordinal);
+        let backlog = |message: String, moving, rate| {
+            hold(BlockReason::LeaverBacklog, message, moving, vec![l.ordinal], rate)
+        };
+        let ring = m.scrape.as_ref().and_then(|s| s.ring_ops);
+        let Some(ops) = ring else {
+            let message = format!(
+                "the replication ring of {name} is unknown (marekvs_ring_ops not read): its writes may not be on every owner"
+            );
+            return backlog(message, Moving::ReplicationRing, None);
+        };
+        if !l.traffic_cut {
+            return Ok(());
+        }
+        if !m.pod.as_ref().is_some_and(|p| p.client_traffic_off) {
+            let message = format!(
+                "{name} still takes client writes: waiting for its pod to be labelled marekvs.io/client-traffic=off"
+            );
+            return backlog(message, Moving::ClientTraffic, None);
+        }
+        let busy_at = self.samples.get(&l.ordinal).map(|s| s.ring_busy_at);
+        let quiet = busy_at.map_or(0, |at| self.quiet_for(at));
+        if ops > 0 || quiet < self.settle_ms {
+            let last = busy_at
+                .flatten()
+                .map_or("never".to_string(), |at| format!("{:.1}s ago", secs(self.now - at)));
+            let message = format!(
+                "{name} still holds {ops} writes not yet on every owner (marekvs_ring_ops); its ring was last busy {last}, quiet for {:.1}s of {:.1}s",
+                secs(quiet),
+                secs(self.settle_ms)
+            );
+            return backlog(message, Moving::ReplicationRing, Some(ops as f64));
+        }
+        Ok(())
+    }
+
+    /// G6: repairs quiet for the settle window, or explained by ring backlog (background).
+    fn check_repairs(&self) -> Result<(), GateHold> {
+        let quiet = self.quiet(|s| s.repairs_changed_at);
+        let moving: Vec<u32> = quiet
+            .iter()
+            .filter(|(_, q)| *q < self.settle_ms)
+            .map(|(o, _)| *o)
+            .collect();
+        let gated: Vec<u32> = self.members.iter().map(|(o, _)| *o).collect();
+        if moving.is_empty() || rings_explain(&gated, self.samples, self.now, self.settle_ms) {
+            return Ok(());
+        }
+        let least = quiet.iter().map(|(_, q)| *q).min().unwrap_or(0);
+        let rate = repair_rate(&moving, self.samples);
+        let message = format!(
+            "re-replication not settled: repairs quiet for {:.1}s of {:.1}s on {} (no replication ring busy to explain them)",
+            secs(least),
+            secs(self.settle_ms),
+            self.who(&moving)
+        );
+        hold(BlockReason::RepairInProgress, message, Moving::Repairs, moving, Some(rate))
+    }
+}
+
+/// Some member's ring read a known figure above 0 within the settle window. A ring read
+/// unknown, or a member not sampled, explains nothing.
+fn rings_explain(
+    members: &[u32],
+    samples: &BTreeMap<u32, Sample>,
+    now: Millis,
+    settle_ms: Millis,
+) -> bool {
+    members.iter().any(|o| {
+        samples.get(o).is_some_and(|s| match s.ring_ops {
+            Some(n) if n > 0 => true,
+            // Known now, and busy within the window. `ring_busy_at` also marks unknown reads,
+            // so a ring read unknown and then 0 within the window counts here: a node whose
+            // gauge is missing reads unknown on every scrape and never gets this far.
+            Some(_) => s.ring_busy_at.is_some_and(|at| now - at < settle_ms),
+            None => false,
+        })
+    })
+}
+
+/// Repairs per second summed over `members`, from each one's last two counter moves.
+fn repair_rate(members: &[u32], samples: &BTreeMap<u32, Sample>) -> f64 {
+    members
+        .iter()
+        .filter_map(|o| samples.get(o))
+        .filter_map(|s| {
+            let (prev, at) = s.repairs_prev?;
+            let dt = s.repairs_changed_at - at;
+            (dt > 0).then(|| s.repairs_total.saturating_sub(prev) as f64 * 1000.0 / dt as f64)
+        })
+        .sum()
+}
+
+/// Repairs that move on `members` (within the settle window) while rings explain them: they
+/// hold nothing and are reported as background. `None`: no repair moves, or nothing explains
+/// them (they hold the gate instead).
+pub fn background_repair(
+    members: &[u32],
+    samples: &BTreeMap<u32, Sample>,
+    now: Millis,
+    settle_ms: Millis,
+) -> Option<BackgroundRepair> {
+    let moving: Vec<(u32, &Sample)> = members
+        .iter()
+        .filter_map(|o| samples.get(o).map(|s| (*o, s)))
+        .filter(|(_, s)| now - s.repairs_changed_at < settle_ms && s.repairs_prev.is_some())
+        .collect();
+    if moving.is_empty() || !rings_explain(members, samples, now, settle_ms) {
+        return None;
+    }
+    let ords: Vec<u32> = moving.iter().map(|(o, _)| *o).collect();
+    let since = moving
+        .iter()
+        .filter_map(|(_, s)| s.repairs_prev.map(|p| p.1))
+        .min()
+        .unwrap_or(now);
+    Some(BackgroundRepair {
+        rate_per_sec: repair_rate(&ords, samples),
+        members: ords,
+        since,
+    })
 }
 
 impl HandoffGate<'_> {
@@ -188,7 +412,9 @@ impl HandoffGate<'_> {
 }
 
 /// Update the counter samples with this round's scrapes: a counter that moved (or was never
-/// seen) restarts its quiet time now; a member not scraped keeps its old sample.
+/// seen) restarts its own quiet time now (a repair move keeps the sample before it, for the
+/// rate); a ring read above 0 or unknown marks it busy now; a member not scraped keeps its old
+/// sample.
 pub fn update_samples(
     prev: &BTreeMap<u32, Sample>,
     observed: &BTreeMap<u32, MemberObs>,
@@ -196,36 +422,58 @@ pub fn update_samples(
 ) -> BTreeMap<u32, Sample> {
     let mut next = BTreeMap::new();
     for (o, m) in observed {
-        let prev_s = prev.get(o);
-        match (&m.scrape, prev_s) {
-            (Some(s), Some(p))
-                if p.bootstraps_total == s.bootstraps_total
-                    && p.repairs_total == s.repairs_total =>
-            {
-                next.insert(*o, *p);
-            }
-            (Some(s), _) => {
-                next.insert(
-                    *o,
-                    Sample {
-                        bootstraps_total: s.bootstraps_total,
-                        repairs_total: s.repairs_total,
-                        changed_at: now,
-                        bootstraps_changed_at: now,
-                        repairs_changed_at: now,
-                        repairs_prev: None,
-                        ring_ops: s.ring_ops,
-                        ring_busy_at: None,
-                    },
-                );
-            }
-            (None, Some(p)) => {
-                next.insert(*o, *p);
-            }
-            (None, None) => {}
+        let sample = match (&m.scrape, prev.get(o)) {
+            (Some(s), Some(p)) => Some(next_sample(p, s, now)),
+            (Some(s), None) => Some(Sample {
+                ring_ops: s.ring_ops,
+                ring_busy_at: (s.ring_ops != Some(0)).then_some(now),
+                ..Sample::new(s.bootstraps_total, s.repairs_total, now)
+            }),
+            (None, p) => p.copied(),
+        };
+        if let Some(sample) = sample {
+            next.insert(*o, sample);
         }
     }
     next
+}
+
+fn next_sample(p: &Sample, s: &Scrape, now: Millis) -> Sample {
+    let bootstraps_moved = p.bootstraps_total != s.bootstraps_total;
+    let repairs_moved = p.repairs_total != s.repairs_total;
+    Sample {
+        bootstraps_total: s.bootstraps_total,
+        repairs_total: s.repairs_total,
+        changed_at: if bootstraps_moved || repairs_moved {
+            now
+        } else {
+            p.changed_at
+        },
+        bootstraps_changed_at: if bootstraps_moved {
+            now
+        } else {
+            p.bootstraps_changed_at
+        },
+        repairs_changed_at: if repairs_moved {
+            now
+        } else {
+            p.repairs_changed_at
+        },
+        // A counter that went down (the node restarted) gives no rate.
+        repairs_prev: if !repairs_moved {
+            p.repairs_prev
+        } else if s.repairs_total > p.repairs_total {
+            Some((p.repairs_total, p.repairs_changed_at))
+        } else {
+            None
+        },
+        ring_ops: s.ring_ops,
+        ring_busy_at: if s.ring_ops == Some(0) {
+            p.ring_busy_at
+        } else {
+            Some(now)
+        },
+    }
 }
 
 #[cfg(test)]
@@ -342,6 +590,7 @@ mod tests {
             now,
             settle_ms: 5_000,
             name: "demo",
+            leaver: None,
         }
         .check()
     }

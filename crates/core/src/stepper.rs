@@ -21,7 +21,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::handoff::{HandoffGate, update_samples};
+use crate::handoff::{GateHold, HandoffGate, Leaver, update_samples};
 use crate::mass::{MassFailure, mass_failure};
 use crate::types::*;
 use crate::views::{Agreement, SuspectedPartition, agreement, split_since, suspected_partition};
@@ -31,6 +31,7 @@ mod removal;
 mod report;
 mod rollout;
 mod stop;
+mod traffic;
 
 /// How soon to look again. While a removal or a restart is waiting on a hand-off gate, the
 /// pace bounds how late the next step starts after the cluster became safe (a counter's last
@@ -75,6 +76,7 @@ pub fn decide(input: &Input) -> Decision {
     pass.settle_hibernation();
     pass.reclaim_volumes();
     pass.plan_removals();
+    pass.steer_client_traffic();
     pass.report()
 }
 
@@ -146,6 +148,8 @@ struct Pass<'a> {
     hibernated: bool,
     /// A wake refused for stale volumes, reported whatever else blocks.
     wake_refused: Option<Blocked>,
+    /// What holds the next scale-down step at the hand-off gate (`Decision::hold`).
+    hold_report: Option<HoldReport>,
     /// Ordinals whose name a look-alike holds (`MemberObs::look_alike`).
     look_alikes: Vec<u32>,
     /// Disruptive steps the look-alikes hold back, in words.
@@ -189,6 +193,7 @@ impl<'a> Pass<'a> {
             fenced_held: Vec::new(),
             hibernated: input.memory.hibernated,
             wake_refused: None,
+            hold_report: None,
             look_alikes: input
                 .observed
                 .iter()
@@ -218,6 +223,18 @@ impl<'a> Pass<'a> {
         expected_view: usize,
         since: Option<Millis>,
     ) -> Result<(), Blocked> {
+        self.gate_with(ordinals, expected_view, since, None)
+            .map_err(|h| h.blocked)
+    }
+
+    /// The hand-off gate, with the member leaving if the step has one.
+    fn gate_with(
+        &self,
+        ordinals: impl Iterator<Item = u32>,
+        expected_view: usize,
+        since: Option<Millis>,
+        leaver: Option<Leaver>,
+    ) -> Result<(), GateHold> {
         HandoffGate {
             members: ordinals.map(|o| (o, self.obs(o))).collect(),
             samples: &self.samples,
@@ -226,13 +243,53 @@ impl<'a> Pass<'a> {
             now: self.now,
             settle_ms: self.spec.settle_ms,
             name: &self.spec.name,
+            leaver,
         }
-        .check()
+        .evaluate()
     }
 
     /// The hand-off gate over every member, each view expected to hold them all.
     fn gate_all(&self, since: Option<Millis>) -> Result<(), Blocked> {
         self.gate(self.members.iter().copied(), self.members.len(), since)
+    }
+
+    /// The hand-off gate over every member, `leaver` among them.
+    fn gate_leaving(&self, since: Option<Millis>, leaver: Leaver) -> Result<(), GateHold> {
+        let members = self.members.iter().copied();
+        self.gate_with(members, self.members.len(), since, Some(leaver))
+    }
+
+    /// The gate's hold as reported: since when it holds for this reason (kept from the last
+    /// report while the reason stays), and whether it is stuck (held past the hand-off
+    /// timeout).
+    fn report_hold(&mut self, h: &GateHold) -> HoldReport {
+        let since = match self.memory.hold_since {
+            Some((reason, at)) if reason == h.blocked.reason => at.min(self.now),
+            _ => self.now,
+        };
+        let report = HoldReport {
+            reason: h.blocked.reason,
+            message: h.blocked.message.clone(),
+            moving: h.moving,
+            members: h.members.clone(),
+            rate_per_sec: h.rate_per_sec,
+            since,
+            stuck: self.now - since > self.spec.handoff_timeout_ms,
+        };
+        self.hold_report = Some(report.clone());
+        report
+    }
+
+    /// A removal step waits on its gate: report the hold, and block once the step or the
+    /// hold is older than the hand-off timeout.
+    fn wait_on_removal_gate(&mut self, h: GateHold, doing: &str, what: &str, r: &Removal) {
+        let step_started_at = r.step_started_at;
+        let subject = &format!("removing {}", self.spec.member_name(r.ordinal));
+        let report = self.report_hold(&h);
+        self.wait_on_gate(h.blocked.clone(), doing, subject, what, step_started_at);
+        if report.stuck && self.blocked.is_none() {
+            self.blocked = Some(timeout(subject, what, self.now - report.since, &h.blocked));
+        }
     }
 
     /// A step waits on a hand-off gate that has not passed: say what it is `doing`, and block

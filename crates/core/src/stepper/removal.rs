@@ -1,5 +1,6 @@
 //! Scale-down: advance the removal in progress one step, or start the next one.
 
+use crate::handoff::{GateHold, Leaver};
 use crate::plan::{choose_victim, removal_order};
 use crate::types::*;
 
@@ -76,19 +77,22 @@ impl Pass<'_> {
         }
         // Every member, the victim too: it must still be up and serving as the source of the
         // copies (a crashed victim stalls them silently).
-        match self.gate_all(Some(r.step_started_at)) {
+        let leaver = Leaver {
+            ordinal: r.ordinal,
+            traffic_cut: true,
+        };
+        match self.gate_leaving(Some(r.step_started_at), leaver) {
             Ok(()) => {
                 if !self.hold(format!("deleting the pod of {name}")) {
                     enter(r, RemovalStep::Deleting, self.now);
                     self.actions.insert(Action::DeletePod(r.ordinal));
                 }
             }
-            Err(b) => self.wait_on_gate(
-                b,
+            Err(h) => self.wait_on_removal_gate(
+                h,
                 &format!("handing off {name}"),
-                &format!("removing {name}"),
                 "hand-off before deleting its pod",
-                r.step_started_at,
+                r,
             ),
         }
     }
@@ -120,15 +124,14 @@ impl Pass<'_> {
     fn settled_without_victim(&mut self, r: &Removal, name: &str) -> bool {
         let v = r.ordinal;
         let others = self.members.iter().copied().filter(|o| *o != v);
-        match self.gate(others, self.members.len() - 1, Some(r.step_started_at)) {
+        match self.gate_with(others, self.members.len() - 1, Some(r.step_started_at), None) {
             Ok(()) => true,
-            Err(b) => {
-                self.wait_on_gate(
-                    b,
+            Err(h) => {
+                self.wait_on_removal_gate(
+                    h,
                     &format!("settling after {name} left"),
-                    &format!("removing {name}"),
                     "hand-off after its pod was deleted",
-                    r.step_started_at,
+                    r,
                 );
                 false
             }
@@ -173,9 +176,26 @@ impl Pass<'_> {
         {
             return;
         }
-        if let Err(b) = self.may_start_removal() {
-            self.blocked = Some(b);
-            return;
+        match self.start_check() {
+            Ok(()) => {}
+            Err(StartHeld::Spec(b)) => {
+                self.blocked = Some(b);
+                return;
+            }
+            Err(StartHeld::Gate(h)) => {
+                let report = self.report_hold(&h);
+                self.blocked = Some(if report.stuck {
+                    super::timeout(
+                        "the scale-down",
+                        "the hand-off",
+                        self.now - report.since,
+                        &h.blocked,
+                    )
+                } else {
+                    h.blocked
+                });
+                return;
+            }
         }
         if self.mass.is_some() {
             self.mass_held.push("the scale-down".into());
@@ -253,10 +273,20 @@ impl Pass<'_> {
                 })
             } else if k == 0 && current.is_some() {
                 // Under way: held only by what holds the removal itself.
-                self.blocked.as_ref().map(|b| match b.reason {
-                    BlockReason::Paused => Hold::Paused,
-                    _ => Hold::Gate(b.clone()),
-                })
+                self.blocked
+                    .as_ref()
+                    .map(|b| match b.reason {
+                        BlockReason::Paused => Hold::Paused,
+                        _ => Hold::Gate(b.clone()),
+                    })
+                    .or_else(|| {
+                        self.hold_report.as_ref().map(|h| {
+                            Hold::Gate(Blocked {
+                                reason: h.reason,
+                                message: h.message.clone(),
+                            })
+                        })
+                    })
             } else if self.spec.paused {
                 Some(Hold::Paused)
             } else if let Some(d) = &self.disruption {
@@ -291,6 +321,31 @@ impl Pass<'_> {
     }
 
     fn may_start_removal(&self) -> Result<(), Blocked> {
+        self.start_check().map_err(|held| match held {
+            StartHeld::Spec(b) => b,
+            StartHeld::Gate(h) => h.blocked,
+        })
+    }
+
+    /// Whether the next removal may start. The gate knows its victim, but only for what
+    /// applies before its traffic is cut: its ring must be known (it still takes client
+    /// writes, so its ring may be busy).
+    fn start_check(&self) -> Result<(), StartHeld> {
+        self.may_start_removal_by_spec().map_err(StartHeld::Spec)?;
+        let (victim, _) = choose_victim(&self.members, &self.spec.remove_first, |o| {
+            self.obs(o)
+                .pod
+                .as_ref()
+                .is_some_and(|p| p.ready && !p.terminating)
+        });
+        let leaver = Leaver {
+            ordinal: victim,
+            traffic_cut: false,
+        };
+        self.gate_leaving(None, leaver).map_err(StartHeld::Gate)
+    }
+
+    fn may_start_removal_by_spec(&self) -> Result<(), Blocked> {
         if self.spec.paused {
             Err(Blocked {
                 reason: BlockReason::Paused,
@@ -315,9 +370,15 @@ impl Pass<'_> {
                 message: "a member is being replaced; waiting until it is Active and the cluster fully replicated".into(),
             })
         } else {
-            self.gate_all(None)
+            Ok(())
         }
     }
+}
+
+/// What holds the start of a removal: the spec or the cluster's state, or the hand-off gate.
+enum StartHeld {
+    Spec(Blocked),
+    Gate(GateHold),
 }
 
 fn lost_before_hand_off(name: &str) -> Note {

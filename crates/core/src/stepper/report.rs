@@ -1,6 +1,7 @@
 //! The end of a pass: what `spec.paused` held, volumes to reclaim, and the decision as
 //! reported (phase, progress, events, when to look again).
 
+use crate::handoff::background_repair;
 use crate::types::*;
 
 use super::{Pass, REQUEUE_BUSY_MS, REQUEUE_GATE_MS, REQUEUE_IDLE_MS, normal};
@@ -55,6 +56,7 @@ impl Pass<'_> {
 
     /// The decision, as reported.
     pub(super) fn report(mut self) -> Decision {
+        self.note_hold_changes();
         self.note_block_changes();
         if !self.mass_held.is_empty() {
             self.progress.push(format!(
@@ -77,6 +79,9 @@ impl Pass<'_> {
         let phase = self.cluster_phase();
         self.default_progress(phase);
         let requeue_ms = self.requeue_ms(phase);
+        let members: Vec<u32> = self.members.iter().copied().collect();
+        let background_repair =
+            background_repair(&members, &self.samples, self.now, self.spec.settle_ms);
         Decision {
             memory: Memory {
                 members: self.members,
@@ -86,7 +91,7 @@ impl Pass<'_> {
                 blocked: self.blocked.as_ref().map(|b| b.reason),
                 views_split_since: self.views_split_since,
                 hibernated: self.hibernated,
-                hold_since: None,
+                hold_since: self.hold_report.as_ref().map(|h| (h.reason, h.since)),
             },
             actions: self.actions.into_iter().collect(),
             phase,
@@ -97,8 +102,49 @@ impl Pass<'_> {
             plan: self.plan,
             mass_failure: self.mass,
             suspected_partition: self.partition,
-            hold: None,
-            background_repair: None,
+            hold: self.hold_report,
+            background_repair,
+        }
+    }
+
+    /// A Normal `HandoffHeld` when the hand-off gate starts holding the scale-down or holds it
+    /// for another reason (a new `since`); a Warning `HandoffStuck` once it turns stuck.
+    fn note_hold_changes(&mut self) {
+        let Some(h) = &self.hold_report else {
+            return;
+        };
+        let member = self.removal().map(|r| r.ordinal);
+        let names: Vec<String> = h.members.iter().map(|o| self.spec.member_name(*o)).collect();
+        let rate = match (h.moving, h.rate_per_sec) {
+            (Moving::ReplicationRing, Some(ops)) => format!(", {ops:.0} ops in the ring"),
+            (_, Some(r)) => format!(", {r:.1}/s"),
+            (_, None) => String::new(),
+        };
+        let what = format!(
+            "{} moving on {}{rate}, held for {}s",
+            h.moving.as_str(),
+            names.join(", "),
+            (self.now - h.since) / 1000
+        );
+        if self.memory.hold_since.map(|(r, _)| r) != Some(h.reason) {
+            self.notes.push(Note {
+                kind: EventKind::Normal,
+                reason: "HandoffHeld",
+                member,
+                message: format!("{}: {what}: {}", h.reason.as_str(), h.message),
+            });
+        }
+        if h.stuck && self.memory.blocked != Some(BlockReason::HandoffTimeout) {
+            self.notes.push(Note {
+                kind: EventKind::Warning,
+                reason: "HandoffStuck",
+                member,
+                message: format!(
+                    "held longer than spec.scaleDown.handoffTimeoutSeconds ({}s): {what}: {}; not proceeding until the gate passes",
+                    self.spec.handoff_timeout_ms / 1000,
+                    h.message
+                ),
+            });
         }
     }
 

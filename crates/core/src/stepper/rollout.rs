@@ -2,6 +2,7 @@
 //! volume asked for on a member's pod takes the same path, its volume replaced like one the
 //! spec cannot have in place.
 
+use crate::handoff::Leaver;
 use crate::types::*;
 
 use super::{Pass, normal, restarted_while_draining};
@@ -136,8 +137,13 @@ impl Pass<'_> {
             enter(r, RollStep::Draining, self.now);
             return;
         }
-        // Every member, this one too: it must still be up as the source of the copies.
-        match self.gate_all(Some(r.step_started_at)) {
+        // Every member, this one too: it must still be up as the source of the copies, its
+        // client traffic cut and its ring empty.
+        let leaver = Leaver {
+            ordinal: r.ordinal,
+            traffic_cut: true,
+        };
+        match self.gate_leaving(Some(r.step_started_at), leaver) {
             Ok(()) => {
                 if !self.hold(format!("restarting {name}")) {
                     enter(r, RollStep::Deleting, self.now);
@@ -145,7 +151,9 @@ impl Pass<'_> {
                     self.actions.insert(Action::DeletePod(r.ordinal));
                 }
             }
-            Err(b) => self.wait_gate_for_update(b, r, name, "hand-off before its restart"),
+            Err(h) => {
+                self.wait_gate_for_update(h.blocked, r, name, "hand-off before its restart")
+            }
         }
     }
 

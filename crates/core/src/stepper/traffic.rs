@@ -1,0 +1,37 @@
+//! Client traffic: the member leaving takes no new client writes, so that what originated on
+//! it can reach every owner before it goes (gate G5). Level-triggered: the label is set again
+//! while its pod is not observed as asked.
+
+use crate::types::*;
+
+use super::Pass;
+
+impl Pass<'_> {
+    /// The removal victim (from its record on, while its pod lasts) and the member being
+    /// restarted (until its pod is deleted) are labelled off; any other member's pod observed
+    /// off (a removal cancelled, a restart given up) is labelled on again.
+    pub(super) fn steer_client_traffic(&mut self) {
+        let leaving = self.traffic_cut_for();
+        let members: Vec<u32> = self.members.iter().copied().collect();
+        for o in members {
+            let Some(p) = self.obs(o).pod.as_ref().filter(|p| !p.terminating) else {
+                continue;
+            };
+            let off = Some(o) == leaving;
+            if off != p.client_traffic_off {
+                self.actions.insert(Action::SetClientTraffic {
+                    ordinal: o,
+                    on: !off,
+                });
+            }
+        }
+    }
+
+    /// The member whose client traffic must be off.
+    fn traffic_cut_for(&self) -> Option<u32> {
+        match self.disruption.as_ref()? {
+            Disruption::Removal(r) => Some(r.ordinal),
+            Disruption::Roll(r) => (r.step != RollStep::Rejoining).then_some(r.ordinal),
+        }
+    }
+}
