@@ -99,8 +99,25 @@ fn the_plan_starts_with_the_removal_it_starts_then_the_next_ones_in_order() {
         ]
     );
     // The next pass, the removal under way: the same plan.
+    // Its client traffic is cut with the record, and again while its pod is not seen off.
+    assert_eq!(
+        d.actions,
+        vec![Action::SetClientTraffic {
+            ordinal: 4,
+            on: false
+        }]
+    );
     let again = decide_now(&spec(3, 2), &d.memory, &observed);
-    assert_eq!(again.actions, vec![Action::Drain(4)]);
+    assert_eq!(
+        again.actions,
+        vec![
+            Action::Drain(4),
+            Action::SetClientTraffic {
+                ordinal: 4,
+                on: false
+            }
+        ]
+    );
     assert_eq!(steps(&again), steps(&d));
 }
 
@@ -145,6 +162,7 @@ fn a_re_replication_in_progress_holds_the_first_step_with_the_gate_message() {
     let (mut memory, observed) = healthy(4);
     for s in memory.samples.values_mut() {
         s.changed_at = NOW - 1_000;
+        s.repairs_changed_at = NOW - 1_000;
     }
     let d = decide_now(&spec(3, 2), &memory, &observed);
     assert!(d.actions.is_empty());

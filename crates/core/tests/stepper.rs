@@ -401,10 +401,11 @@ fn blocked_while_underreplicated_then_proceeds() {
     assert!(d.memory.removal().is_none());
     assert!(d.notes.iter().any(|n| n.reason == "ScaleDownBlocked"));
     mem = d.memory;
-    // Once the gauge clears, the removal starts (recorded first, nothing done yet).
+    // Once the gauge clears, the removal starts (recorded first, nothing done yet but cutting
+    // its client traffic).
     let ds = drive(&s, &mut w, &mut mem, 101_000, 1);
     assert!(ds[0].memory.removal().is_some());
-    assert!(ds[0].actions.is_empty());
+    assert_eq!(ds[0].actions, vec![traffic_off(3)]);
     assert!(ds[0].notes.iter().any(|n| n.reason == "Unblocked"));
 }
 
@@ -737,7 +738,7 @@ fn replacing_volumes_moves_each_member_to_a_fresh_one_after_its_hand_off() {
     let seq: Vec<Action> = ds
         .iter()
         .flat_map(|d| d.actions.iter().copied())
-        .filter(|a| !matches!(a, Action::Drain(_)))
+        .filter(|a| !matches!(a, Action::Drain(_) | Action::SetClientTraffic { .. }))
         .collect();
     let mut expected = Vec::new();
     for o in [2, 1, 0] {
@@ -804,9 +805,16 @@ fn uid_of(w: &World, o: u32) -> String {
     w.obs[&o].pvc.as_ref().unwrap().uid.clone()
 }
 
-/// Only disruptive actions and creations, in order.
+/// Only disruptive actions and creations, in order (not the client-traffic labels).
 fn actions_of(ds: &[Decision]) -> Vec<Action> {
-    ds.iter().flat_map(|d| d.actions.iter().copied()).collect()
+    ds.iter()
+        .flat_map(|d| d.actions.iter().copied())
+        .filter(|a| !matches!(a, Action::SetClientTraffic { .. }))
+        .collect()
+}
+
+fn traffic_off(ordinal: u32) -> Action {
+    Action::SetClientTraffic { ordinal, on: false }
 }
 
 fn notes_named(ds: &[Decision], reason: &str) -> Vec<String> {
@@ -831,8 +839,9 @@ fn a_fresh_volume_asked_on_a_pod_drains_waits_for_the_gate_then_replaces_pod_and
 
     let ds = drive(&s, &mut w, &mut mem, 100_000, 600);
     assert_eq!(ds.last().unwrap().phase, ClusterPhase::Healthy);
-    // Recorded before anything is done to it, with the volume it is to leave.
-    assert!(ds[0].actions.is_empty(), "{:?}", ds[0].actions);
+    // Recorded before anything is done to it but cutting its client traffic, with the volume
+    // it is to leave.
+    assert_eq!(ds[0].actions, vec![traffic_off(1)]);
     let roll = ds[0].memory.roll().expect("recorded");
     assert_eq!(
         (roll.ordinal, &roll.reason),
@@ -890,8 +899,8 @@ fn a_restart_asked_on_a_pod_drains_waits_for_the_gate_then_restarts_it_on_its_ow
 
     let ds = drive(&s, &mut w, &mut mem, 100_000, 600);
     assert_eq!(ds.last().unwrap().phase, ClusterPhase::Healthy);
-    // Recorded before anything is done to it.
-    assert!(ds[0].actions.is_empty(), "{:?}", ds[0].actions);
+    // Recorded before anything is done to it but cutting its client traffic.
+    assert_eq!(ds[0].actions, vec![traffic_off(1)]);
     let roll = ds[0].memory.roll().expect("recorded");
     assert_eq!(
         (roll.ordinal, &roll.reason),
@@ -1114,6 +1123,7 @@ fn arb_obs() -> impl Strategy<Value = MemberObs> {
                 prop::bool::weighted(0.1),
                 prop::bool::weighted(0.3),
                 prop::bool::weighted(0.05),
+                prop::bool::weighted(0.7),
             ),
         ),
         prop::option::weighted(0.9, (prop::bool::weighted(0.05), prop::bool::weighted(0.2))),
@@ -1124,19 +1134,20 @@ fn arb_obs() -> impl Strategy<Value = MemberObs> {
                 prop::bool::weighted(0.1),
                 prop::bool::weighted(0.1),
                 0u64..3,
+                prop::option::weighted(0.9, prop_oneof![4 => Just(0u64), 1 => 1u64..50]),
             ),
         ),
     )
         .prop_map(|(pod, pvc, scrape)| MemberObs {
             pod: pod.map(
-                |(ready, terminating, drained, outdated, replace_volume)| PodObs {
+                |(ready, terminating, drained, outdated, replace_volume, traffic_off)| PodObs {
                     ready,
                     terminating,
                     drained,
                     outdated,
                     replace_volume,
                     restart: false,
-                    client_traffic_off: false,
+                    client_traffic_off: traffic_off,
                 },
             ),
             pvc: pvc.map(|(terminating, outdated)| PvcObs {
@@ -1145,12 +1156,13 @@ fn arb_obs() -> impl Strategy<Value = MemberObs> {
                 outdated,
                 absent_since: None,
             }),
-            scrape: scrape.map(|(view, under, join, rep)| Scrape {
+            scrape: scrape.map(|(view, under, join, rep, ring)| Scrape {
                 view_members: view,
                 underreplicated: u64::from(under) * 5,
                 join_pending: u64::from(join) * 3,
                 bootstraps_total: 0,
                 repairs_total: rep,
+                ring_ops: ring,
                 ..Scrape::default()
             }),
             view: None,
@@ -1228,7 +1240,8 @@ fn calm_asking(mem: &Memory, outdated: bool, asking: Option<u32>) -> BTreeMap<u3
                 outdated,
                 replace_volume: Some(*o) == asking,
                 restart: false,
-                client_traffic_off: false,
+                // The label the stepper asks for has taken (a restarted pod is built "on").
+                client_traffic_off: Some(*o) == disrupted && Some(*o) != moved,
             });
             let scrape = pod.as_ref().map(|_| Scrape {
                 view_members: serving,
@@ -1363,7 +1376,13 @@ fn no_unsafe_step(
         if started {
             reached.removal_started += 1;
             prop_assert!(d.memory.members.len() as u32 > s.floor());
-            prop_assert!(d.actions.is_empty(), "the record is written before acting");
+            // The record is written before acting: only its client traffic is cut with it.
+            let victim = d.memory.removal().map(|r| r.ordinal).expect("started");
+            prop_assert!(
+                d.actions.iter().all(|a| *a == Action::SetClientTraffic { ordinal: victim, on: false }),
+                "the record is written before acting: {:?}",
+                d.actions
+            );
             for o in &d.memory.members {
                 let m = observed
                     .get(o)
@@ -1385,15 +1404,30 @@ fn no_unsafe_step(
                 && d.actions.contains(&Action::DeletePod(r.ordinal))
             {
                 reached.handoff_deleted += 1;
+                let quiet = |at: Millis| now - at.max(r.step_started_at) >= s.settle_ms;
+                // Repairs may move only while some member's ring read busy (known) lately.
+                let explained = d.memory.members.iter().any(|o| {
+                    let x = &d.memory.samples[o];
+                    x.ring_ops.is_some_and(|n| n > 0)
+                        || (x.ring_ops.is_some()
+                            && x.ring_busy_at.is_some_and(|at| now - at < s.settle_ms))
+                });
                 for o in d.memory.members.iter().filter(|o| **o != r.ordinal) {
                     let m = &observed[o];
                     prop_assert!(m.pod.as_ref().is_some_and(|p| p.ready));
                     let sc = m.scrape.as_ref().expect("scraped");
                     prop_assert_eq!(sc.underreplicated, 0);
                     prop_assert_eq!(sc.view_members, d.memory.members.len() as u64);
-                    let q = d.memory.samples[o].changed_at.max(r.step_started_at);
-                    prop_assert!(now - q >= s.settle_ms);
+                    let x = &d.memory.samples[o];
+                    prop_assert!(quiet(x.bootstraps_changed_at));
+                    prop_assert!(explained || quiet(x.repairs_changed_at));
                 }
+                // The leaver takes no client writes and its ring is known, empty and quiet.
+                let leaver = &observed[&r.ordinal];
+                prop_assert!(leaver.pod.as_ref().is_some_and(|p| p.client_traffic_off));
+                prop_assert_eq!(leaver.scrape.as_ref().and_then(|x| x.ring_ops), Some(0));
+                let x = &d.memory.samples[&r.ordinal];
+                prop_assert!(x.ring_busy_at.is_none_or(quiet));
             }
             // Completing a removal needs the others known, converged without it and settled.
             if d.memory.removal().is_none() && !d.memory.members.contains(&r.ordinal) {
@@ -1842,6 +1876,8 @@ fn a_suspected_partition_holds_every_disruptive_step_until_views_agree() {
                     pod: Some(PodObs {
                         ready: true,
                         drained: o == 3,
+                        // The victim's client traffic was cut when its removal was recorded.
+                        client_traffic_off: o == 3,
                         ..PodObs::default()
                     }),
                     pvc: Some(PvcObs {

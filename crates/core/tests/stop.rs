@@ -131,7 +131,10 @@ fn hibernation_waits_for_the_removal_in_progress_and_paused_holds_it() {
         step_started_at: NOW - 10_000,
     }));
     let mut obs = world(4, &[], None);
-    obs.get_mut(&3).unwrap().pod.as_mut().unwrap().drained = true;
+    let victim = obs.get_mut(&3).unwrap().pod.as_mut().unwrap();
+    victim.drained = true;
+    // Its client traffic was cut when its removal was recorded.
+    victim.client_traffic_off = true;
     let s = ClusterSpec {
         hibernation: true,
         ..spec(3)

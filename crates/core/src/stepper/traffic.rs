@@ -10,10 +10,24 @@ impl Pass<'_> {
     /// The removal victim (from its record on, while its pod lasts) and the member being
     /// restarted (until its pod is deleted) are labelled off; any other member's pod observed
     /// off (a removal cancelled, a restart given up) is labelled on again.
+    /// Whatever holds every disruptive step (paused, fenced, a mass failure, disagreeing
+    /// views, a look-alike) holds the label too: nothing is done to any member meanwhile.
     pub(super) fn steer_client_traffic(&mut self) {
+        if self.spec.paused
+            || !self.spec.fenced.is_empty()
+            || self.mass.is_some()
+            || self.views_disagree()
+            || !self.look_alikes.is_empty()
+        {
+            return;
+        }
         let leaving = self.traffic_cut_for();
         let members: Vec<u32> = self.members.iter().copied().collect();
         for o in members {
+            // A pod deleted in this pass needs no label (a new pod is built with "on").
+            if self.actions.contains(&Action::DeletePod(o)) {
+                continue;
+            }
             let Some(p) = self.obs(o).pod.as_ref().filter(|p| !p.terminating) else {
                 continue;
             };
