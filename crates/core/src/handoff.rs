@@ -718,4 +718,263 @@ mod tests {
             "not scraped: kept"
         );
     }
+
+    // ---- gate v2: the leaver, bootstraps, repairs explained by ring backlog ----
+
+    const NOW: Millis = 100_000;
+
+    /// Members 0..n converged, their counters quiet since 0; member `leaver` drained, its
+    /// client traffic off.
+    fn quiet_cluster(n: u32, leaver: u32) -> (Vec<MemberObs>, BTreeMap<u32, Sample>) {
+        let mut ms = numbered((0..n).map(|_| member(n as u64)).collect());
+        let p = ms[leaver as usize].pod.as_mut().unwrap();
+        p.drained = true;
+        p.client_traffic_off = true;
+        (ms, quiet_since(0, n))
+    }
+
+    fn evaluate(
+        members: &[MemberObs],
+        samples: &BTreeMap<u32, Sample>,
+        leaver: Option<Leaver>,
+        since: Option<Millis>,
+    ) -> Result<(), GateHold> {
+        HandoffGate {
+            members: members
+                .iter()
+                .enumerate()
+                .map(|(i, m)| (i as u32, m))
+                .collect(),
+            samples,
+            expected_view: members.len() as u64,
+            since,
+            now: NOW,
+            settle_ms: 5_000,
+            name: "demo",
+            leaver,
+        }
+        .evaluate()
+    }
+
+    fn leaving(ordinal: u32) -> Option<Leaver> {
+        Some(Leaver {
+            ordinal,
+            traffic_cut: true,
+        })
+    }
+
+    /// Member `o`'s ring reads `ops` now, and its sample says so (busy at `busy_at`).
+    fn ring(
+        ms: &mut [MemberObs],
+        samples: &mut BTreeMap<u32, Sample>,
+        o: u32,
+        ops: Option<u64>,
+        busy_at: Option<Millis>,
+    ) {
+        ms[o as usize].scrape.as_mut().unwrap().ring_ops = ops;
+        let s = samples.get_mut(&o).unwrap();
+        s.ring_ops = ops;
+        s.ring_busy_at = busy_at;
+    }
+
+    /// Member `o`'s repairs moved at `at`, `per_sec` a second since the move before.
+    fn repairing(samples: &mut BTreeMap<u32, Sample>, o: u32, at: Millis, per_sec: u64) {
+        let s = samples.get_mut(&o).unwrap();
+        s.repairs_prev = Some((s.repairs_total, at - 1_000));
+        s.repairs_total += per_sec;
+        s.repairs_changed_at = at;
+        s.changed_at = at;
+    }
+
+    fn moving(r: Result<(), GateHold>) -> Option<(BlockReason, Moving, Vec<u32>)> {
+        r.err().map(|h| (h.blocked.reason, h.moving, h.members))
+    }
+
+    #[test]
+    fn a_quiet_leaver_with_its_traffic_cut_passes() {
+        let (ms, samples) = quiet_cluster(4, 3);
+        assert_eq!(evaluate(&ms, &samples, leaving(3), Some(0)), Ok(()));
+    }
+
+    #[test]
+    fn the_leaver_must_take_no_client_writes() {
+        let (mut ms, samples) = quiet_cluster(4, 3);
+        ms[3].pod.as_mut().unwrap().client_traffic_off = false;
+        assert_eq!(
+            moving(evaluate(&ms, &samples, leaving(3), None)),
+            Some((BlockReason::LeaverBacklog, Moving::ClientTraffic, vec![3]))
+        );
+        // Before its traffic was ever asked to be cut (the start check), it need not be.
+        let before = Some(Leaver {
+            ordinal: 3,
+            traffic_cut: false,
+        });
+        assert_eq!(evaluate(&ms, &samples, before, None), Ok(()));
+    }
+
+    #[test]
+    fn the_leavers_ring_must_be_known_empty_and_quiet_for_the_window() {
+        let (mut ms, mut samples) = quiet_cluster(4, 3);
+        // Busy: held, naming the member and its backlog.
+        ring(&mut ms, &mut samples, 3, Some(1_234), Some(NOW));
+        let h = evaluate(&ms, &samples, leaving(3), None).unwrap_err();
+        assert_eq!(
+            (h.blocked.reason, h.moving, h.members.clone(), h.rate_per_sec),
+            (
+                BlockReason::LeaverBacklog,
+                Moving::ReplicationRing,
+                vec![3],
+                Some(1_234.0)
+            )
+        );
+        assert!(
+            h.blocked.message.contains("demo-3 still holds 1234 writes")
+                && h.blocked.message.contains("last busy 0.0s ago"),
+            "{}",
+            h.blocked.message
+        );
+        // Empty now, but busy 2 s ago: not yet quiet for the 5 s window.
+        ring(&mut ms, &mut samples, 3, Some(0), Some(NOW - 2_000));
+        assert_eq!(
+            moving(evaluate(&ms, &samples, leaving(3), None)),
+            Some((BlockReason::LeaverBacklog, Moving::ReplicationRing, vec![3]))
+        );
+        // Quiet for the window, but the step began 1 s ago: the window counts from the step.
+        ring(&mut ms, &mut samples, 3, Some(0), Some(NOW - 6_000));
+        assert_eq!(evaluate(&ms, &samples, leaving(3), Some(0)), Ok(()));
+        assert!(evaluate(&ms, &samples, leaving(3), Some(NOW - 1_000)).is_err());
+        // Unknown: held, before its traffic is cut too (the start check).
+        ring(&mut ms, &mut samples, 3, None, Some(NOW));
+        let before = Some(Leaver {
+            ordinal: 3,
+            traffic_cut: false,
+        });
+        for l in [leaving(3), before] {
+            let h = evaluate(&ms, &samples, l, Some(0)).unwrap_err();
+            assert_eq!(
+                (h.blocked.reason, h.moving, h.rate_per_sec),
+                (BlockReason::LeaverBacklog, Moving::ReplicationRing, None)
+            );
+            assert!(h.blocked.message.contains("unknown"), "{}", h.blocked.message);
+        }
+        // Busy before its traffic is cut: it still takes client writes, so not held yet.
+        ring(&mut ms, &mut samples, 3, Some(50), Some(NOW));
+        assert_eq!(evaluate(&ms, &samples, before, Some(0)), Ok(()));
+    }
+
+    #[test]
+    fn moving_bootstraps_hold_whatever_the_rings_say() {
+        let (mut ms, mut samples) = quiet_cluster(4, 3);
+        ring(&mut ms, &mut samples, 0, Some(900), Some(NOW));
+        samples.get_mut(&1).unwrap().bootstraps_changed_at = NOW - 1_000;
+        assert_eq!(
+            moving(evaluate(&ms, &samples, leaving(3), None)),
+            Some((BlockReason::RepairInProgress, Moving::Bootstraps, vec![1]))
+        );
+    }
+
+    #[test]
+    fn repairs_explained_by_a_busy_ring_are_background_and_hold_nothing() {
+        let (mut ms, mut samples) = quiet_cluster(5, 4);
+        for o in 0..4 {
+            repairing(&mut samples, o, NOW - 500, 40);
+        }
+        // No ring busy: unexplained, held, with the summed rate.
+        let h = evaluate(&ms, &samples, leaving(4), Some(0)).unwrap_err();
+        assert_eq!(
+            (h.blocked.reason, h.moving, h.members.clone(), h.rate_per_sec),
+            (
+                BlockReason::RepairInProgress,
+                Moving::Repairs,
+                vec![0, 1, 2, 3],
+                Some(160.0)
+            )
+        );
+        // The old rule, "every counter still", is what v2 falls back to with every ring
+        // empty: it holds here, under background repair, for as long as the load lasts.
+        assert!(samples.values().any(|s| NOW - s.changed_at < 5_000));
+        assert_eq!(
+            background_repair(&[0, 1, 2, 3, 4], &samples, NOW, 5_000),
+            None
+        );
+        // Member 1's ring holds gapped writes now: the repairs are explained, the gate
+        // passes, and they are reported as background.
+        ring(&mut ms, &mut samples, 1, Some(300), Some(NOW));
+        assert_eq!(evaluate(&ms, &samples, leaving(4), Some(0)), Ok(()));
+        let bg = background_repair(&[0, 1, 2, 3, 4], &samples, NOW, 5_000).unwrap();
+        assert_eq!(bg.members, vec![0, 1, 2, 3]);
+        assert_eq!(bg.rate_per_sec, 160.0);
+        assert_eq!(bg.since, NOW - 1_500);
+        // Empty now but busy 1 s ago (within the window): still explained.
+        ring(&mut ms, &mut samples, 1, Some(0), Some(NOW - 1_000));
+        assert_eq!(evaluate(&ms, &samples, leaving(4), Some(0)), Ok(()));
+        // Busy longer ago than the window: nothing explains them any more.
+        ring(&mut ms, &mut samples, 1, Some(0), Some(NOW - 6_000));
+        assert_eq!(
+            moving(evaluate(&ms, &samples, leaving(4), Some(0))).map(|m| m.1),
+            Some(Moving::Repairs)
+        );
+    }
+
+    #[test]
+    fn an_unknown_ring_never_relaxes_the_gate() {
+        let (mut ms, mut samples) = quiet_cluster(4, 3);
+        repairing(&mut samples, 0, NOW - 500, 10);
+        // Member 1's ring is unknown (and was marked busy for it): it explains nothing.
+        ring(&mut ms, &mut samples, 1, None, Some(NOW));
+        assert_eq!(
+            moving(evaluate(&ms, &samples, leaving(3), Some(0))).map(|m| m.1),
+            Some(Moving::Repairs)
+        );
+        assert_eq!(background_repair(&[0, 1, 2, 3], &samples, NOW, 5_000), None);
+        // A member never sampled is unknown too: its counters are not quiet.
+        samples.remove(&2);
+        assert_eq!(
+            moving(evaluate(&ms, &samples, None, Some(0))).map(|m| m.1),
+            Some(Moving::Bootstraps)
+        );
+    }
+
+    #[test]
+    fn samples_keep_one_clock_per_counter_a_repair_rate_and_when_the_ring_was_busy() {
+        let mut observed = BTreeMap::new();
+        observed.insert(0, member(3));
+        let set = |obs: &mut BTreeMap<u32, MemberObs>, b: u64, r: u64, ring: Option<u64>| {
+            let s = obs.get_mut(&0).unwrap().scrape.as_mut().unwrap();
+            s.bootstraps_total = b;
+            s.repairs_total = r;
+            s.ring_ops = ring;
+        };
+        // First seen with a busy ring: busy now.
+        set(&mut observed, 0, 0, Some(7));
+        let s1 = update_samples(&BTreeMap::new(), &observed, 1_000);
+        assert_eq!(s1[&0].ring_busy_at, Some(1_000));
+        // Repairs move: only their clock restarts, with the sample before kept for the rate.
+        set(&mut observed, 0, 40, Some(0));
+        let s2 = update_samples(&s1, &observed, 3_000);
+        let x = s2[&0];
+        assert_eq!(
+            (x.bootstraps_changed_at, x.repairs_changed_at, x.changed_at),
+            (1_000, 3_000, 3_000)
+        );
+        assert_eq!(x.repairs_prev, Some((0, 1_000)));
+        assert_eq!(repair_rate(&[0], &s2), 20.0);
+        // An empty ring keeps when it was last busy; an unknown one is busy now.
+        assert_eq!(x.ring_busy_at, Some(1_000));
+        set(&mut observed, 0, 40, None);
+        let s3 = update_samples(&s2, &observed, 4_000);
+        assert_eq!(s3[&0].ring_busy_at, Some(4_000));
+        assert_eq!(s3[&0].repairs_prev, Some((0, 1_000)), "kept while still");
+        // Bootstraps move alone.
+        set(&mut observed, 2, 40, Some(0));
+        let s4 = update_samples(&s3, &observed, 5_000);
+        assert_eq!(
+            (s4[&0].bootstraps_changed_at, s4[&0].repairs_changed_at),
+            (5_000, 3_000)
+        );
+        // The node restarted, its counter back to 3: it moved, but gives no rate.
+        set(&mut observed, 2, 3, Some(0));
+        let s5 = update_samples(&s4, &observed, 6_000);
+        assert_eq!((s5[&0].repairs_changed_at, s5[&0].repairs_prev), (6_000, None));
+    }
 }
