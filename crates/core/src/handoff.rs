@@ -103,8 +103,9 @@ impl HandoffGate<'_> {
             members: self.members.iter().map(|(o, _)| *o).collect(),
             rate_per_sec: None,
         })?;
-        self.check_bootstraps()?;
+        // The leaver first: under load its backlog is what a user needs to see.
         self.check_leaver()?;
+        self.check_bootstraps()?;
         self.check_repairs()
     }
 
@@ -207,25 +208,39 @@ impl HandoffGate<'_> {
             .collect()
     }
 
-    /// G4: no partition bootstrap completed for the settle window.
+    /// G4: no partition bootstrap completed for the settle window (counted from the step's
+    /// start: right after a step began, the window has not passed even with nothing moving).
     fn check_bootstraps(&self) -> Result<(), GateHold> {
         let quiet = self.quiet(|s| s.bootstraps_changed_at);
-        let moving: Vec<u32> = quiet
+        let short: Vec<u32> = quiet
             .iter()
             .filter(|(_, q)| *q < self.settle_ms)
             .map(|(o, _)| *o)
             .collect();
-        if moving.is_empty() {
+        if short.is_empty() {
             return Ok(());
         }
         let least = quiet.iter().map(|(_, q)| *q).min().unwrap_or(0);
+        let window = format!("{:.1}s of {:.1}s", secs(least), secs(self.settle_ms));
+        // Members whose own counter moved within the window (or never sampled).
+        let moved: Vec<u32> = short
+            .iter()
+            .copied()
+            .filter(|o| {
+                self.samples
+                    .get(o)
+                    .is_none_or(|s| self.now - s.bootstraps_changed_at < self.settle_ms)
+            })
+            .collect();
+        if moved.is_empty() {
+            let message = format!("settle window since the step began: {window}");
+            return hold(BlockReason::RepairInProgress, message, Moving::Other, vec![], None);
+        }
         let message = format!(
-            "partition hand-off not settled: bootstraps quiet for {:.1}s of {:.1}s on {}",
-            secs(least),
-            secs(self.settle_ms),
-            self.who(&moving)
+            "partition hand-off not settled: bootstraps quiet for {window} on {}",
+            self.who(&moved)
         );
-        hold(BlockReason::RepairInProgress, message, Moving::Bootstraps, moving, None)
+        hold(BlockReason::RepairInProgress, message, Moving::Bootstraps, moved, None)
     }
 
     /// G5: the leaver takes no client writes and every write that originated on it is on

@@ -290,6 +290,12 @@ impl<'a> Pass<'a> {
         if report.stuck && self.blocked.is_none() {
             self.blocked = Some(timeout(subject, what, self.now - report.since, &h.blocked));
         }
+        // Blocked by the step's age: stuck too, whatever the hold's own age.
+        if let (Some(b), Some(r)) = (&self.blocked, self.hold_report.as_mut())
+            && b.reason == BlockReason::HandoffTimeout
+        {
+            r.stuck = true;
+        }
     }
 
     /// A step waits on a hand-off gate that has not passed: say what it is `doing`, and block

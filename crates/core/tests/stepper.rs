@@ -19,6 +19,43 @@ struct World {
     copying_ms: Millis,
     repairs: u64,
     last_repair_at: Millis,
+    /// Steady client load above the ring-gap rate, when on.
+    load: Option<Load>,
+}
+
+/// Steady write load above the ring-gap rate: every scrape, anti-entropy applies repairs on
+/// every member (background repair of gapped writes), and each member taking client writes
+/// has `backlog` writes in its ring. A member whose traffic is cut empties its ring
+/// `drain_ms` after the cut.
+#[derive(Clone, Debug)]
+struct Load {
+    backlog: u64,
+    drain_ms: Millis,
+    /// Whether the ring gauge counts gapped writes (else it reads 0: explains nothing).
+    rings_count_gaps: bool,
+    cut_at: BTreeMap<u32, Millis>,
+}
+
+impl Load {
+    fn new(backlog: u64, drain_ms: Millis) -> Self {
+        Load {
+            backlog,
+            drain_ms,
+            rings_count_gaps: true,
+            cut_at: BTreeMap::new(),
+        }
+    }
+
+    fn ring(&self, o: u32, traffic_off: bool, now: Millis) -> u64 {
+        if !self.rings_count_gaps {
+            return 0;
+        }
+        match (traffic_off, self.cut_at.get(&o)) {
+            (false, _) => self.backlog,
+            (true, Some(at)) if now < at + self.drain_ms => self.backlog,
+            (true, _) => 0,
+        }
+    }
 }
 
 impl World {
@@ -30,6 +67,7 @@ impl World {
             copying_ms,
             repairs: 0,
             last_repair_at: 0,
+            load: None,
         }
     }
 
@@ -79,6 +117,9 @@ impl World {
                     if let Some(p) = self.obs.get_mut(&ordinal).and_then(|m| m.pod.as_mut()) {
                         p.client_traffic_off = !on;
                     }
+                    if let Some(l) = self.load.as_mut() {
+                        l.cut_at.insert(ordinal, now);
+                    }
                 }
             }
         }
@@ -89,15 +130,20 @@ impl World {
     fn scrape(&mut self, now: Millis) {
         let running = self.obs.values().filter(|m| m.pod.is_some()).count() as u64;
         // A restarted member's pod is ready one scrape after it was created.
-        if now < self.copying_until {
+        if now < self.copying_until || self.load.is_some() {
             self.repairs += 1;
             self.last_repair_at = now;
         }
         let repairs = self.repairs;
-        for m in self.obs.values_mut() {
-            m.scrape = m.pod.as_ref().map(|_| Scrape {
+        for (o, m) in self.obs.iter_mut() {
+            m.scrape = m.pod.as_ref().map(|p| Scrape {
                 view_members: running,
                 repairs_total: repairs,
+                ring_ops: Some(
+                    self.load
+                        .as_ref()
+                        .map_or(0, |l| l.ring(*o, p.client_traffic_off, now)),
+                ),
                 ..Scrape::default()
             });
         }
@@ -2167,4 +2213,189 @@ fn orphaned_pods_on_kept_volumes_make_their_members_wait_not_new_ones() {
     for o in 0..3 {
         assert_eq!(uid_of(&w, o), format!("kept-{o}"));
     }
+}
+
+// ---- scale-down under steady write load (gate v2) ----
+
+/// A healthy 5-member cluster under steady load, asked for 4.
+fn loaded_5_to_4(load: Load) -> (ClusterSpec, World, Memory) {
+    let mut s = spec(5, 2);
+    let mut w = World::new(1_000);
+    let mut mem = Memory::default();
+    drive(&s, &mut w, &mut mem, 0, 60);
+    assert_eq!(names(&mem), vec![0, 1, 2, 3, 4]);
+    w.load = Some(load);
+    s.nodes = 4;
+    (s, w, mem)
+}
+
+fn run(s: &ClusterSpec, w: &mut World, mem: &mut Memory, from: Millis, n: i64) -> Vec<Decision> {
+    (0..n)
+        .map(|t| decide_once(s, w, mem, from + t * 1_000))
+        .collect()
+}
+
+#[test]
+fn under_background_repair_explained_by_busy_rings_a_5_to_4_completes() {
+    let (s, mut w, mut mem) = loaded_5_to_4(Load::new(500, 4_000));
+    let ds = run(&s, &mut w, &mut mem, 100_000, 60);
+    assert_eq!(names(&mem), vec![0, 1, 2, 3], "demo-4 removed under load");
+    // Repairs moved on every pass: the old rule ("every counter still for the window")
+    // would never have let it go. They were reported as background, not as a hold.
+    let deleted = ds
+        .iter()
+        .position(|d| d.actions.contains(&Action::DeletePod(4)))
+        .expect("its pod deleted");
+    assert!(ds[..=deleted].iter().all(|d| {
+        d.memory
+            .samples
+            .values()
+            .all(|x| x.repairs_changed_at == x.changed_at && x.changed_at > 100_000 - 1_000)
+    }));
+    let bg = ds[deleted].background_repair.clone().expect("background");
+    assert_eq!(bg.members, vec![0, 1, 2, 3, 4]);
+    assert_eq!(bg.rate_per_sec, 5.0, "one repair a second on each of 5");
+    // Its client traffic was cut with its record, before its drain; its ring, read busy
+    // until 3 s after the cut, then stayed empty for the settle window (3 s) before its pod
+    // went.
+    let at = |a: Action| ds.iter().position(|d| d.actions.contains(&a)).unwrap();
+    assert!(at(traffic_off(4)) < at(Action::Drain(4)));
+    let cut = at(traffic_off(4));
+    let busy = ds[deleted].memory.samples[&4].ring_busy_at.unwrap();
+    assert_eq!(busy, 100_000 + (cut as i64 + 3) * 1_000);
+    assert_eq!(deleted - cut, 6, "cut at {cut}, deleted at {deleted}");
+    // Held meanwhile by its backlog and the settle windows, never by the repairs.
+    let mut holds: Vec<(BlockReason, Moving)> = ds
+        .iter()
+        .filter_map(|d| d.hold.as_ref().map(|h| (h.reason, h.moving)))
+        .collect();
+    holds.dedup();
+    assert_eq!(
+        holds,
+        [
+            (BlockReason::LeaverBacklog, Moving::ReplicationRing),
+            (BlockReason::RepairInProgress, Moving::Other)
+        ]
+    );
+}
+
+#[test]
+fn the_leavers_busy_ring_holds_its_hand_off_naming_it_its_backlog_and_since_when() {
+    let (s, mut w, mut mem) = loaded_5_to_4(Load::new(1_234, 20_000));
+    let ds = run(&s, &mut w, &mut mem, 100_000, 15);
+    let held: Vec<&HoldReport> = ds.iter().filter_map(|d| d.hold.as_ref()).collect();
+    let h = held.last().unwrap();
+    assert_eq!(
+        (h.reason, h.moving, h.members.clone(), h.rate_per_sec),
+        (
+            BlockReason::LeaverBacklog,
+            Moving::ReplicationRing,
+            vec![4],
+            Some(1_234.0)
+        )
+    );
+    assert!(
+        h.message.contains("demo-4 still holds 1234 writes not yet on every owner"),
+        "{}",
+        h.message
+    );
+    // Since when: kept from the first pass that held for this reason.
+    assert!(held.iter().all(|x| x.since == held[0].since));
+    assert!(!h.stuck);
+    assert_eq!(mem.hold_since, Some((BlockReason::LeaverBacklog, held[0].since)));
+    // One Event when it began holding, naming the member, what moves and the backlog.
+    let notes = notes_named(&ds, "HandoffHeld");
+    assert_eq!(notes.len(), 1, "{notes:?}");
+    assert!(
+        notes[0].contains("ReplicationRing moving on demo-4, 1234 ops in the ring"),
+        "{}",
+        notes[0]
+    );
+    assert!(!ds.iter().any(|d| d.actions.contains(&Action::DeletePod(4))));
+    // The plan shows the same gate result.
+    let last = ds.last().unwrap();
+    assert!(matches!(
+        &last.plan[0].held_by,
+        Some(Hold::Gate(b)) if b.reason == BlockReason::LeaverBacklog
+    ));
+    // Once its ring empties and stays empty for the window, it goes.
+    run(&s, &mut w, &mut mem, 115_000, 30);
+    assert_eq!(names(&mem), vec![0, 1, 2, 3]);
+    assert_eq!(mem.hold_since, None);
+}
+
+#[test]
+fn repairs_no_ring_explains_hold_the_scale_down_with_repair_in_progress() {
+    // A node whose ring gauge does not count gapped writes: repairs with every ring at 0.
+    let mut load = Load::new(500, 0);
+    load.rings_count_gaps = false;
+    let (s, mut w, mut mem) = loaded_5_to_4(load);
+    let ds = run(&s, &mut w, &mut mem, 100_000, 10);
+    assert!(mem.removal().is_none(), "the removal does not start");
+    let h = ds.last().unwrap().hold.clone().expect("held");
+    assert_eq!(
+        (h.reason, h.moving, h.members.clone(), h.rate_per_sec),
+        (
+            BlockReason::RepairInProgress,
+            Moving::Repairs,
+            vec![0, 1, 2, 3, 4],
+            Some(5.0)
+        )
+    );
+    assert_eq!(
+        ds.last().unwrap().blocked.as_ref().map(|b| b.reason),
+        Some(BlockReason::RepairInProgress)
+    );
+    assert!(ds.iter().all(|d| d.background_repair.is_none()));
+}
+
+#[test]
+fn a_hold_past_the_bound_is_stuck_reported_once_and_never_proceeds() {
+    let (mut s, mut w, mut mem) = loaded_5_to_4(Load::new(800, 1_000_000));
+    s.handoff_timeout_ms = 20_000;
+    let ds = run(&s, &mut w, &mut mem, 100_000, 120);
+    assert!(!ds.iter().any(|d| d.actions.contains(&Action::DeletePod(4))));
+    assert_eq!(names(&mem), vec![0, 1, 2, 3, 4]);
+    let last = ds.last().unwrap();
+    let h = last.hold.as_ref().unwrap();
+    assert!(h.stuck);
+    assert_eq!(h.reason, BlockReason::LeaverBacklog);
+    assert_eq!(last.phase, ClusterPhase::Blocked);
+    assert_eq!(
+        last.blocked.as_ref().map(|b| b.reason),
+        Some(BlockReason::HandoffTimeout)
+    );
+    let stuck = notes_named(&ds, "HandoffStuck");
+    assert_eq!(stuck.len(), 1, "{stuck:?}");
+    assert!(stuck[0].contains("demo-4") && stuck[0].contains("20s"), "{}", stuck[0]);
+    // Not stuck until its step has waited past the bound.
+    let first = ds
+        .iter()
+        .position(|d| d.hold.as_ref().is_some_and(|h| h.stuck))
+        .unwrap();
+    let step = ds[first].memory.removal().unwrap().step_started_at;
+    assert!(100_000 + first as i64 * 1_000 - step > 20_000);
+    assert!(100_000 + (first as i64 - 1) * 1_000 - step <= 20_000);
+}
+
+#[test]
+fn traffic_is_cut_before_the_drain_and_restored_when_the_removal_is_cancelled() {
+    let (mut s, mut w, mut mem) = loaded_5_to_4(Load::new(10, 1_000));
+    let d = decide_once(&s, &mut w, &mut mem, 100_000);
+    assert_eq!(d.actions, vec![traffic_off(4)], "with its record, before its drain");
+    assert!(w.obs[&4].pod.as_ref().unwrap().client_traffic_off);
+    // The spec grows back before the drain: its traffic comes back.
+    s.nodes = 5;
+    let d = decide_once(&s, &mut w, &mut mem, 101_000);
+    assert!(d.memory.removal().is_none());
+    assert_eq!(
+        d.actions,
+        vec![Action::SetClientTraffic {
+            ordinal: 4,
+            on: true
+        }]
+    );
+    assert!(!w.obs[&4].pod.as_ref().unwrap().client_traffic_off);
+    let d = decide_once(&s, &mut w, &mut mem, 102_000);
+    assert!(d.actions.is_empty(), "{:?}", d.actions);
 }
