@@ -5,7 +5,8 @@
 //! memory. Observations start from a healthy cluster consistent with the memory (so the
 //! hand-off gate passes often enough to reach every step) and are then disturbed: pods missing,
 //! unready, terminating, drained, outdated or asking for a fresh volume; volumes missing, terminating or outdated; scrapes
-//! missing or showing under-replication, pending joins, diverged views or moving counters.
+//! missing or showing under-replication, pending joins, diverged views or moving counters;
+//! under load, rings busy or unknown and client traffic cut.
 //!
 //! The digest covers everything a decision says, rendered without depending on how `Memory`
 //! lays out the removal and the rollout. A change to the digest is a change of behaviour.
@@ -19,6 +20,8 @@ use marekvs_core::*;
 
 /// How many `decide` calls the digest covers.
 const INPUTS: usize = 200_000;
+/// The share of chains (percent) under load (`Shape::load`).
+const LOAD_PCT: u64 = 40;
 /// The digest of the decisions over those inputs (FNV-1a, 64 bits). Changed on purpose:
 /// - `0x9738_b6d6_f514_d446` → `0x40f7_2b0f_f2b1_92c6`: a drained member that is not the one
 ///   disrupted (a cancelled removal's victim) is recycled only when no removal or rollout is in
@@ -61,7 +64,18 @@ const INPUTS: usize = 200_000;
 ///   addresses (`View::of_ordinals`) are loopback (`127.0.0.<ordinal>`), not `10.0.0.<ordinal>`;
 ///   they appear in the messages naming who sees whom. No decision changed: with the old
 ///   addresses the digest is `0x8a00_fd56_9d8e_d764`.
-const DIGEST: u64 = 0x97d9_9bd2_6a9b_4027;
+/// - `0x97d9_9bd2_6a9b_4027` → `0xe73e_2448_6132_cb5d`: hand-off gate v2 (issue 17). The
+///   victim of a removal or restart gets `SetClientTraffic` off with its record and again
+///   while its pod is not seen off, another member's pod seen off gets it on; the hand-off
+///   holds `LeaverBacklog` until the leaver's traffic is cut and its ring is known, empty and
+///   quiet for the settle window (the start check: its ring known); repairs explained by a
+///   busy ring no longer hold; the projection shows `Decision::hold` and
+///   `Decision::background_repair`, with `HandoffHeld`/`HandoffStuck` notes. Over the old
+///   inputs (the load generator at 0 %) the digest is `0x652a_e8de_b5a3_b9d8`: the old
+///   inputs never cut a leaver's traffic, so no removal passes its hand-off there any more,
+///   and the branches asserted reached need the fourth generator (`Shape::load`: rings busy
+///   or unknown, traffic labels, repair rates, rings last busy lately).
+const DIGEST: u64 = 0xe73e_2448_6132_cb5d;
 
 /// What the generator draws beyond `SplitMix64`'s own.
 trait Draws {
@@ -122,6 +136,11 @@ fn projection(d: &Decision) -> String {
         (None, None) => String::new(),
         (since, p) => format!(" views {since:?} {p:?}"),
     };
+    // The gate's hold report and background repair, when there is one.
+    let hold = match (&d.hold, &d.background_repair) {
+        (None, None) => String::new(),
+        (h, bg) => format!(" hold {h:?} background {bg:?}"),
+    };
     let base = format!(
         "{:?}",
         (
@@ -139,7 +158,7 @@ fn projection(d: &Decision) -> String {
             &d.plan,
         )
     );
-    base + &views
+    base + &views + &hold
 }
 
 fn fnv(mut h: u64, bytes: &[u8]) -> u64 {
@@ -169,6 +188,11 @@ struct Shape {
     /// disagreement: with both at 0 the inputs are the ones generated before views by
     /// identity existed.
     swaps: u64,
+    /// Steady write load (issue 17), drawn from a fourth generator: rings busy or unknown,
+    /// client traffic cut on the member leaving (and now and then on another), repairs with
+    /// a rate and rings last busy lately in the remembered samples. At 0 the inputs are the
+    /// ones generated before.
+    load: u64,
 }
 
 fn gen_spec(r: &mut SplitMix64) -> ClusterSpec {
@@ -515,9 +539,36 @@ fn swap_a_view(views: &mut SplitMix64, out: &mut BTreeMap<u32, MemberObs>) {
     }
 }
 
+/// The ring and the client-traffic label of one member under load.
+fn loaded(loads: &mut SplitMix64, m: &mut MemberObs, leaving: bool) {
+    if let Some(p) = m.pod.as_mut() {
+        p.client_traffic_off = loads.pct(if leaving { 85 } else { 3 });
+    }
+    if let Some(s) = m.scrape.as_mut() {
+        s.ring_ops = match loads.below(10) {
+            0..=5 => Some(0),
+            6..=8 => Some(1 + loads.below(500)),
+            _ => None,
+        };
+    }
+}
+
+/// Remembered samples under load: repairs with a rate, rings last busy lately.
+fn loaded_samples(loads: &mut SplitMix64, memory: &mut Memory, settle_ms: Millis, now: Millis) {
+    for x in memory.samples.values_mut() {
+        x.repairs_prev = Some((0, x.repairs_changed_at - 1_000));
+        x.ring_busy_at = loads.pct(50).then(|| now - loads.upto(settle_ms * 2));
+        if loads.pct(30) {
+            // Repairs moving while bootstraps are quiet.
+            x.bootstraps_changed_at = now - settle_ms - loads.upto(10_000);
+        }
+    }
+}
+
 fn gen_observed(
     r: &mut SplitMix64,
     asks: &mut SplitMix64,
+    loads: &mut SplitMix64,
     shape: &Shape,
     memory: &Memory,
     spec: &ClusterSpec,
@@ -567,6 +618,9 @@ fn gen_observed(
         }
         if Some(o) == target {
             disrupted(r, &mut m, memory);
+        }
+        if shape.load > 0 {
+            loaded(loads, &mut m, Some(o) == target);
         }
         if r.pct(shape.chaos) {
             disturb(r, &mut m);
@@ -634,8 +688,12 @@ fn branches(input: &Memory, observed: &BTreeMap<u32, MemberObs>, d: &Decision) -
     let mut out: Vec<String> = Vec::new();
     let mut add = |what: String| out.push(what.clone());
     for a in &d.actions {
-        let kind = format!("{a:?}");
-        let kind = kind.split('(').next().unwrap_or_default().to_string();
+        let kind = match a {
+            Action::SetClientTraffic { on, .. } => {
+                format!("SetClientTraffic {}", if *on { "on" } else { "off" })
+            }
+            _ => format!("{a:?}").split('(').next().unwrap_or_default().into(),
+        };
         add(format!("action {kind}"));
         add(format!("{ctx} :: action {kind}"));
     }
@@ -730,6 +788,16 @@ fn branches(input: &Memory, observed: &BTreeMap<u32, MemberObs>, d: &Decision) -
     }
     if d.suspected_partition.is_some() {
         add("suspected partition".into());
+    }
+    if let Some(h) = &d.hold {
+        add(format!("hold {:?} {:?}", h.reason, h.moving));
+        add(format!("{ctx} :: hold {:?} {:?}", h.reason, h.moving));
+        if h.stuck {
+            add("hold stuck".into());
+        }
+    }
+    if d.background_repair.is_some() {
+        add("background repair".into());
     }
     let progress = d.progress.as_deref().unwrap_or_default();
     if progress.contains("views disagree") && progress.contains(": holding ") {
@@ -949,6 +1017,25 @@ const REACHED: &[&str] = &[
     "removal HandingOff :: views held",
     "removal Deleting :: views held",
     "roll Rejoining :: views held",
+    // Gate v2 under load (issue 17).
+    "action SetClientTraffic off",
+    "action SetClientTraffic on",
+    "idle :: action SetClientTraffic off",
+    "removal HandingOff :: action SetClientTraffic off",
+    "roll HandingOff :: action SetClientTraffic off",
+    "blocked LeaverBacklog",
+    "plan first Gate LeaverBacklog",
+    "hold LeaverBacklog ClientTraffic",
+    "hold LeaverBacklog ReplicationRing",
+    "hold RepairInProgress Repairs",
+    "hold RepairInProgress Bootstraps",
+    "hold RepairInProgress Other",
+    "idle :: hold LeaverBacklog ReplicationRing",
+    "removal Settling :: hold RepairInProgress Repairs",
+    "hold stuck",
+    "background repair",
+    "note HandoffHeld",
+    "note HandoffStuck",
 ];
 
 #[test]
@@ -956,6 +1043,7 @@ fn decide_over_generated_inputs_has_the_recorded_digest() {
     let mut r = SplitMix64(0x6d61_7265_6b76_7321);
     let mut asks = SplitMix64(0x6672_6573_6876_6f6c);
     let mut views = SplitMix64(0x7669_6577_7369_6421);
+    let mut loads = SplitMix64(0x6c6f_6164_7269_6e67);
     let mut digest: u64 = 0xcbf2_9ce4_8422_2325;
     let mut counts: BTreeMap<String, usize> = BTreeMap::new();
     let mut inputs = 0usize;
@@ -976,6 +1064,7 @@ fn decide_over_generated_inputs_has_the_recorded_digest() {
             } else {
                 0
             },
+            load: if loads.pct(LOAD_PCT) { 1 } else { 0 },
         };
         let mut now: Millis = if r.pct(1) {
             -r.upto(5_000)
@@ -983,6 +1072,9 @@ fn decide_over_generated_inputs_has_the_recorded_digest() {
             1_700_000_000_000 + r.upto(1_000_000_000)
         };
         let mut memory = gen_memory(&mut r, &mut asks, &spec, now.max(0));
+        if shape.load > 0 {
+            loaded_samples(&mut loads, &mut memory, spec.settle_ms, now.max(0));
+        }
         if shape.swaps > 0 && views.pct(50) {
             // Views disagreed before this chain: for a while, or past the bound.
             memory.views_split_since = Some(now.max(0) - views.upto(60_000));
@@ -991,7 +1083,8 @@ fn decide_over_generated_inputs_has_the_recorded_digest() {
             if inputs == INPUTS {
                 break;
             }
-            let mut observed = gen_observed(&mut r, &mut asks, &shape, &memory, &spec);
+            let mut observed =
+                gen_observed(&mut r, &mut asks, &mut loads, &shape, &memory, &spec);
             if shape.swaps > 0 && views.pct(shape.swaps) {
                 swap_a_view(&mut views, &mut observed);
             }
