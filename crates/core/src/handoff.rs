@@ -126,7 +126,13 @@ impl HandoffGate<'_> {
             .collect();
         if !not_ready.is_empty() {
             let message = format!("not ready: {}", self.who(&not_ready));
-            return hold(BlockReason::NotAllReady, message, Moving::Other, not_ready, None);
+            return hold(
+                BlockReason::NotAllReady,
+                message,
+                Moving::Other,
+                not_ready,
+                None,
+            );
         }
         let unscraped: Vec<u32> = self
             .members
@@ -155,7 +161,13 @@ impl HandoffGate<'_> {
                 "{} partitions under-replicated (max over members)",
                 worst.unwrap_or(0)
             );
-            return hold(BlockReason::Underreplicated, message, Moving::Other, under, None);
+            return hold(
+                BlockReason::Underreplicated,
+                message,
+                Moving::Other,
+                under,
+                None,
+            );
         }
         let joining: Vec<u32> = scrapes
             .iter()
@@ -183,7 +195,13 @@ impl HandoffGate<'_> {
                 seen.join(", ")
             );
             let members = diverged.iter().map(|(o, _)| *o).collect();
-            return hold(BlockReason::ViewsNotConverged, message, Moving::Views, members, None);
+            return hold(
+                BlockReason::ViewsNotConverged,
+                message,
+                Moving::Views,
+                members,
+                None,
+            );
         }
         Ok(())
     }
@@ -234,13 +252,25 @@ impl HandoffGate<'_> {
             .collect();
         if moved.is_empty() {
             let message = format!("settle window since the step began: {window}");
-            return hold(BlockReason::RepairInProgress, message, Moving::Other, vec![], None);
+            return hold(
+                BlockReason::RepairInProgress,
+                message,
+                Moving::Other,
+                vec![],
+                None,
+            );
         }
         let message = format!(
             "partition hand-off not settled: bootstraps quiet for {window} on {}",
             self.who(&moved)
         );
-        hold(BlockReason::RepairInProgress, message, Moving::Bootstraps, moved, None)
+        hold(
+            BlockReason::RepairInProgress,
+            message,
+            Moving::Bootstraps,
+            moved,
+            None,
+        )
     }
 
     /// G5: the leaver takes no client writes and every write that originated on it is on
@@ -254,7 +284,13 @@ impl HandoffGate<'_> {
         };
         let name = format!("{}-{}", self.name, l.ordinal);
         let backlog = |message: String, moving, rate| {
-            hold(BlockReason::LeaverBacklog, message, moving, vec![l.ordinal], rate)
+            hold(
+                BlockReason::LeaverBacklog,
+                message,
+                moving,
+                vec![l.ordinal],
+                rate,
+            )
         };
         let ring = m.scrape.as_ref().and_then(|s| s.ring_ops);
         let Some(ops) = ring else {
@@ -275,9 +311,9 @@ impl HandoffGate<'_> {
         let busy_at = self.samples.get(&l.ordinal).map(|s| s.ring_busy_at);
         let quiet = busy_at.map_or(0, |at| self.quiet_for(at));
         if ops > 0 || quiet < self.settle_ms {
-            let last = busy_at
-                .flatten()
-                .map_or("never".to_string(), |at| format!("{:.1}s ago", secs(self.now - at)));
+            let last = busy_at.flatten().map_or("never".to_string(), |at| {
+                format!("{:.1}s ago", secs(self.now - at))
+            });
             let message = format!(
                 "{name} still holds {ops} writes not yet on every owner (marekvs_ring_ops); its ring was last busy {last}, quiet for {:.1}s of {:.1}s",
                 secs(quiet),
@@ -308,7 +344,13 @@ impl HandoffGate<'_> {
             secs(self.settle_ms),
             self.who(&moving)
         );
-        hold(BlockReason::RepairInProgress, message, Moving::Repairs, moving, Some(rate))
+        hold(
+            BlockReason::RepairInProgress,
+            message,
+            Moving::Repairs,
+            moving,
+            Some(rate),
+        )
     }
 }
 
@@ -834,7 +876,12 @@ mod tests {
         ring(&mut ms, &mut samples, 3, Some(1_234), Some(NOW));
         let h = evaluate(&ms, &samples, leaving(3), None).unwrap_err();
         assert_eq!(
-            (h.blocked.reason, h.moving, h.members.clone(), h.rate_per_sec),
+            (
+                h.blocked.reason,
+                h.moving,
+                h.members.clone(),
+                h.rate_per_sec
+            ),
             (
                 BlockReason::LeaverBacklog,
                 Moving::ReplicationRing,
@@ -870,7 +917,11 @@ mod tests {
                 (h.blocked.reason, h.moving, h.rate_per_sec),
                 (BlockReason::LeaverBacklog, Moving::ReplicationRing, None)
             );
-            assert!(h.blocked.message.contains("unknown"), "{}", h.blocked.message);
+            assert!(
+                h.blocked.message.contains("unknown"),
+                "{}",
+                h.blocked.message
+            );
         }
         // Busy before its traffic is cut: it still takes client writes, so not held yet.
         ring(&mut ms, &mut samples, 3, Some(50), Some(NOW));
@@ -897,7 +948,12 @@ mod tests {
         // No ring busy: unexplained, held, with the summed rate.
         let h = evaluate(&ms, &samples, leaving(4), Some(0)).unwrap_err();
         assert_eq!(
-            (h.blocked.reason, h.moving, h.members.clone(), h.rate_per_sec),
+            (
+                h.blocked.reason,
+                h.moving,
+                h.members.clone(),
+                h.rate_per_sec
+            ),
             (
                 BlockReason::RepairInProgress,
                 Moving::Repairs,
@@ -990,6 +1046,9 @@ mod tests {
         // The node restarted, its counter back to 3: it moved, but gives no rate.
         set(&mut observed, 2, 3, Some(0));
         let s5 = update_samples(&s4, &observed, 6_000);
-        assert_eq!((s5[&0].repairs_changed_at, s5[&0].repairs_prev), (6_000, None));
+        assert_eq!(
+            (s5[&0].repairs_changed_at, s5[&0].repairs_prev),
+            (6_000, None)
+        );
     }
 }

@@ -692,7 +692,11 @@ fn branches(input: &Memory, observed: &BTreeMap<u32, MemberObs>, d: &Decision) -
             Action::SetClientTraffic { on, .. } => {
                 format!("SetClientTraffic {}", if *on { "on" } else { "off" })
             }
-            _ => format!("{a:?}").split('(').next().unwrap_or_default().into(),
+            _ => format!("{a:?}")
+                .split('(')
+                .next()
+                .unwrap_or_default()
+                .into(),
         };
         add(format!("action {kind}"));
         add(format!("{ctx} :: action {kind}"));
@@ -1083,8 +1087,7 @@ fn decide_over_generated_inputs_has_the_recorded_digest() {
             if inputs == INPUTS {
                 break;
             }
-            let mut observed =
-                gen_observed(&mut r, &mut asks, &mut loads, &shape, &memory, &spec);
+            let mut observed = gen_observed(&mut r, &mut asks, &mut loads, &shape, &memory, &spec);
             if shape.swaps > 0 && views.pct(shape.swaps) {
                 swap_a_view(&mut views, &mut observed);
             }

@@ -1425,7 +1425,11 @@ fn no_unsafe_step(
             // The record is written before acting: only its client traffic is cut with it.
             let victim = d.memory.removal().map(|r| r.ordinal).expect("started");
             prop_assert!(
-                d.actions.iter().all(|a| *a == Action::SetClientTraffic { ordinal: victim, on: false }),
+                d.actions.iter().all(|a| *a
+                    == Action::SetClientTraffic {
+                        ordinal: victim,
+                        on: false
+                    }),
                 "the record is written before acting: {:?}",
                 d.actions
             );
@@ -2295,14 +2299,18 @@ fn the_leavers_busy_ring_holds_its_hand_off_naming_it_its_backlog_and_since_when
         )
     );
     assert!(
-        h.message.contains("demo-4 still holds 1234 writes not yet on every owner"),
+        h.message
+            .contains("demo-4 still holds 1234 writes not yet on every owner"),
         "{}",
         h.message
     );
     // Since when: kept from the first pass that held for this reason.
     assert!(held.iter().all(|x| x.since == held[0].since));
     assert!(!h.stuck);
-    assert_eq!(mem.hold_since, Some((BlockReason::LeaverBacklog, held[0].since)));
+    assert_eq!(
+        mem.hold_since,
+        Some((BlockReason::LeaverBacklog, held[0].since))
+    );
     // One Event when it began holding, naming the member, what moves and the backlog.
     let notes = notes_named(&ds, "HandoffHeld");
     assert_eq!(notes.len(), 1, "{notes:?}");
@@ -2367,7 +2375,11 @@ fn a_hold_past_the_bound_is_stuck_reported_once_and_never_proceeds() {
     );
     let stuck = notes_named(&ds, "HandoffStuck");
     assert_eq!(stuck.len(), 1, "{stuck:?}");
-    assert!(stuck[0].contains("demo-4") && stuck[0].contains("20s"), "{}", stuck[0]);
+    assert!(
+        stuck[0].contains("demo-4") && stuck[0].contains("20s"),
+        "{}",
+        stuck[0]
+    );
     // Not stuck until its step has waited past the bound.
     let first = ds
         .iter()
@@ -2382,7 +2394,11 @@ fn a_hold_past_the_bound_is_stuck_reported_once_and_never_proceeds() {
 fn traffic_is_cut_before_the_drain_and_restored_when_the_removal_is_cancelled() {
     let (mut s, mut w, mut mem) = loaded_5_to_4(Load::new(10, 1_000));
     let d = decide_once(&s, &mut w, &mut mem, 100_000);
-    assert_eq!(d.actions, vec![traffic_off(4)], "with its record, before its drain");
+    assert_eq!(
+        d.actions,
+        vec![traffic_off(4)],
+        "with its record, before its drain"
+    );
     assert!(w.obs[&4].pod.as_ref().unwrap().client_traffic_off);
     // The spec grows back before the drain: its traffic comes back.
     s.nodes = 5;

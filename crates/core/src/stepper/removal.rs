@@ -124,7 +124,12 @@ impl Pass<'_> {
     fn settled_without_victim(&mut self, r: &Removal, name: &str) -> bool {
         let v = r.ordinal;
         let others = self.members.iter().copied().filter(|o| *o != v);
-        match self.gate_with(others, self.members.len() - 1, Some(r.step_started_at), None) {
+        match self.gate_with(
+            others,
+            self.members.len() - 1,
+            Some(r.step_started_at),
+            None,
+        ) {
             Ok(()) => true,
             Err(h) => {
                 self.wait_on_removal_gate(

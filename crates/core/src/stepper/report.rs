@@ -114,7 +114,11 @@ impl Pass<'_> {
             return;
         };
         let member = self.removal().map(|r| r.ordinal);
-        let names: Vec<String> = h.members.iter().map(|o| self.spec.member_name(*o)).collect();
+        let names: Vec<String> = h
+            .members
+            .iter()
+            .map(|o| self.spec.member_name(*o))
+            .collect();
         let rate = match (h.moving, h.rate_per_sec) {
             (Moving::ReplicationRing, Some(ops)) => format!(", {ops:.0} ops in the ring"),
             (_, Some(r)) => format!(", {r:.1}/s"),

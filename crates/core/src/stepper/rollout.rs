@@ -151,9 +151,7 @@ impl Pass<'_> {
                     self.actions.insert(Action::DeletePod(r.ordinal));
                 }
             }
-            Err(h) => {
-                self.wait_gate_for_update(h.blocked, r, name, "hand-off before its restart")
-            }
+            Err(h) => self.wait_gate_for_update(h.blocked, r, name, "hand-off before its restart"),
         }
     }
 
