@@ -6,8 +6,10 @@
 //! - Scale down: one member at a time, never below replicationFactor + 1, and only while every
 //!   member is ready, scraped, and the hand-off gate passes. The victim is recorded (in the
 //!   returned memory, which the shell writes to status first) before anything is done to it;
-//!   then: drain → hand-off gate (victim still serving) → delete its pod → hand-off gate
-//!   (views without it, re-replication quiet) → drop it from the members.
+//!   then: drain → hand-off gate (victim still serving, its client traffic cut and its
+//!   replication ring empty) → delete its pod → hand-off gate (views without it,
+//!   re-replication quiet) → drop it from the members. Its client traffic is cut with the
+//!   record (`traffic.rs`).
 //! - Replacement: a member without a pod gets a new pod on its PVC; without a PVC, a fresh
 //!   PVC (it rejoins empty). A PVC that is still terminating delays the re-creation.
 //! - A fresh volume on request (`PodObs::replace_volume`): the rolling update's path, one

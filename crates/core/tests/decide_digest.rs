@@ -64,18 +64,18 @@ const LOAD_PCT: u64 = 40;
 ///   addresses (`View::of_ordinals`) are loopback (`127.0.0.<ordinal>`), not `10.0.0.<ordinal>`;
 ///   they appear in the messages naming who sees whom. No decision changed: with the old
 ///   addresses the digest is `0x8a00_fd56_9d8e_d764`.
-/// - `0x97d9_9bd2_6a9b_4027` → `0xe73e_2448_6132_cb5d`: hand-off gate v2 (issue 17). The
+/// - `0x97d9_9bd2_6a9b_4027` → `0xeb0f_5cc0_01c6_9b46`: hand-off gate v2 (issue 17). The
 ///   victim of a removal or restart gets `SetClientTraffic` off with its record and again
 ///   while its pod is not seen off, another member's pod seen off gets it on; the hand-off
 ///   holds `LeaverBacklog` until the leaver's traffic is cut and its ring is known, empty and
 ///   quiet for the settle window (the start check: its ring known); repairs explained by a
 ///   busy ring no longer hold; the projection shows `Decision::hold` and
 ///   `Decision::background_repair`, with `HandoffHeld`/`HandoffStuck` notes. Over the old
-///   inputs (the load generator at 0 %) the digest is `0x652a_e8de_b5a3_b9d8`: the old
+///   inputs (the load generator at 0 %) the digest is `0xa4cd_3151_adf4_dd1e`: the old
 ///   inputs never cut a leaver's traffic, so no removal passes its hand-off there any more,
 ///   and the branches asserted reached need the fourth generator (`Shape::load`: rings busy
 ///   or unknown, traffic labels, repair rates, rings last busy lately).
-const DIGEST: u64 = 0xe73e_2448_6132_cb5d;
+const DIGEST: u64 = 0xeb0f_5cc0_01c6_9b46;
 
 /// What the generator draws beyond `SplitMix64`'s own.
 trait Draws {

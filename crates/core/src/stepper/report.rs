@@ -124,10 +124,14 @@ impl Pass<'_> {
             (_, Some(r)) => format!(", {r:.1}/s"),
             (_, None) => String::new(),
         };
+        let on = if names.is_empty() {
+            String::new()
+        } else {
+            format!(" on {}", names.join(", "))
+        };
         let what = format!(
-            "{} moving on {}{rate}, held for {}s",
+            "{} moving{on}{rate}, held for {}s",
             h.moving.as_str(),
-            names.join(", "),
             (self.now - h.since) / 1000
         );
         if self.memory.hold_since.map(|(r, _)| r) != Some(h.reason) {
