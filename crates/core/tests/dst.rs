@@ -2231,3 +2231,80 @@ fn no_schedule_loses_data_or_disrupts_two_members_and_every_one_converges() {
         assert!(l.ring_unknown_passes > 0, "{l:?}");
     }
 }
+
+/// The invariant fires: a member whose volume holds gapped writes, its pod deleted, is no
+/// violation while it stays a member (the writes wait on its volume) and one once it is removed.
+#[test]
+fn gapped_writes_that_leave_the_cluster_are_reported() {
+    let members: BTreeSet<u32> = (0..3).collect();
+    let mut w = World::new(2, 30_000, false);
+    for o in 0..3 {
+        w.apply(Action::CreatePvc(o), &members).unwrap();
+        w.apply(Action::CreatePod(o), &members).unwrap();
+    }
+    while !w.fully_replicated() {
+        w.step();
+    }
+    // Three times the ring-gap rate of three members for one tick, then none.
+    w.write_rate = 3 * 3 * RING_RATE;
+    w.step();
+    w.write_rate = 0;
+    let victim = (0..3)
+        .find(|o| w.vols[o].gapped() > AE_RATE)
+        .expect("a member gapped");
+    w.apply(Action::DeletePod(victim), &members).unwrap();
+    for _ in 0..3 {
+        w.step();
+    }
+    assert!(!w.pods.contains_key(&victim) && w.vols[&victim].gapped() > 0);
+    let mut counts = Counts::default();
+    assert_eq!(
+        check_step(&mut w, &members, &mut counts),
+        Vec::<String>::new()
+    );
+    let removed: BTreeSet<u32> = members.iter().copied().filter(|o| *o != victim).collect();
+    let v = check_step(&mut w, &removed, &mut counts);
+    assert!(
+        v.len() == 1 && v[0].contains(&format!("gapped writes of member {victim} left")),
+        "{v:?}"
+    );
+    // Its PVC deleted: a violation too (the volume is not stale).
+    assert!(
+        w.apply(Action::DeletePvc(victim), &removed)
+            .is_err_and(|e| e.contains("gapped writes"))
+    );
+}
+
+/// The broken variant: anti-entropy delivers without moving any repair counter, so the gate
+/// (which reads counters) lets a removal go while the leaver's ring holds gapped writes; the
+/// invariant must report it.
+#[test]
+fn a_gate_blind_to_ring_gaps_loses_writes_and_the_invariant_says_so() {
+    let schedules: u64 = std::env::var("DST_BROKEN_SCHEDULES")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1_000);
+    // Schedules that lost gapped writes with a removed member, and with a deleted volume.
+    let (mut removed, mut deleted) = (0, 0);
+    let mut first = None;
+    for seed in 0..schedules {
+        let o = run_world(seed, false, true);
+        let left = o
+            .violations
+            .iter()
+            .any(|v| v.contains("gapped writes") && v.contains("left the cluster"));
+        let gone = o
+            .violations
+            .iter()
+            .any(|v| v.contains("gapped writes") && !v.contains("left the cluster"));
+        removed += u64::from(left);
+        deleted += u64::from(gone);
+        if left || gone {
+            first.get_or_insert((seed, o.violations));
+        }
+    }
+    println!(
+        "dst broken variant (silent repairs): of {schedules} schedules, {removed} lose gapped writes with a removed member, {deleted} with a deleted volume; first: {first:?}"
+    );
+    assert!(removed > 0 && deleted > 0, "the invariant never fired");
+}
