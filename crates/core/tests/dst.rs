@@ -2287,7 +2287,7 @@ fn gapped_writes_that_leave_the_cluster_are_reported() {
     w.step();
     w.write_rate = 0;
     let victim = (0..3)
-        .find(|o| w.vols[o].gapped() > AE_RATE)
+        .find(|o| w.vols[o].gapped() > 0)
         .expect("a member gapped");
     w.apply(Action::DeletePod(victim), &members).unwrap();
     for _ in 0..3 {
