@@ -75,7 +75,12 @@ const LOAD_PCT: u64 = 40;
 ///   inputs never cut a leaver's traffic, so no removal passes its hand-off there any more,
 ///   and the branches asserted reached need the fourth generator (`Shape::load`: rings busy
 ///   or unknown, traffic labels, repair rates, rings last busy lately).
-const DIGEST: u64 = 0xeb0f_5cc0_01c6_9b46;
+/// - `0xeb0f_5cc0_01c6_9b46` → `0x6d56_d8d2_72c3_e539`: a removal or restart at step
+///   `Deleting` whose pod was not deleted yet (held, or the operator stopped) goes back to
+///   `HandingOff` when the leaver's ring does not read a known 0 in this pass: a client
+///   writing to it directly may have filled it since the hand-off passed (the DST's seed 8101
+///   of the old gate).
+const DIGEST: u64 = 0x6d56_d8d2_72c3_e539;
 
 /// What the generator draws beyond `SplitMix64`'s own.
 trait Draws {

@@ -2363,7 +2363,10 @@ fn a_gate_blind_to_ring_gaps_loses_writes_and_the_invariant_says_so() {
     println!(
         "dst broken variant (ring blind to gaps): of {schedules} schedules, {removed} lose gapped writes with a removed member, {deleted} with a deleted volume; first: {first:?}"
     );
-    assert!(removed + deleted > 0, "a ring blind to gaps never lost a write");
+    assert!(
+        removed + deleted > 0,
+        "a ring blind to gaps never lost a write"
+    );
     let (removed, deleted, first) = losses(Broken::BlindRingSilentRepairs, schedules);
     println!(
         "dst broken variant (ring blind to gaps, silent repairs): of {schedules} schedules, {removed} lose gapped writes with a removed member, {deleted} with a deleted volume; first: {first:?}"

@@ -2415,3 +2415,46 @@ fn traffic_is_cut_before_the_drain_and_restored_when_the_removal_is_cancelled() 
     let d = decide_once(&s, &mut w, &mut mem, 102_000);
     assert!(d.actions.is_empty(), "{:?}", d.actions);
 }
+
+/// A pod deletion held after the hand-off passed (here by a mass failure) is not taken on the
+/// strength of that old hand-off when the leaver's ring filled again meanwhile (a client
+/// writing to it directly): the removal goes back to `HandingOff` and the gate waits again.
+#[test]
+fn a_held_deletion_is_gated_again_when_the_leavers_ring_filled_meanwhile() {
+    let mut s = spec(4, 2);
+    let mut w = World::new(2_000);
+    let mut mem = Memory::default();
+    drive(&s, &mut w, &mut mem, 0, 60);
+    s.nodes = 3;
+    let now = run_until(&s, &mut w, &mut mem, 100_000, |m| {
+        m.removal().is_some_and(|r| r.step == RemovalStep::Deleting)
+    });
+    // Its deletion did not take (its pod still there, drained, traffic cut), and a client
+    // writing to it directly fills its ring again for 5 s.
+    w.obs.get_mut(&3).unwrap().pod = Some(PodObs {
+        ready: true,
+        drained: true,
+        client_traffic_off: true,
+        ..PodObs::default()
+    });
+    let mut load = Load::new(7, 5_000);
+    load.cut_at.insert(3, now);
+    w.load = Some(load);
+    let d = decide_once(&s, &mut w, &mut mem, now);
+    assert!(
+        !d.actions.contains(&Action::DeletePod(3)),
+        "{:?}",
+        d.actions
+    );
+    assert_eq!(d.memory.removal().unwrap().step, RemovalStep::HandingOff);
+    let d = decide_once(&s, &mut w, &mut mem, now + 1_000);
+    assert!(
+        !d.actions.contains(&Action::DeletePod(3)),
+        "{:?}",
+        d.actions
+    );
+    assert_eq!(d.hold.as_ref().unwrap().reason, BlockReason::LeaverBacklog);
+    // Empty again after 5 s: handed off once more, then removed.
+    drive(&s, &mut w, &mut mem, now + 2_000, 200);
+    assert_eq!(names(&mem), vec![0, 1, 2]);
+}

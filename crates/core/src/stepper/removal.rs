@@ -109,6 +109,14 @@ impl Pass<'_> {
                 self.progress
                     .push(format!("waiting for {name} to flush and exit"));
             }
+            // The deletion was held (or the operator stopped) after the hand-off passed: a
+            // client writing to it directly may have filled its ring since. Gate it again.
+            Some(_) if !self.ring_empty_now(r.ordinal) => {
+                self.progress.push(format!(
+                    "{name}'s ring is not empty again: handing off again"
+                ));
+                enter(r, RemovalStep::HandingOff, self.now);
+            }
             Some(_) => {
                 if !self.hold(format!("deleting the pod of {name}")) {
                     self.actions.insert(Action::DeletePod(r.ordinal));
@@ -117,6 +125,14 @@ impl Pass<'_> {
                 }
             }
         }
+    }
+
+    /// The member's ring reads a known 0 in this pass.
+    pub(super) fn ring_empty_now(&self, o: u32) -> bool {
+        self.obs(o)
+            .scrape
+            .as_ref()
+            .is_some_and(|s| s.ring_ops == Some(0))
     }
 
     /// The victim's pod is gone: has every other view dropped it, and re-replication gone

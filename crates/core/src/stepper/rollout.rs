@@ -162,6 +162,13 @@ impl Pass<'_> {
             Some(p) if p.terminating => self
                 .progress
                 .push(format!("waiting for {name} to flush and exit")),
+            // Held after its hand-off passed: its ring may have filled again since.
+            Some(p) if p.drained && !self.ring_empty_now(r.ordinal) => {
+                self.progress.push(format!(
+                    "{name}'s ring is not empty again: handing off again"
+                ));
+                enter(r, RollStep::HandingOff, self.now);
+            }
             Some(p) if p.drained => {
                 if !self.hold(format!("restarting {name}")) {
                     self.actions.insert(Action::DeletePod(r.ordinal));
