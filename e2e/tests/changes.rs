@@ -662,6 +662,14 @@ async fn pod_template_options_roll_and_client_service_options_apply_in_place() -
     })
     .await?;
     assert_eq!(svc["spec"]["trafficDistribution"], "PreferClose");
+    // It routes to the members taking client traffic: each pod is made labelled so.
+    assert_eq!(svc["spec"]["selector"]["marekvs.io/client-traffic"], "on");
+    for p in pods.list(&Default::default()).await?.items {
+        let traffic = kube::ResourceExt::labels(&p)
+            .get("marekvs.io/client-traffic")
+            .cloned();
+        assert_eq!(traffic.as_deref(), Some("on"), "{}", name_of(&p));
+    }
 
     // The pod template options: a rolling update, one member at a time.
     let before = pods_now(&pods).await?;

@@ -318,6 +318,14 @@ async fn a_statefulset_left_by_marekvs_own_operator_is_adopted_without_a_restart
             Some(uid.as_str()),
             "{m}"
         );
+        // Labelled for client traffic (a label patch, no restart: `pod_lives` below).
+        assert_eq!(
+            p.labels()
+                .get("marekvs.io/client-traffic")
+                .map(String::as_str),
+            Some("on"),
+            "{m}"
+        );
     }
     wait_until("every volume stamped with the cluster's uid", T, || async {
         let mut stamped = 0;
@@ -367,6 +375,16 @@ async fn a_statefulset_left_by_marekvs_own_operator_is_adopted_without_a_restart
         },
     )
     .await?;
+    // The client Service selects the members taking client traffic: every adopted one.
+    let selector = services.get("demo").await?.spec.and_then(|s| s.selector);
+    assert_eq!(
+        selector
+            .as_ref()
+            .and_then(|s| s.get("marekvs.io/client-traffic"))
+            .map(String::as_str),
+        Some("on"),
+        "{selector:?}"
+    );
     read_back(&env, &data).await?;
 
     // Resuming rolls the adopted members onto this operator's pod spec, behind the gate; then

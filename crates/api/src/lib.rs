@@ -39,6 +39,7 @@ mod convert;
     printcolumn = r#"{"name":"Ops/s","type":"integer","description":"Commands per second over all members","jsonPath":".status.opsPerSecond"}"#,
     printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
     printcolumn = r#"{"name":"Next-Out","type":"string","priority":1,"description":"The member that would leave next (status.plan)","jsonPath":".status.plan[0].member"}"#,
+    printcolumn = r#"{"name":"Held-By","type":"string","priority":1,"description":"What keeps moving while the next scale-down step is held (status.handoffHold)","jsonPath":".status.handoffHold.moving"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
     validation = Rule::new("size(self.metadata.name) <= 52")
         .message("metadata.name must be at most 52 characters: member pods are <name>-<ordinal> and their hostname must fit in 63"),
@@ -1149,7 +1150,8 @@ mod tests {
         }
     }
 
-    /// `kubectl get mkv -o wide` shows the next member to leave (priority 1: wide only).
+    /// `kubectl get mkv -o wide` shows the next member to leave and what holds it (priority 1:
+    /// wide only).
     #[test]
     fn the_wide_view_shows_the_next_member_to_leave() {
         let crd = serde_json::to_value(MarekvsCluster::crd()).unwrap();
@@ -1163,6 +1165,13 @@ mod tests {
         assert_eq!(next["jsonPath"], ".status.plan[0].member");
         assert_eq!(next["priority"], 1);
         assert_eq!(next["type"], "string");
+        // And what holds that member's step (wide only too).
+        let held = columns
+            .iter()
+            .find(|c| c["name"] == "Held-By")
+            .expect("a Held-By column");
+        assert_eq!(held["jsonPath"], ".status.handoffHold.moving");
+        assert_eq!(held["priority"], 1);
         let plan = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]
             ["properties"]["plan"]["items"]["properties"];
         assert_eq!(

@@ -66,7 +66,9 @@ where
     Ok(())
 }
 
-/// The Services and the PDB: children that do not depend on the runbook.
+/// The Services and the PDB: children that do not depend on the runbook. Member pods made
+/// before the client-traffic label existed get it ("on") before the client Service, which
+/// selects it, is applied: the Service never selects fewer members than it did.
 pub async fn apply_children(ctx: &Ctx, cr: &MarekvsCluster) -> Result<(), Error> {
     apply_if_changed(
         ctx,
@@ -75,6 +77,7 @@ pub async fn apply_children(ctx: &Ctx, cr: &MarekvsCluster) -> Result<(), Error>
         "apply_service",
     )
     .await?;
+    label_client_traffic_on(ctx, cr).await?;
     apply_if_changed(
         ctx,
         &ctx.services,
@@ -83,6 +86,53 @@ pub async fn apply_children(ctx: &Ctx, cr: &MarekvsCluster) -> Result<(), Error>
     )
     .await?;
     apply_if_changed(ctx, &ctx.pdbs, build::pdb(cr)?, "apply_pdb").await
+}
+
+/// The pods of the cluster (and the orphans it is about to adopt, which serve clients until
+/// then) that carry no client-traffic label. A pod labelled either way is left alone: the core
+/// decides off and on (`Action::SetClientTraffic`).
+pub fn without_client_traffic_label(
+    cr: &MarekvsCluster,
+    pods: &Store<Pod>,
+    pvcs: &Store<PersistentVolumeClaim>,
+) -> Vec<Arc<Pod>> {
+    let children = Children::of(cr, pods, pvcs);
+    let ns = cr.namespace().unwrap_or_default();
+    let orphans = children
+        .orphans
+        .iter()
+        .filter_map(|o| pods.get(&ObjectRef::new(&build::member_name(cr, *o)).within(&ns)));
+    children
+        .pods
+        .values()
+        .cloned()
+        .chain(orphans)
+        .filter(|p| !p.labels().contains_key(build::LABEL_CLIENT_TRAFFIC))
+        .collect()
+}
+
+/// Label "on" every pod [`without_client_traffic_label`] (level-triggered: once the cache
+/// shows the label, nothing is sent). Each patch names the uid observed; a pod gone or
+/// replaced since is done (a new pod is built with the label). Any other failure stops the
+/// pass before the client Service is applied with the selector that would leave it out.
+async fn label_client_traffic_on(ctx: &Ctx, cr: &MarekvsCluster) -> Result<(), Error> {
+    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &cr.namespace().unwrap_or_default());
+    for pod in without_client_traffic_label(cr, &ctx.pods, &ctx.pvcs) {
+        let name = pod.name_any();
+        let patch = json!({"metadata": {"uid": pod.uid(),
+            "labels": {build::LABEL_CLIENT_TRAFFIC: build::CLIENT_TRAFFIC_ON}}});
+        let r = api
+            .patch(&name, &PatchParams::default(), &Patch::Merge(patch))
+            .await
+            .map(|_| ());
+        ok_if(r, &[404, 409]).map_err(|source| Error::Apply {
+            kind: "Pod".into(),
+            name: name.clone(),
+            source,
+        })?;
+        ctx.metrics.actions.inc("label_client_traffic");
+    }
+    Ok(())
 }
 
 /// What an action did.
@@ -199,7 +249,11 @@ async fn act(
         Action::SetClientTraffic { ordinal, on } => {
             if let Some(pod) = children.pods.get(&ordinal) {
                 // A label only: the client Service selects "on"; the pod is not restarted.
-                let value = if on { "on" } else { "off" };
+                let value = if on {
+                    build::CLIENT_TRAFFIC_ON
+                } else {
+                    build::CLIENT_TRAFFIC_OFF
+                };
                 let patch = json!({"metadata": {"labels": {build::LABEL_CLIENT_TRAFFIC: value}}});
                 let r = pods
                     .patch(
@@ -374,5 +428,78 @@ pub async fn grow_volumes(
             )
             .await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::runtime::reflector;
+    use kube::runtime::watcher::Event;
+
+    fn store<K: Resource<DynamicType = ()> + Clone + 'static>(objects: Vec<K>) -> Store<K> {
+        let (reader, mut writer) = reflector::store::<K>();
+        writer.apply_watcher_event(&Event::Init);
+        for o in objects {
+            writer.apply_watcher_event(&Event::InitApply(o));
+        }
+        writer.apply_watcher_event(&Event::InitDone);
+        reader
+    }
+
+    /// `traffic`: the client-traffic label's value, if any; `owner`: its controller's uid.
+    fn pod(o: u32, traffic: Option<&str>, owner: Option<&str>) -> Pod {
+        let mut labels = json!({build::LABEL_NAME: "marekvs", build::LABEL_INSTANCE: "demo"});
+        if let Some(t) = traffic {
+            labels[build::LABEL_CLIENT_TRAFFIC] = json!(t);
+        }
+        let owners = owner.map_or(json!([]), |uid| {
+            json!([{"apiVersion": "marekvs.io/v1alpha1", "kind": "MarekvsCluster",
+                "name": "demo", "uid": uid, "controller": true}])
+        });
+        serde_json::from_value(
+            json!({"metadata": {"name": format!("demo-{o}"), "namespace": "ns",
+            "uid": format!("pod-{o}"), "labels": labels, "ownerReferences": owners}}),
+        )
+        .unwrap()
+    }
+
+    fn cluster(adopting: bool) -> MarekvsCluster {
+        let mut cr: MarekvsCluster = serde_json::from_value(json!({
+            "apiVersion": "marekvs.io/v1alpha1", "kind": "MarekvsCluster",
+            "metadata": {"name": "demo", "namespace": "ns", "uid": "u1"},
+            "spec": {"image": "marekvs:1", "nodes": 4, "replicationFactor": 2},
+        }))
+        .unwrap();
+        if adopting {
+            cr.annotations_mut().insert(
+                build::ANNOTATION_ADOPT.into(),
+                build::ADOPT_STATEFULSET_ORPHANS.into(),
+            );
+        }
+        cr
+    }
+
+    /// Only the cluster's pods without the label get "on" (a pod labelled off is the core's
+    /// to turn back on); the orphans it adopts too, since they serve clients until then; a
+    /// pod of another object never.
+    #[test]
+    fn the_pods_to_label_for_client_traffic() {
+        let pods = store(vec![
+            pod(0, None, Some("u1")),
+            pod(1, Some("off"), Some("u1")),
+            pod(2, Some("on"), Some("u1")),
+            pod(3, None, None),
+            pod(4, None, Some("u0")),
+        ]);
+        let pvcs = store(Vec::<PersistentVolumeClaim>::new());
+        let names = |cr: &MarekvsCluster| -> Vec<String> {
+            without_client_traffic_label(cr, &pods, &pvcs)
+                .iter()
+                .map(|p| p.name_any())
+                .collect()
+        };
+        assert_eq!(names(&cluster(false)), ["demo-0"]);
+        assert_eq!(names(&cluster(true)), ["demo-0", "demo-3"]);
     }
 }

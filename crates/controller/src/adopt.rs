@@ -90,7 +90,10 @@ async fn adopt(api: &Api<Pod>, cr: &MarekvsCluster, ordinal: u32, member: &str) 
         "uid": pod.uid(),
         "resourceVersion": pod.resource_version(),
         "ownerReferences": owners,
-        "labels": {LABEL_ORDINAL: ordinal.to_string()},
+        // Labelled before (`act::apply_children`) so the client Service keeps routing to it;
+        // kept here for an orphan that appeared since.
+        "labels": {LABEL_ORDINAL: ordinal.to_string(),
+            build::LABEL_CLIENT_TRAFFIC: build::CLIENT_TRAFFIC_ON},
     }});
     match api
         .patch(member, &PatchParams::default(), &Patch::Merge(patch))

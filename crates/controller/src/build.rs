@@ -28,6 +28,8 @@ pub const LABEL_ORDINAL: &str = "marekvs.io/ordinal";
 /// `"on"` or `"off"`: whether the client Service routes to the member (off for a leaver, so
 /// that no new client writes originate on it before its hand-off).
 pub const LABEL_CLIENT_TRAFFIC: &str = "marekvs.io/client-traffic";
+pub const CLIENT_TRAFFIC_ON: &str = "on";
+pub const CLIENT_TRAFFIC_OFF: &str = "off";
 /// Set on a member's pod once its node answered `/drain` with 200.
 pub const ANNOTATION_DRAINED_AT: &str = "marekvs.io/drained-at";
 /// The pod's container restart count when it was drained: a node that restarted since is no
@@ -168,8 +170,18 @@ pub fn headless_service(cr: &MarekvsCluster) -> Result<Service, Error> {
     })
 }
 
-/// Client Service: the Redis protocol port of ready members, of the type and with the
-/// annotations `spec.clientService` asks for. Traffic goes `PreferClose` unless told
+/// The client Service's selector: the members whose pod carries `client-traffic: "on"` (a
+/// leaver's pod is labelled off before its drain, so no new client write originates on it).
+/// The headless Service, the PDB and the topology spread keep [`selector_labels`]: they
+/// count every member.
+pub fn client_selector_labels(cr: &MarekvsCluster) -> BTreeMap<String, String> {
+    let mut l = selector_labels(cr);
+    l.insert(LABEL_CLIENT_TRAFFIC.into(), CLIENT_TRAFFIC_ON.into());
+    l
+}
+
+/// Client Service: the Redis protocol port of ready members that take client traffic, of the
+/// type and with the annotations `spec.clientService` asks for. Traffic goes `PreferClose` unless told
 /// otherwise, as marekvs's own operator sets it. The type is always sent (`ClusterIP` by
 /// default), so going back to `ClusterIP` is a change of a field the operator owns: the API
 /// server then drops the node ports it allocated.
@@ -184,7 +196,7 @@ pub fn client_service(cr: &MarekvsCluster) -> Result<Service, Error> {
         metadata,
         spec: Some(ServiceSpec {
             type_: Some(options.type_.as_str().into()),
-            selector: Some(selector_labels(cr)),
+            selector: Some(client_selector_labels(cr)),
             ports: Some(vec![service_port("resp", PORT_RESP, "TCP")]),
             load_balancer_source_ranges: (!ranges.is_empty()).then_some(ranges),
             traffic_distribution: Some(options.traffic_distribution.as_str().into()),
@@ -455,6 +467,9 @@ pub fn pod(cr: &MarekvsCluster, ordinal: u32, cluster_domain: &str) -> Result<Po
     )?;
     let mut labels = cr.spec.pod_labels.clone();
     labels.extend(metadata.labels.take().unwrap_or_default());
+    // Not in the template hash (a label the core flips, never a reason to roll): a new
+    // member takes client traffic.
+    labels.insert(LABEL_CLIENT_TRAFFIC.into(), CLIENT_TRAFFIC_ON.into());
     metadata.labels = Some(labels);
     let mut annotations = cr.spec.pod_annotations.clone();
     annotations.insert(ANNOTATION_TEMPLATE_HASH.into(), hash);
@@ -815,6 +830,42 @@ mod tests {
             json!({"lb.example/internal": "true", ANNOTATION_APPLIED_HASH: hash})
         );
         assert_ne!(hash, applied(&client_service(&cr()).unwrap()).unwrap().1);
+    }
+
+    /// Only the client Service selects the client-traffic label; a new pod carries "on",
+    /// and the label is no input of the template hash (existing members do not roll).
+    #[test]
+    fn only_the_client_service_selects_members_taking_client_traffic() {
+        let c = cr();
+        let every_member = json!({LABEL_NAME: "marekvs", LABEL_INSTANCE: "demo"});
+        let client = serde_json::to_value(client_service(&c).unwrap()).unwrap();
+        assert_eq!(
+            client["spec"]["selector"],
+            json!({LABEL_NAME: "marekvs", LABEL_INSTANCE: "demo", LABEL_CLIENT_TRAFFIC: "on"})
+        );
+        let headless = serde_json::to_value(headless_service(&c).unwrap()).unwrap();
+        assert_eq!(headless["spec"]["selector"], every_member);
+        let pdb = serde_json::to_value(pdb(&c).unwrap()).unwrap();
+        assert_eq!(pdb["spec"]["selector"]["matchLabels"], every_member);
+        assert_eq!(
+            selector_string(&c),
+            "app.kubernetes.io/instance=demo,app.kubernetes.io/name=marekvs"
+        );
+        let p = pod(&c, 2, "cluster.local").unwrap();
+        for spread in p
+            .spec
+            .as_ref()
+            .unwrap()
+            .topology_spread_constraints
+            .iter()
+            .flatten()
+        {
+            let selector = spread.label_selector.as_ref().unwrap().match_labels.clone();
+            assert_eq!(selector, Some(selector_labels(&c)));
+        }
+        assert_eq!(p.labels()[LABEL_CLIENT_TRAFFIC], "on");
+        let spec_only = template_hash(&pod_spec_value(p.spec.as_ref().unwrap()).unwrap());
+        assert_eq!(p.annotations()[ANNOTATION_TEMPLATE_HASH], spec_only);
     }
 
     #[test]

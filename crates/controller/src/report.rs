@@ -15,9 +15,7 @@ pub async fn publish_notes(
     skip: impl Fn(&Note) -> bool,
 ) {
     for note in notes.iter().filter(|n| !skip(n)) {
-        let member = note
-            .member
-            .or_else(|| member_named(cluster(reference), &note.message));
+        let member = about_member(cluster(reference), note);
         publish_about(
             ctx,
             reference,
@@ -28,6 +26,13 @@ pub async fn publish_notes(
         )
         .await;
     }
+}
+
+/// The member a note is about (its pod is the Event's `related`): the one the core says, or
+/// the single member its message names. A note naming several (a hold on repairs moving on
+/// demo-0 and demo-2) is about the cluster alone.
+pub fn about_member(cluster: &str, note: &Note) -> Option<u32> {
+    note.member.or_else(|| member_named(cluster, &note.message))
 }
 
 fn cluster(reference: &ObjectReference) -> &str {
@@ -71,5 +76,39 @@ async fn publish_about(
     };
     if let Err(e) = ctx.events.publish(reference, note).await {
         warn!("publishing event {reason}: {e}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn note(reason: &'static str, message: &str, member: Option<u32>) -> Note {
+        Note {
+            kind: EventKind::Normal,
+            reason,
+            message: message.into(),
+            member,
+        }
+    }
+
+    /// A hold naming several members is published about the cluster only; one naming the
+    /// leaver alone (or said by the core to be about it) relates to that member's pod.
+    #[test]
+    fn a_hold_naming_several_members_relates_to_none_of_them() {
+        let several = note(
+            "HandoffHeld",
+            "removal of demo-3 held: Repairs moving on demo-0, demo-2 at 12.5/s since 2026-11-25T17:00:00Z",
+            None,
+        );
+        assert_eq!(about_member("demo", &several), None);
+        let leaver = note(
+            "HandoffHeld",
+            "removal of demo-3 held: ReplicationRing moving on demo-3, backlog 1200 ops",
+            None,
+        );
+        assert_eq!(about_member("demo", &leaver), Some(3));
+        let said = note("HandoffStuck", &several.message, Some(3));
+        assert_eq!(about_member("demo", &said), Some(3));
     }
 }

@@ -18,8 +18,8 @@ use marekvs_core::sizing::Sizing;
 use marekvs_core::transitions::Reported;
 use marekvs_core::units::quantity_bytes;
 use marekvs_core::{
-    ClusterPhase, Decision, Disruption, EventKind, Hold, MemberObs, Memory, Millis, Note,
-    PlannedRemoval, Removal, Roll, RollReason, Sample,
+    ClusterPhase, Decision, Disruption, EventKind, Hold, HoldReport, MemberObs, Memory, Millis,
+    Moving, Note, PlannedRemoval, Removal, Roll, RollReason, Sample,
 };
 
 use crate::build;
@@ -31,6 +31,49 @@ pub fn to_time(ms: Millis) -> Time {
 
 pub fn from_time(t: &Time) -> Millis {
     t.0.as_millisecond()
+}
+
+/// What a held scale-down step waits on, where, how fast and since when, in words: e.g.
+/// `Repairs moving on demo-0, demo-2 at 12.5/s since 2026-11-25T17:00:00Z`, or for the
+/// leaver's ring `ReplicationRing moving on demo-3, backlog 1200 ops, since ...`. No age in
+/// it: a message that changed on every pass would write status on every pass.
+pub fn hold_summary(h: &HoldReport, cluster: &str) -> String {
+    let members = if h.members.is_empty() {
+        "-".to_string()
+    } else {
+        let names: Vec<String> = h.members.iter().map(|o| format!("{cluster}-{o}")).collect();
+        names.join(", ")
+    };
+    let rate = match (h.moving, h.rate_per_sec) {
+        (Moving::ReplicationRing, Some(r)) => format!(", backlog {r:.0} ops,"),
+        (_, Some(r)) => format!(" at {r:.1}/s"),
+        (_, None) => String::new(),
+    };
+    let since = Timestamp::from_second(h.since.div_euclid(1000)).unwrap_or(Timestamp::UNIX_EPOCH);
+    let stuck = if h.stuck {
+        " (stuck: past spec.scaleDown.handoffTimeoutSeconds)"
+    } else {
+        ""
+    };
+    format!(
+        "{} moving on {members}{rate} since {since}{stuck}",
+        h.moving.as_str()
+    )
+}
+
+/// `message`, followed by the hold's summary unless it already says it.
+fn with_hold(message: &str, hold: Option<&HoldReport>, cluster: &str) -> String {
+    match hold {
+        Some(h) => {
+            let summary = hold_summary(h, cluster);
+            match message {
+                "" => format!("held: {summary}"),
+                m if m.contains(&summary) => m.to_string(),
+                m => format!("{m}; held: {summary}"),
+            }
+        }
+        None => message.to_string(),
+    }
 }
 
 /// One list of conditions, all set at one instant for one generation.
@@ -620,14 +663,22 @@ fn cluster_conditions(input: &StatusInput, t: &Time) -> Vec<Condition> {
         ClusterPhase::Healthy => (false, REASON_IDLE),
         ClusterPhase::Hibernated => (false, REASON_HIBERNATED),
     };
+    // A held scale-down step says what keeps moving, where, how fast, since when.
+    let (cluster, hold) = (cr.name_any(), d.hold.as_ref());
+    let progress = d.progress.clone().unwrap_or_default();
     c.set(
         PROGRESSING,
         progressing,
         reason,
-        d.progress.clone().unwrap_or_default(),
+        with_hold(&progress, hold, &cluster),
     );
     match &d.blocked {
-        Some(b) => c.set(BLOCKED, true, b.reason.as_str(), &b.message),
+        Some(b) => c.set(
+            BLOCKED,
+            true,
+            b.reason.as_str(),
+            with_hold(&b.message, hold, &cluster),
+        ),
         None => c.set(BLOCKED, false, REASON_NOT_BLOCKED, ""),
     }
     match &d.mass_failure {
@@ -733,12 +784,19 @@ fn load_and_autoscale(input: &StatusInput, st: &mut MarekvsClusterStatus, t: &Ti
     match &sizing.scaling {
         Some(sd) => {
             let have = d.memory.members.len();
-            let mut message = match &d.blocked {
-                Some(b) if sd.desired as usize != have => format!(
+            // A removal it asked for, held by the gate: the hold says why.
+            let held = d.hold.as_ref().filter(|_| (sd.desired as usize) < have);
+            let mut message = match (&d.blocked, held) {
+                (_, Some(h)) => format!(
+                    "autoscaler wants {}, holding at {have}: {}",
+                    sd.desired,
+                    with_hold(&h.message, Some(h), &name)
+                ),
+                (Some(b), None) if sd.desired as usize != have => format!(
                     "autoscaler wants {}, holding at {have}: {}",
                     sd.desired, b.message
                 ),
-                _ if sd.desired as usize != have => format!(
+                (None, None) if sd.desired as usize != have => format!(
                     "autoscaler wants {}, cluster has {have}: {}",
                     sd.desired, sd.reason
                 ),
@@ -756,7 +814,7 @@ fn load_and_autoscale(input: &StatusInput, st: &mut MarekvsClusterStatus, t: &Ti
                 last_scale_down_time: sd.memory.last_scale_down_at.map(to_time),
                 low_load_since: sd.memory.low_since.map(to_time),
                 message: Some(message.clone()),
-                held_by: None,
+                held_by: held.map(|h| h.reason.into()),
             });
             c.set(AUTOSCALING, true, REASON_AUTOSCALING_ACTIVE, message);
         }
@@ -1303,6 +1361,114 @@ mod tests {
             msg.contains("spec.nodes (3) is only the initial size"),
             "{msg}"
         );
+    }
+
+    /// A removal the autoscaler asked for, held by the gate: `handoffHold`, the autoscaler's
+    /// `heldBy` and message, and the Progressing condition say what keeps moving, where, how
+    /// fast and since when; once stuck, the Blocked condition says it too. Repairs that hold
+    /// nothing are `backgroundRepair`. Without a hold, `heldBy` is absent.
+    #[test]
+    fn a_held_scale_down_says_what_moves_where_how_fast_and_since_when() {
+        let c = cr(
+            json!({"image": "x", "nodes": 4, "autoscale": {"minNodes": 3, "maxNodes": 6, "targetOpsPerNode": 100}}),
+        );
+        let now: Millis = 1_764_090_000_000;
+        let mut spec = cluster_spec(&c).unwrap();
+        spec.nodes = 3;
+        let sizing = Sizing {
+            spec,
+            load: LoadMemory::default(),
+            scaling: Some(ScaleDecision {
+                desired: 3,
+                memory: ScaleMemory::default(),
+                reason: "scaling down to 3: 100 ops/s".into(),
+            }),
+        };
+        let memory = Memory {
+            members: [0, 1, 2, 3].into(),
+            ..Memory::default()
+        };
+        let hold = HoldReport {
+            reason: BlockReason::LeaverBacklog,
+            message: "demo-3 still holds 1200 writes not on every owner".into(),
+            moving: Moving::ReplicationRing,
+            members: vec![3],
+            rate_per_sec: Some(1200.0),
+            since: now - 95_000,
+            stuck: false,
+        };
+        let mut d = decision(memory.clone(), ClusterPhase::ScalingDown, None);
+        d.progress = Some("removing demo-3: handing off".into());
+        d.hold = Some(hold.clone());
+        d.background_repair = Some(marekvs_core::BackgroundRepair {
+            members: vec![0, 2],
+            rate_per_sec: 12.5,
+            since: now - 30_000,
+        });
+        let st = status_of(&c, &d, &sizing, &BTreeMap::new(), now);
+        let summary =
+            "ReplicationRing moving on demo-3, backlog 1200 ops, since 2025-11-25T16:58:25Z";
+        assert_eq!(hold_summary(&hold, "demo"), summary);
+        let h = st.handoff_hold.as_ref().unwrap();
+        assert_eq!(h.reason, marekvs_api::BlockReason::LeaverBacklog);
+        assert_eq!(h.moving, marekvs_api::Moving::ReplicationRing);
+        assert_eq!(h.members, ["demo-3"]);
+        assert_eq!(h.rate_per_second, Some(1200.0));
+        assert!(!h.stuck);
+        let b = st.background_repair.as_ref().unwrap();
+        assert_eq!(
+            (b.members.as_slice(), b.rate_per_second),
+            (&["demo-0".to_string(), "demo-2".to_string()][..], 12.5)
+        );
+        let auto = st.autoscale.as_ref().unwrap();
+        assert_eq!(auto.held_by, Some(marekvs_api::BlockReason::LeaverBacklog));
+        let message = auto.message.as_deref().unwrap();
+        assert!(
+            message.starts_with("autoscaler wants 3, holding at 4: demo-3 still holds 1200 writes"),
+            "{message}"
+        );
+        assert!(message.contains(summary), "{message}");
+        let condition = |st: &MarekvsClusterStatus, t: &str| {
+            st.conditions.iter().find(|c| c.type_ == t).unwrap().clone()
+        };
+        assert_eq!(
+            condition(&st, PROGRESSING).message,
+            format!("removing demo-3: handing off; held: {summary}")
+        );
+        assert_eq!(condition(&st, BLOCKED).status, "False");
+
+        // Stuck: Blocked (HandoffTimeout, from the core) carries the hold too.
+        let stuck = HoldReport {
+            moving: Moving::Repairs,
+            members: vec![0, 1],
+            rate_per_sec: Some(7.5),
+            stuck: true,
+            ..hold
+        };
+        let mut d = decision(
+            memory.clone(),
+            ClusterPhase::Blocked,
+            Some(Blocked {
+                reason: BlockReason::HandoffTimeout,
+                message: "hand-off of demo-3 past 600s".into(),
+            }),
+        );
+        d.hold = Some(stuck);
+        let st = status_of(&c, &d, &sizing, &BTreeMap::new(), now);
+        let blocked = condition(&st, BLOCKED);
+        assert_eq!(blocked.reason, "HandoffTimeout");
+        assert_eq!(
+            blocked.message,
+            "hand-off of demo-3 past 600s; held: Repairs moving on demo-0, demo-1 at 7.5/s since 2025-11-25T16:58:25Z (stuck: past spec.scaleDown.handoffTimeoutSeconds)"
+        );
+        assert!(st.handoff_hold.unwrap().stuck);
+
+        // No hold: nothing held by, and the conditions say nothing of one.
+        let d = decision(memory, ClusterPhase::ScalingDown, None);
+        let st = status_of(&c, &d, &sizing, &BTreeMap::new(), now);
+        assert_eq!(st.autoscale.as_ref().unwrap().held_by, None);
+        assert!(st.handoff_hold.is_none() && st.background_repair.is_none());
+        assert!(!condition(&st, PROGRESSING).message.contains("held"));
     }
 
     /// A suspected partition is a condition naming who sees whom, read back so its Events

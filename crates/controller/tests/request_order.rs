@@ -34,7 +34,8 @@ use kube::{Client, Resource};
 use marekvs_api::MarekvsCluster;
 use marekvs_operator::build::{
     self, ANNOTATION_DRAINED_AT, ANNOTATION_DRAINED_RESTARTS, ANNOTATION_TEMPLATE_HASH,
-    LABEL_INSTANCE, LABEL_MANAGED_BY, LABEL_NAME, LABEL_ORDINAL, MANAGER, PORT_METRICS,
+    LABEL_CLIENT_TRAFFIC, LABEL_INSTANCE, LABEL_MANAGED_BY, LABEL_NAME, LABEL_ORDINAL, MANAGER,
+    PORT_METRICS,
 };
 use marekvs_operator::error::Error;
 use marekvs_operator::events::Events;
@@ -288,8 +289,20 @@ fn labels(o: Option<u32>) -> Value {
     l
 }
 
-/// A ready pod on `ip`, running the current pod spec; drained when `drained`.
+/// A ready pod on `ip`, running the current pod spec and taking client traffic (as the
+/// operator makes it); drained when `drained`.
 fn pod(cr: &MarekvsCluster, o: u32, ip: &str, drained: bool) -> Pod {
+    let mut p = unlabelled_pod(cr, o, ip, drained);
+    p.metadata
+        .labels
+        .as_mut()
+        .unwrap()
+        .insert(LABEL_CLIENT_TRAFFIC.into(), "on".into());
+    p
+}
+
+/// [`pod`] as an operator before the client-traffic label made it.
+fn unlabelled_pod(cr: &MarekvsCluster, o: u32, ip: &str, drained: bool) -> Pod {
     let mut annotations = json!({ANNOTATION_TEMPLATE_HASH: build::desired_template_hash(cr, o, CLUSTER_DOMAIN).unwrap()});
     if drained {
         annotations[ANNOTATION_DRAINED_AT] = json!("2026-01-01T00:00:00Z");
@@ -395,6 +408,12 @@ impl World {
     /// Members `0..4` with ready pods (those in `drained` drained), their PVCs, and the
     /// Services and the PDB up to date.
     async fn start(cr: &MarekvsCluster, drained: &[u32]) -> World {
+        World::start_as(cr, drained, false).await
+    }
+
+    /// [`World::start`] as an operator before the client-traffic label left it (`before_label`):
+    /// pods without the label, the client Service selecting every member.
+    async fn start_as(cr: &MarekvsCluster, drained: &[u32], before_label: bool) -> World {
         let log: Shared<String> = Arc::default();
         let (ips, listeners) = bind_members().await;
         let mut tasks = Vec::new();
@@ -413,14 +432,20 @@ impl World {
             sent.clone(),
             failures.clone(),
         )));
+        let make = if before_label { unlabelled_pod } else { pod };
         let pods = (0..MEMBERS)
-            .map(|o| pod(cr, o, &ips[o as usize], drained.contains(&o)))
+            .map(|o| make(cr, o, &ips[o as usize], drained.contains(&o)))
             .collect();
         let (pods, pod_writer) = ready_store(pods);
         let (pvcs, pvc_writer) = ready_store((0..MEMBERS).map(pvc).collect());
+        let mut client_svc = build::client_service(cr).unwrap();
+        if before_label {
+            let selector = client_svc.spec.as_mut().unwrap().selector.as_mut().unwrap();
+            selector.remove(LABEL_CLIENT_TRAFFIC);
+        }
         let (services, service_writer) = ready_store(vec![
             applied(build::headless_service(cr)),
-            applied(build::client_service(cr)),
+            applied(Ok(client_svc)),
         ]);
         let (pdbs, pdb_writer) = ready_store(vec![applied(build::pdb(cr))]);
         let ctx = Arc::new(Ctx {
@@ -687,4 +712,54 @@ async fn an_invalid_spec_is_written_once_and_nothing_else() {
     before.as_object_mut().unwrap().remove("conditions");
     assert_eq!(rest, before);
     assert_eq!(world.events(), Vec::<String>::new());
+}
+
+/// The upgrade that brought the client-traffic label: the pods made before it get "on" (each
+/// patch naming its pod's uid) before the client Service is applied with the selector that
+/// requires it, so the Service never selects fewer members; the headless Service and the PDB
+/// are not touched. The next pass, its cache up to date, sends neither again.
+#[tokio::test]
+async fn pods_are_labelled_for_client_traffic_before_the_client_service_selects_the_label() {
+    let mut cr = cluster(2, healthy_status());
+    cr.spec.nodes = MEMBERS as i32;
+    let world = World::start_as(&cr, &[], true).await;
+    let service_path = format!("/api/v1/namespaces/{NS}/services/{NAME}");
+    let mut steps: Vec<Step> = (0..MEMBERS)
+        .map(|o| Step::Api(Method::PATCH, pod_path(o), pod_answer(o)))
+        .collect();
+    steps.push(Step::Api(
+        Method::PATCH,
+        service_path.clone(),
+        Reply::Ok(serde_json::to_value(applied(build::client_service(&cr))).unwrap()),
+    ));
+    steps.extend([Step::Scrapes, status_write(answer(&cr))]);
+    let (result, sent) = world.pass(&cr, steps).await;
+    result.unwrap();
+    for o in 0..MEMBERS {
+        let patch = &sent_to(&sent, &Method::PATCH, &pod_path(o)).body;
+        assert_eq!(
+            patch,
+            &json!({"metadata": {"uid": format!("uid-{NAME}-{o}"),
+                "labels": {LABEL_CLIENT_TRAFFIC: "on"}}})
+        );
+    }
+    let apply = sent_to(&sent, &Method::PATCH, &service_path);
+    assert!(
+        apply.query.contains("fieldManager=marekvs-operator"),
+        "{}",
+        apply.query
+    );
+    assert_eq!(
+        apply.body["spec"]["selector"],
+        json!({LABEL_NAME: "marekvs", LABEL_INSTANCE: NAME, LABEL_CLIENT_TRAFFIC: "on"})
+    );
+    drop(world);
+
+    // Once the caches show the label and the new selector: no label patch, no apply.
+    let cr = next_version(&cr, written_status(&sent));
+    let world = World::start(&cr, &[]).await;
+    let (result, _) = world
+        .pass(&cr, vec![Step::Scrapes, status_write(answer(&cr))])
+        .await;
+    result.unwrap();
 }

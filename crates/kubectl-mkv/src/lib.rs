@@ -48,6 +48,8 @@ pub(crate) mod fixture {
             .extend(spec.as_object().unwrap().clone());
         let mut demo0 = member("demo-0", "Active", true, Some([3, 0, 0]));
         demo0["countersChangedAt"] = json!("2026-11-25T09:58:45Z");
+        // demo-0's ring is empty; demo-1's node does not report it.
+        demo0["metrics"]["ringOps"] = json!(0);
         serde_json::from_value(json!({
             "apiVersion": "marekvs.io/v1alpha1", "kind": "MarekvsCluster",
             "metadata": {"name": "demo", "namespace": "ns", "resourceVersion": "42", "uid": "u-1"},
@@ -73,6 +75,11 @@ pub(crate) mod fixture {
                     {"name": "data-demo-4", "member": "demo-4", "reusable": false}],
                 "lookAlikes": [{"kind": "Pod", "name": "demo-5", "member": "demo-5",
                                 "why": "not controlled by demo"}],
+                "handoffHold": {"reason": "Underreplicated", "moving": "Other",
+                    "members": ["demo-1"], "since": "2026-11-25T09:58:25Z", "stuck": false,
+                    "message": "4 partitions under-replicated"},
+                "backgroundRepair": {"members": ["demo-0", "demo-1"], "ratePerSecond": 12.5,
+                    "since": "2026-11-25T09:59:30Z"},
             }
         }))
         .unwrap()

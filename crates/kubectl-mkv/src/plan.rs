@@ -21,6 +21,8 @@ pub fn plan_text(cr: &MarekvsCluster, now_ms: i64) -> String {
     lines.extend(in_progress(&s, now_ms));
     lines.extend(s.plan.iter().enumerate().map(|(i, p)| next_out(i, p)));
     lines.extend(holds(&s));
+    // What keeps moving, where, how fast, for how long (and repairs that hold nothing).
+    lines.extend(crate::table::hold_lines(&s, now_ms));
     if lines.is_empty() {
         lines.push(nothing_to_do(cr, &s));
     }
@@ -100,11 +102,12 @@ fn holds(s: &MarekvsClusterStatus) -> Vec<String> {
     };
     if let Some(b) = s.block_reason {
         let message = is_true(BLOCKED).map_or("", |c| c.message.as_str());
-        // Said already by the planned removal it holds.
-        let said = s
-            .plan
-            .iter()
-            .any(|p| p.held_by.as_ref().is_some_and(|h| h.message == message));
+        // Said already by the planned removal it holds (the condition may add the hold).
+        let said = s.plan.iter().any(|p| {
+            p.held_by.as_ref().is_some_and(|h| {
+                h.message == message || message.starts_with(&format!("{}; held: ", h.message))
+            })
+        });
         if !said {
             lines.push(format!("held ({b:?}): {message}"));
         }
@@ -161,8 +164,34 @@ restarting demo-1 on its own volume, as its pod asked: step HandingOff for 30s, 
 next out 1. demo-2 (the highest ordinal): after the step in progress: the restart of demo-1 comes first
 held (Underreplicated): 4 partitions under-replicated
 suspected partition: demo-1 sees a stranger
+HandoffHold: Underreplicated (Other on demo-1, for 95s): 4 partitions under-replicated
+BackgroundRepair: demo-0, demo-1 at 12.5/s for 30s (holds nothing)
 ";
         assert_eq!(plan_text(&cr, t("2026-11-25T10:00:00Z")), want);
+    }
+
+    /// The Blocked condition's message, with the hold added by the operator, is not said
+    /// again when the planned removal it holds says it.
+    #[test]
+    fn a_block_said_by_the_plan_is_not_repeated() {
+        let mut cr = cluster(json!({"nodes": 2}));
+        let st = cr.status.as_mut().unwrap();
+        st.background_repair = None;
+        st.plan = vec![
+            serde_json::from_value(json!({"member": "demo-2", "ordinal": 2,
+            "reason": "HighestOrdinal", "heldBy": {"kind": "Gate", "reason": "Underreplicated",
+            "message": "4 partitions under-replicated"}}))
+            .unwrap(),
+        ];
+        let blocked = st
+            .conditions
+            .iter_mut()
+            .find(|c| c.type_ == BLOCKED)
+            .unwrap();
+        blocked.message = "4 partitions under-replicated; held: Other moving on demo-1 since 2026-11-25T09:58:25Z".into();
+        let text = plan_text(&cr, t("2026-11-25T10:00:00Z"));
+        assert!(!text.contains("held (Underreplicated)"), "{text}");
+        assert!(text.contains("next out 1. demo-2 (the highest ordinal): held by the hand-off gate (Underreplicated): 4 partitions under-replicated\n"), "{text}");
     }
 
     #[test]
@@ -171,13 +200,18 @@ suspected partition: demo-1 sees a stranger
         let st = cr.status.as_mut().unwrap();
         st.block_reason = None;
         st.conditions.clear();
+        st.handoff_hold = None;
+        st.background_repair = None;
         assert_eq!(
             plan_text(&cr, 0),
             "nothing to do: 3 members as spec.nodes asks, all on the current pod spec\n"
         );
         let mut cr = cluster(json!({"nodes": 4}));
-        cr.status.as_mut().unwrap().block_reason = None;
-        cr.status.as_mut().unwrap().conditions.clear();
+        let st = cr.status.as_mut().unwrap();
+        st.block_reason = None;
+        st.conditions.clear();
+        st.handoff_hold = None;
+        st.background_repair = None;
         assert!(
             plan_text(&cr, 0).starts_with("no step under way or held; 3 members (spec.nodes 4)")
         );
@@ -186,6 +220,8 @@ suspected partition: demo-1 sees a stranger
         let st = cr.status.as_mut().unwrap();
         st.block_reason = None;
         st.conditions.clear();
+        st.handoff_hold = None;
+        st.background_repair = None;
         st.removal = Some(
             serde_json::from_value(json!({"member": "demo-0", "ordinal": 0,
             "reason": "UserChosen", "step": "Draining",

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use marekvs_api::conditions::{AUTOSCALING, READY, REMOVAL_CHOICES};
-use marekvs_api::{MarekvsCluster, MarekvsClusterStatus, MemberStatus};
+use marekvs_api::{MarekvsCluster, MarekvsClusterStatus, MemberStatus, Moving};
 
 use crate::age::{millis, since};
 
@@ -16,7 +16,10 @@ pub fn status_text(cr: &MarekvsCluster, births: &VolumeBirths, now_ms: i64) -> S
     let status = cr.status.clone().unwrap_or_default();
     let mut out = cluster_line(cr, &status);
     out.push('\n');
-    for line in condition_lines(&status) {
+    for line in condition_lines(&status)
+        .into_iter()
+        .chain(hold_lines(&status, now_ms))
+    {
         out.push_str(&format!("  {line}\n"));
     }
     out.push('\n');
@@ -81,6 +84,45 @@ pub fn condition_lines(s: &MarekvsClusterStatus) -> Vec<String> {
         .collect()
 }
 
+/// What holds the next scale-down step and the repairs that hold nothing, with their ages:
+/// `HandoffHold: LeaverBacklog (ReplicationRing on demo-3, backlog 1200 ops, for 95s): …`.
+pub fn hold_lines(s: &MarekvsClusterStatus, now_ms: i64) -> Vec<String> {
+    let mut lines = Vec::new();
+    if let Some(h) = &s.handoff_hold {
+        let rate = match (h.moving, h.rate_per_second) {
+            (Moving::ReplicationRing, Some(r)) => format!(", backlog {r:.0} ops"),
+            (_, Some(r)) => format!(" at {r:.1}/s"),
+            (_, None) => String::new(),
+        };
+        let stuck = if h.stuck { ", stuck" } else { "" };
+        lines.push(format!(
+            "HandoffHold: {:?} ({:?} on {}{rate}, for {}{stuck}): {}",
+            h.reason,
+            h.moving,
+            names(&h.members),
+            since(millis(&h.since), now_ms),
+            h.message
+        ));
+    }
+    if let Some(b) = &s.background_repair {
+        lines.push(format!(
+            "BackgroundRepair: {} at {:.1}/s for {} (holds nothing)",
+            names(&b.members),
+            b.rate_per_second,
+            since(millis(&b.since), now_ms)
+        ));
+    }
+    lines
+}
+
+fn names(members: &[String]) -> String {
+    if members.is_empty() {
+        "-".into()
+    } else {
+        members.join(", ")
+    }
+}
+
 /// One row per member, in ordinal order.
 pub fn members_table(s: &MarekvsClusterStatus, births: &VolumeBirths, now_ms: i64) -> String {
     let header = [
@@ -90,6 +132,7 @@ pub fn members_table(s: &MarekvsClusterStatus, births: &VolumeBirths, now_ms: i6
         "VIEW",
         "UNDERREP",
         "JOIN-PENDING",
+        "RING",
         "LAST-REPAIR",
         "VOLUME-AGE",
     ];
@@ -126,6 +169,10 @@ fn member_row(m: &MemberStatus, want: i64, births: &VolumeBirths, now_ms: i64) -
         view,
         figure(|x| x.underreplicated_partitions),
         figure(|x| x.join_gate_pending),
+        // Its writes not yet on every owner; `?` when its node does not report it.
+        m.metrics.as_ref().map_or("-".into(), |x| {
+            x.ring_ops.map_or("?".into(), |r| r.to_string())
+        }),
         m.counters_changed_at
             .as_ref()
             .map_or("-".into(), |t| format!("{} ago", since(millis(t), now_ms))),
@@ -212,11 +259,13 @@ demo: Blocked, 2/3 ready (spec.nodes 3), blocked: Underreplicated, paused
   Ready=False: NotReady: demo-2 is not ready
   Blocked=True: Underreplicated: 4 partitions under-replicated
   SuspectedPartition=True: ViewsDisagree: demo-1 sees a stranger
+  HandoffHold: Underreplicated (Other on demo-1, for 95s): 4 partitions under-replicated
+  BackgroundRepair: demo-0, demo-1 at 12.5/s for 30s (holds nothing)
 
-NAME     PHASE     READY   VIEW         UNDERREP   JOIN-PENDING   LAST-REPAIR   VOLUME-AGE
-demo-0   Active    yes     3            0          0              75s ago       5d
-demo-1   Active    yes     2 (want 3)   4          1              -             60m
-demo-2   Unready   no      -            -          -              -             -
+NAME     PHASE     READY   VIEW         UNDERREP   JOIN-PENDING   RING   LAST-REPAIR   VOLUME-AGE
+demo-0   Active    yes     3            0          0              0      75s ago       5d
+demo-1   Active    yes     2 (want 3)   4          1              ?      -             60m
+demo-2   Unready   no      -            -          -              -      -             -
 
 Kept volumes (not members):
 PVC           MEMBER   AWAY   REUSABLE
@@ -228,6 +277,41 @@ KIND   NAME     MEMBER   WHY
 Pod    demo-5   demo-5   not controlled by demo
 ";
         assert_eq!(status_text(&cr, &births, now), want);
+    }
+
+    /// The leaver's ring backlog and a stuck hold on repairs read as such.
+    #[test]
+    fn a_hold_on_the_leavers_ring_or_stuck_on_repairs() {
+        let mut cr = cluster(json!({"nodes": 3}));
+        let now = t("2026-11-25T10:00:00Z");
+        let status = cr.status.as_mut().unwrap();
+        status.handoff_hold = Some(
+            serde_json::from_value(
+                json!({"reason": "LeaverBacklog", "moving": "ReplicationRing",
+                "members": ["demo-2"], "ratePerSecond": 1200.0, "since": "2026-11-25T09:58:00Z",
+                "message": "demo-2 still holds 1200 writes"}),
+            )
+            .unwrap(),
+        );
+        status.background_repair = None;
+        assert_eq!(
+            hold_lines(status, now),
+            [
+                "HandoffHold: LeaverBacklog (ReplicationRing on demo-2, backlog 1200 ops, for 2m): demo-2 still holds 1200 writes"
+            ]
+        );
+        status.handoff_hold = Some(
+            serde_json::from_value(json!({"reason": "HandoffTimeout", "moving": "Repairs",
+                "members": ["demo-0", "demo-1"], "ratePerSecond": 3.0,
+                "since": "2026-11-25T09:00:00Z", "stuck": true, "message": "repairs keep moving"}))
+            .unwrap(),
+        );
+        assert_eq!(
+            hold_lines(status, now),
+            [
+                "HandoffHold: HandoffTimeout (Repairs on demo-0, demo-1 at 3.0/s, for 60m, stuck): repairs keep moving"
+            ]
+        );
     }
 
     #[test]
