@@ -197,7 +197,7 @@ async fn api_server(
 /// under-replicated or joining, counters as in [`healthy_status`].
 const METRICS: &str = "marekvs_cluster_members 4\nmarekvs_cluster_underreplicated_partitions 0\n\
     marekvs_join_gate_pending_pids 0\nmarekvs_bootstraps_completed_total 1\n\
-    marekvs_ae_repair_ops_total 0\nmarekvs_commands_total{cmd=\"get\"} 10\n";
+    marekvs_ae_repair_ops_total 0\nmarekvs_commands_total{cmd=\"get\"} 10\nmarekvs_ring_ops 0\n";
 
 /// A member's HTTP port: `/metrics` and `/drain`, each call logged.
 async fn member_server(listener: TcpListener, o: u32, log: Shared<String>) {
@@ -290,14 +290,15 @@ fn labels(o: Option<u32>) -> Value {
 }
 
 /// A ready pod on `ip`, running the current pod spec and taking client traffic (as the
-/// operator makes it); drained when `drained`.
+/// operator makes it); drained, its client traffic cut, when `drained`.
 fn pod(cr: &MarekvsCluster, o: u32, ip: &str, drained: bool) -> Pod {
     let mut p = unlabelled_pod(cr, o, ip, drained);
+    let traffic = if drained { "off" } else { "on" };
     p.metadata
         .labels
         .as_mut()
         .unwrap()
-        .insert(LABEL_CLIENT_TRAFFIC.into(), "on".into());
+        .insert(LABEL_CLIENT_TRAFFIC.into(), traffic.into());
     p
 }
 
@@ -570,11 +571,19 @@ fn next_version(cr: &MarekvsCluster, status: Value) -> MarekvsCluster {
 /// write that records the step.
 #[tokio::test]
 async fn a_removal_is_recorded_before_each_of_its_actions() {
-    // Pass 1: every precondition holds; the removal of demo-3 is recorded, nothing is done.
+    // Pass 1: every precondition holds; the removal of demo-3 is recorded, then (only then)
+    // its client traffic is cut: a label on its pod.
     let cr = cluster(2, healthy_status());
     let world = World::start(&cr, &[]).await;
     let (result, sent) = world
-        .pass(&cr, vec![Step::Scrapes, status_write(answer(&cr))])
+        .pass(
+            &cr,
+            vec![
+                Step::Scrapes,
+                status_write(answer(&cr)),
+                Step::Api(Method::PATCH, pod_path(3), pod_answer(3)),
+            ],
+        )
         .await;
     assert_eq!(
         result.unwrap(),
@@ -595,6 +604,11 @@ async fn a_removal_is_recorded_before_each_of_its_actions() {
     assert_eq!(removal["member"], "demo-3");
     assert_eq!(removal["reason"], "HighestOrdinal");
     assert_eq!(removal["step"], "Draining");
+    assert_eq!(
+        sent_to(&sent, &Method::PATCH, &pod_path(3)).body["metadata"]["labels"]
+            [LABEL_CLIENT_TRAFFIC],
+        "off"
+    );
     assert_eq!(world.events(), ["ScaleDownStarted"]);
 
     // Pass 2, reading that record back: the step's status first, then /drain on the victim,
@@ -607,6 +621,9 @@ async fn a_removal_is_recorded_before_each_of_its_actions() {
                 Step::Scrapes,
                 status_write(answer(&cr)),
                 Step::Member(3, Method::GET, "/drain"),
+                Step::Api(Method::PATCH, pod_path(3), pod_answer(3)),
+                // The label again: this world's pod cache never sees pass 1's patch, and the
+                // cut is level-triggered (re-sent while the pod is not seen off).
                 Step::Api(Method::PATCH, pod_path(3), pod_answer(3)),
             ],
         )

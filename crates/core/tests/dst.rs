@@ -460,7 +460,7 @@ impl World {
         for o in origins {
             // Anti-entropy works in rounds, each member every `AE_ROUND` ticks (staggered):
             // between rounds a gap shows in the origin's ring figure.
-            if (self.t + u64::from(o)) % AE_ROUND != 0 {
+            if !(self.t + u64::from(o)).is_multiple_of(AE_ROUND) {
                 continue;
             }
             let mut budget = AE_RATE * AE_ROUND;
