@@ -1,10 +1,10 @@
 //! A steady write load: distinct keys `SET` over RESP at a fixed rate, like clients behind the
 //! cluster's client Service, every acknowledged key recorded for the data check.
 //!
-//! Through the Service ([`LoadTarget::Service`]) the writes are spread round robin over the
-//! ready endpoints of its EndpointSlices, re-read every 500 ms: a member taken out of the
-//! Service (unready, or its client-traffic label off) stops receiving writes within about half
-//! a second, as behind a real Service. [`LoadTarget::Pod`] writes through one member's pod IP
+//! Through the Service ([`LoadTarget::Service`]) the writes are spread round robin over its
+//! ready endpoints (the Ready, not terminating pods its selector matches), re-read every
+//! 500 ms: a member taken out of the Service (unready, or its client-traffic label off) stops
+//! receiving writes within about half a second, as behind a real Service. [`LoadTarget::Pod`] writes through one member's pod IP
 //! whatever the Service says (the trap: writes above its ring rate right before it goes).
 //! A write that fails (connection refused or closed, an error reply) is not acknowledged and
 //! not read back; the connection is opened again on the next round.
@@ -15,12 +15,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::api::{Api, ListParams};
 use marekvs_sim::resp::Reply;
 
 use crate::data::{self, DataSet, Resp};
+use crate::{pod_condition, pod_ip};
 
 /// How often the writer sends a round, and re-reads its endpoints at most.
 const ROUND: Duration = Duration::from_millis(100);
@@ -77,7 +77,7 @@ impl SteadyLoad {
         );
         let writer = Writer {
             pods: Api::namespaced(client.clone(), namespace),
-            slices: Api::namespaced(client, namespace),
+            services: Api::namespaced(client, namespace),
             target,
             rate,
             set: DataSet::empty(label, reader),
@@ -103,7 +103,7 @@ impl SteadyLoad {
 
 struct Writer {
     pods: Api<Pod>,
-    slices: Api<EndpointSlice>,
+    services: Api<Service>,
     target: LoadTarget,
     rate: f64,
     set: DataSet,
@@ -125,7 +125,7 @@ impl Writer {
         while !stop.load(Ordering::Relaxed) {
             if resolved.is_none_or(|t| t.elapsed() >= RESOLVE_EVERY) {
                 // On an API error keep the last endpoints: a client keeps its last answer too.
-                if let Ok(e) = resolve(&self.pods, &self.slices, &self.target).await {
+                if let Ok(e) = resolve(&self.pods, &self.services, &self.target).await {
                     endpoints = e;
                 }
                 resolved = Some(Instant::now());
@@ -186,32 +186,35 @@ impl Writer {
     }
 }
 
-/// The members to write through now, with their IPs.
+/// The members to write through now, with their IPs. For a Service, the endpoints its
+/// EndpointSlices would list: its selector's pods that are Ready and not terminating. (The
+/// local cluster's pod IPs are loopback addresses, which the EndpointSlice controller never
+/// publishes, so the writer reads the same facts from the pods.)
 async fn resolve(
     pods: &Api<Pod>,
-    slices: &Api<EndpointSlice>,
+    services: &Api<Service>,
     target: &LoadTarget,
 ) -> anyhow::Result<Vec<(String, Ipv4Addr)>> {
-    match target {
-        LoadTarget::Pod(name) => Ok(vec![(name.clone(), data::member_ip(pods, name).await?)]),
-        LoadTarget::Service(svc) => {
-            let lp = ListParams::default().labels(&format!("kubernetes.io/service-name={svc}"));
-            let mut out = Vec::new();
-            for slice in slices.list(&lp).await? {
-                for e in slice.endpoints {
-                    let ready = e.conditions.as_ref().and_then(|c| c.ready) != Some(false);
-                    let name = e.target_ref.as_ref().and_then(|r| r.name.clone());
-                    let ip = e.addresses.first().and_then(|a| a.parse().ok());
-                    if let (true, Some(name), Some(ip)) = (ready, name, ip) {
-                        out.push((name, ip));
-                    }
-                }
-            }
-            out.sort();
-            out.dedup();
-            Ok(out)
+    let svc = match target {
+        LoadTarget::Pod(name) => {
+            return Ok(vec![(name.clone(), data::member_ip(pods, name).await?)]);
         }
-    }
+        LoadTarget::Service(svc) => services.get(svc).await?,
+    };
+    let selector = svc.spec.and_then(|s| s.selector).unwrap_or_default();
+    anyhow::ensure!(!selector.is_empty(), "the Service selects no pods");
+    let labels: Vec<String> = selector.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    let lp = ListParams::default().labels(&labels.join(","));
+    let mut out: Vec<(String, Ipv4Addr)> = pods
+        .list(&lp)
+        .await?
+        .items
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none() && pod_condition(p, "Ready"))
+        .filter_map(|p| Some((p.metadata.name.clone()?, pod_ip(p)?)))
+        .collect();
+    out.sort();
+    Ok(out)
 }
 
 /// Send `commands` on `conn` (or a new connection to `ip`).
