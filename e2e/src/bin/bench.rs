@@ -1181,7 +1181,12 @@ async fn load_once(pct: u64, gap_rate: f64, bound: Duration) -> anyhow::Result<(
         if started.elapsed() > bound {
             let why = match &s.handoff_hold {
                 Some(h) => format!("{:?}/{:?} on {:?}", h.reason, h.moving, h.members),
-                None => format!("blocked {:?}, no handoffHold", s.block_reason),
+                None => format!(
+                    "no handoffHold: phase {:?}, blocked {:?}, removal {:?}",
+                    s.phase,
+                    s.block_reason,
+                    s.removal.as_ref().map(|r| (&r.member, r.step))
+                ),
             };
             break format!("held\ttime>{}s\twhy={why}", bound.as_secs());
         }
