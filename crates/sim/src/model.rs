@@ -1216,7 +1216,7 @@ impl Cluster {
             .into_iter()
             .map(String::from)
             .collect();
-        let volume = m.volume.clone();
+        let (volume, origin) = (m.volume.clone(), m.node_id.clone());
         let Some(entry) = self.volumes[&volume].entry(gap.pid, &gap.key).cloned() else {
             return true;
         };
@@ -1226,7 +1226,8 @@ impl Cluster {
             .filter(|(_, r)| r.is_up() && r.volume != volume && owners.contains(&r.node_id))
             .map(|(k, _)| k.clone())
             .collect();
-        if owners.is_empty() {
+        // No owner to go to yet (none in the view, or none but itself running): wait.
+        if receivers.is_empty() && !owners.contains(&origin) {
             return false;
         }
         for r in receivers {
