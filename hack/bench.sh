@@ -4,10 +4,11 @@
 # down. Reported numbers, not pass/fail; results go to stdout and to $OUT (default
 # target/bench/results.tsv). Arguments go to the bench binary (default: all).
 #
-#   hack/bench.sh                     # steps, replace, scale (200 × 8), failover (200 × 8)
+#   hack/bench.sh                     # steps, replace, scale (200 × 8), failover (200 × 8), load
 #   hack/bench.sh steps --runs 5
 #   hack/bench.sh scale --clusters 50 --members 8 --steady-seconds 60
 #   hack/bench.sh failover --clusters 200 --members 8 --runs 3 --after-seconds 60
+#   hack/bench.sh load --bound-seconds 90 --percent 0,25,50,100,150
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib.sh"

@@ -71,7 +71,7 @@ pub struct Resp {
 /// (`MAREKVS_E2E_PORT_FORWARD`) rather than at their pod IPs. On kind the pod IPs are not the
 /// host's to reach, and the API server is on 127.0.0.1: every connection the tests make stays
 /// on loopback.
-fn port_forward() -> bool {
+pub(crate) fn port_forward() -> bool {
     std::env::var_os("MAREKVS_E2E_PORT_FORWARD").is_some_and(|v| !v.is_empty())
 }
 
@@ -175,12 +175,21 @@ impl Resp {
 }
 
 /// The pod IP of `member`, from the API (a re-created pod has a new one).
-async fn member_ip(pods: &Api<Pod>, member: &str) -> anyhow::Result<Ipv4Addr> {
+pub(crate) async fn member_ip(pods: &Api<Pod>, member: &str) -> anyhow::Result<Ipv4Addr> {
     let pod = pods
         .get(member)
         .await
         .with_context(|| format!("reading pod {member}"))?;
     pod_ip(&pod).with_context(|| format!("pod {member} has no IP yet"))
+}
+
+/// A per-run nonce: the clock and the process id.
+fn new_nonce() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0)
+        ^ u64::from(std::process::id()) << 32
 }
 
 /// FNV-1a over the nonce and the key: the checksum a value carries.
@@ -274,11 +283,7 @@ impl DataSet {
             !writers.is_empty(),
             "no member to write through but {reader}"
         );
-        let nonce = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos() as u64)
-            .unwrap_or(0)
-            ^ u64::from(std::process::id()) << 32;
+        let nonce = new_nonce();
         let mut set = DataSet {
             label: label.to_string(),
             nonce,
@@ -328,6 +333,50 @@ impl DataSet {
             }
         }
         Ok(())
+    }
+
+    /// An empty set for a writer that records each acknowledged key ([`crate::load`]), to be
+    /// read back through `reader`.
+    pub(crate) fn empty(label: &str, reader: &str) -> DataSet {
+        DataSet {
+            label: label.to_string(),
+            nonce: new_nonce(),
+            keys: Vec::new(),
+            written_through: BTreeMap::new(),
+            reader: reader.to_string(),
+            password: None,
+        }
+    }
+
+    /// The `i`-th key of this set's label and nonce.
+    pub(crate) fn key_at(&self, i: usize) -> String {
+        format!("e2e:{}:{:016x}:{i:07}", self.label, self.nonce)
+    }
+
+    /// `SET key value` for `key`.
+    pub(crate) fn set_command(&self, key: &str) -> Vec<Vec<u8>> {
+        vec![
+            b"SET".to_vec(),
+            key.as_bytes().to_vec(),
+            self.value_of(key).into_bytes(),
+        ]
+    }
+
+    /// `key` was acknowledged by `member`.
+    pub(crate) fn record(&mut self, key: String, member: &str) {
+        self.keys.push(key);
+        *self.written_through.entry(member.to_string()).or_default() += 1;
+    }
+
+    /// Read back through `reader` instead (a survivor known only after the disruption).
+    pub fn read_through(mut self, reader: &str) -> DataSet {
+        self.reader = reader.to_string();
+        self
+    }
+
+    /// Keys acknowledged through each member.
+    pub fn written_through(&self) -> &BTreeMap<String, usize> {
+        &self.written_through
     }
 
     /// The value written for `key`: the key, a checksum of key and nonce, padding to 64 bytes.

@@ -10,6 +10,7 @@
 
 pub mod data;
 pub mod harness;
+pub mod load;
 
 use std::fmt::Debug;
 use std::future::Future;
@@ -308,6 +309,18 @@ impl Sim {
             .await?
             .error_for_status()?;
         Ok(())
+    }
+
+    /// The simulator's settings (ring and anti-entropy rates among them).
+    pub async fn settings(&self) -> anyhow::Result<Value> {
+        Ok(self
+            .http
+            .get(format!("{}/settings", self.base))
+            .send()
+            .await?
+            .error_for_status()?
+            .json()
+            .await?)
     }
 
     pub async fn patch_settings(&self, settings: Value) -> anyhow::Result<Value> {

@@ -285,7 +285,12 @@ async fn the_next_step_waits_while_data_is_still_copying_although_every_gauge_re
             .collect();
         let repairs: u64 = members
             .iter()
-            .map(|m| m["figures"]["ae_repair_ops_total"].as_u64().unwrap_or(0))
+            .map(|m| {
+                let f = &m["figures"];
+                // Copies of whole partitions count as bootstraps, gap repairs as repairs.
+                f["bootstraps_completed_total"].as_u64().unwrap_or(0)
+                    + f["ae_repair_ops_total"].as_u64().unwrap_or(0)
+            })
             .sum();
         let gauges_zero = members.iter().all(|m| {
             m["figures"]["underreplicated_partitions"] == 0

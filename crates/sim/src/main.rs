@@ -59,6 +59,13 @@ struct Args {
     /// Seconds a member flushes after SIGTERM before it exits.
     #[arg(long, default_value_t = Settings::default().flush_ms as f64 / 1000.0)]
     flush_seconds: f64,
+    /// Writes a member's replication ring ships per second; beyond it a write gaps and waits
+    /// for anti-entropy (0: unlimited).
+    #[arg(long, default_value_t = Settings::default().ring_ops_per_sec)]
+    ring_ops_per_sec: f64,
+    /// Gapped writes a member's anti-entropy delivers per second.
+    #[arg(long, default_value_t = Settings::default().ae_ops_per_sec)]
+    ae_ops_per_sec: f64,
 }
 
 #[tokio::main]
@@ -79,6 +86,8 @@ async fn main() -> anyhow::Result<()> {
     let settings = model::Settings {
         copy_rate_per_sec: args.copy_rate,
         flush_ms: (args.flush_seconds * 1000.0) as u64,
+        ring_ops_per_sec: args.ring_ops_per_sec,
+        ae_ops_per_sec: args.ae_ops_per_sec,
         ..Settings::default()
     };
     let world = SharedWorld::new(settings, args.seed);

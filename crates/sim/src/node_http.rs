@@ -291,13 +291,13 @@ pub fn render_metrics(f: &MemberFigures) -> String {
         "marekvs_ring_ops",
         "Replication-ring backlog (ops).",
         "gauge",
-        "0".into(),
+        f.ring_ops.to_string(),
     );
     gauge(
         "marekvs_ring_bytes",
         "Replication-ring backlog (bytes).",
         "gauge",
-        "0".into(),
+        f.ring_bytes.to_string(),
     );
     gauge(
         "marekvs_db_total_bytes",

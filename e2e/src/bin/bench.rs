@@ -15,6 +15,12 @@
 //!                                             acquired, acquired → first full pass, peak
 //!                                             scrapes in flight, API writes during the pass
 //!                                             and the N seconds after
+//!   bench load     [--bound-seconds N] [--percent P,...]
+//!                                             5 → 4 under a steady write load through the
+//!                                             client Service at P % of the simulated
+//!                                             ring-gap rate (default 0,25,50,100,150): time
+//!                                             to complete (or held, why, after N s, default
+//!                                             120), keys written, keys lost
 //!
 //! Every figure is printed as a line starting with `RESULT` (tab-separated), for the table in
 //! docs/benchmarks.md.
@@ -89,14 +95,18 @@ async fn main() -> anyhow::Result<()> {
         "replace" => replace(arg(&args, "--runs", 20)).await,
         "scale" => scale_with_args().await,
         "failover" => failover_with_args().await,
+        "load" => load(&percents(&args), arg(&args, "--bound-seconds", 120)).await,
         "all" => {
             steps(arg(&args, "--runs", 3)).await?;
             replace(arg(&args, "--runs", 20)).await?;
             scale_with_args().await?;
-            failover_with_args().await
+            failover_with_args().await?;
+            load(&percents(&args), arg(&args, "--bound-seconds", 120)).await
         }
         other => {
-            anyhow::bail!("unknown benchmark {other:?}: steps, replace, scale, failover or all")
+            anyhow::bail!(
+                "unknown benchmark {other:?}: steps, replace, scale, failover, load or all"
+            )
         }
     }
 }
@@ -1102,4 +1112,111 @@ async fn failover_once(
         "RESULT\t{tag}: load average (1, 5, 15 min)\tat the kill {load_at_kill}; after {load_after}"
     );
     Ok(r)
+}
+
+// ---------------------------------------------------------------------------------------------
+// 5 → 4 under a steady write load.
+
+/// `--percent 0,25,50`: the loads to run, in percent of the ring-gap rate.
+fn percents(args: &[String]) -> Vec<u64> {
+    args.iter()
+        .position(|a| a == "--percent")
+        .and_then(|i| args.get(i + 1))
+        .map(|v| v.split(',').filter_map(|p| p.trim().parse().ok()).collect())
+        .unwrap_or_else(|| vec![0, 25, 50, 100, 150])
+}
+
+async fn load(percents: &[u64], bound_seconds: u64) -> anyhow::Result<()> {
+    let sim = Sim::from_env().context("the load benchmark needs the simulator")?;
+    let settings = sim.settings().await?;
+    let ring = settings["ring_ops_per_sec"].as_f64().unwrap_or(0.0);
+    anyhow::ensure!(
+        ring > 0.0,
+        "the simulator's rings are unlimited: no ring-gap rate"
+    );
+    let gap_rate = 5.0 * ring;
+    println!(
+        "# ring-gap rate of 5 members: {gap_rate:.0} SET/s (R = {ring:.0}/s, anti-entropy {}/s a member)",
+        settings["ae_ops_per_sec"]
+    );
+    for pct in percents {
+        load_once(*pct, gap_rate, Duration::from_secs(bound_seconds)).await?;
+    }
+    Ok(())
+}
+
+/// One 5 → 4 with `pct` % of `gap_rate` written through the client Service from 5 s before
+/// the scale-down until it completed or `bound` passed; then every acknowledged key is read
+/// back through a survivor.
+async fn load_once(pct: u64, gap_rate: f64, bound: Duration) -> anyhow::Result<()> {
+    let env = TestEnv::new("bench-load").await?;
+    let ns = env.namespace.clone();
+    let log = std::env::var("BENCH_OPERATOR_LOG").unwrap_or_else(|_| "warn".into());
+    let _op = Operator::start_with(&ns, &[("RUST_LOG", log.as_str())])?;
+    let api = create(&env, "bench", spec(5)).await?;
+    let all: Vec<String> = (0..5).map(|i| format!("bench-{i}")).collect();
+    let all_ref: Vec<&str> = all.iter().map(String::as_str).collect();
+    wait_healthy(&api, "bench", &all_ref, T).await?;
+    let rate = gap_rate * pct as f64 / 100.0;
+    let target = load::LoadTarget::Service("bench".into());
+    let writer = load::SteadyLoad::start(
+        env.client.clone(),
+        &ns,
+        target,
+        rate,
+        "bench-0",
+        "bench-load",
+    )?;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let started = Instant::now();
+    patch_spec(&api, "bench", json!({"nodes": 4})).await?;
+    let outcome = loop {
+        let s = status_of(&api.get("bench").await?);
+        if s.phase == Some(marekvs_api::ClusterPhase::Healthy)
+            && s.instance_names.len() == 4
+            && s.removal.is_none()
+        {
+            break format!("completed\ttime={:.1}s", started.elapsed().as_secs_f64());
+        }
+        if started.elapsed() > bound {
+            let why = match &s.handoff_hold {
+                Some(h) => format!("{:?}/{:?} on {:?}", h.reason, h.moving, h.members),
+                None => format!(
+                    "no handoffHold: phase {:?}, blocked {:?}, removal {:?}",
+                    s.phase,
+                    s.block_reason,
+                    s.removal.as_ref().map(|r| (&r.member, r.step))
+                ),
+            };
+            break format!("held\ttime>{}s\twhy={why}", bound.as_secs());
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    let report = writer.stop().await?;
+    let written = report.data.len();
+    let achieved = report.rate();
+    let failed = report.failed;
+    let c = api.get("bench").await?;
+    let reader = status_of(&c)
+        .instance_names
+        .first()
+        .cloned()
+        .context("a survivor")?;
+    let pods: Api<Pod> = env.api();
+    let lost = match report
+        .data
+        .read_through(&reader)
+        .verify_within(&pods, Duration::from_secs(60))
+        .await
+    {
+        Ok(_) => 0,
+        Err(e) => match e.downcast_ref::<data::Lost>() {
+            Some(l) => l.missing.len(),
+            None => return Err(e),
+        },
+    };
+    println!(
+        "RESULT\tload_5_to_4\tload={pct}%\trate={rate:.0}/s\tachieved={achieved:.0}/s\t{outcome}\twritten={written}\tfailed={failed}\tlost={lost}"
+    );
+    env.cleanup().await
 }

@@ -1,0 +1,232 @@
+//! A steady write load: distinct keys `SET` over RESP at a fixed rate, like clients behind the
+//! cluster's client Service, every acknowledged key recorded for the data check.
+//!
+//! Through the Service ([`LoadTarget::Service`]) the writes are spread round robin over its
+//! ready endpoints (the Ready, not terminating pods its selector matches), re-read every
+//! 500 ms: a member taken out of the Service (unready, or its client-traffic label off) stops
+//! receiving writes within about half a second, as behind a real Service. [`LoadTarget::Pod`] writes through one member's pod IP
+//! whatever the Service says (the trap: writes above its ring rate right before it goes).
+//! A write that fails (connection refused or closed, an error reply) is not acknowledged and
+//! not read back; the connection is opened again on the next round.
+
+use std::collections::BTreeMap;
+use std::net::Ipv4Addr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{Pod, Service};
+use kube::api::{Api, ListParams};
+use marekvs_sim::resp::Reply;
+
+use crate::data::{self, DataSet, Resp};
+use crate::{pod_condition, pod_ip};
+
+/// How often the writer sends a round, and re-reads its endpoints at most.
+const ROUND: Duration = Duration::from_millis(100);
+const RESOLVE_EVERY: Duration = Duration::from_millis(500);
+/// At most this much backlog is sent at once after a slow round; the rest is skipped.
+const MAX_CATCH_UP: Duration = Duration::from_secs(1);
+
+/// Where the writes go.
+#[derive(Clone, Debug)]
+pub enum LoadTarget {
+    /// The ready endpoints of this Service's EndpointSlices.
+    Service(String),
+    /// This member's pod IP.
+    Pod(String),
+}
+
+/// What a finished load wrote.
+pub struct LoadReport {
+    /// Every acknowledged key, to read back.
+    pub data: DataSet,
+    /// Writes sent but not acknowledged.
+    pub failed: usize,
+    pub elapsed: Duration,
+}
+
+impl LoadReport {
+    /// Acknowledged writes a second.
+    pub fn rate(&self) -> f64 {
+        self.data.len() as f64 / self.elapsed.as_secs_f64().max(0.001)
+    }
+}
+
+/// A running load; [`SteadyLoad::stop`] ends it.
+pub struct SteadyLoad {
+    stop: Arc<AtomicBool>,
+    acked: Arc<AtomicUsize>,
+    task: tokio::task::JoinHandle<anyhow::Result<LoadReport>>,
+}
+
+impl SteadyLoad {
+    /// Start writing `rate` keys a second to `target` in namespace of `pods`, labelled
+    /// `label`, to be read back through `reader` (changeable with [`DataSet::read_through`]).
+    pub fn start(
+        client: kube::Client,
+        namespace: &str,
+        target: LoadTarget,
+        rate: f64,
+        reader: &str,
+        label: &str,
+    ) -> anyhow::Result<SteadyLoad> {
+        anyhow::ensure!(
+            !data::port_forward(),
+            "a steady load writes to pod IPs; not through port-forwards"
+        );
+        let writer = Writer {
+            pods: Api::namespaced(client.clone(), namespace),
+            services: Api::namespaced(client, namespace),
+            target,
+            rate,
+            set: DataSet::empty(label, reader),
+            conns: BTreeMap::new(),
+            failed: 0,
+        };
+        let stop = Arc::new(AtomicBool::new(false));
+        let acked = Arc::new(AtomicUsize::new(0));
+        let task = tokio::spawn(writer.run(stop.clone(), acked.clone()));
+        Ok(SteadyLoad { stop, acked, task })
+    }
+
+    /// Writes acknowledged so far.
+    pub fn acked(&self) -> usize {
+        self.acked.load(Ordering::Relaxed)
+    }
+
+    pub async fn stop(self) -> anyhow::Result<LoadReport> {
+        self.stop.store(true, Ordering::Relaxed);
+        self.task.await?
+    }
+}
+
+struct Writer {
+    pods: Api<Pod>,
+    services: Api<Service>,
+    target: LoadTarget,
+    rate: f64,
+    set: DataSet,
+    /// Open connections by member.
+    conns: BTreeMap<String, Resp>,
+    failed: usize,
+}
+
+impl Writer {
+    async fn run(
+        mut self,
+        stop: Arc<AtomicBool>,
+        acked: Arc<AtomicUsize>,
+    ) -> anyhow::Result<LoadReport> {
+        let start = Instant::now();
+        let mut endpoints: Vec<(String, Ipv4Addr)> = Vec::new();
+        let mut resolved: Option<Instant> = None;
+        let (mut sent, mut next) = (0usize, 0usize);
+        while !stop.load(Ordering::Relaxed) {
+            if resolved.is_none_or(|t| t.elapsed() >= RESOLVE_EVERY) {
+                // On an API error keep the last endpoints: a client keeps its last answer too.
+                if let Ok(e) = resolve(&self.pods, &self.services, &self.target).await {
+                    endpoints = e;
+                }
+                resolved = Some(Instant::now());
+            }
+            let due = (self.rate * start.elapsed().as_secs_f64()) as usize;
+            let max = (self.rate * MAX_CATCH_UP.as_secs_f64()) as usize;
+            let n = due.saturating_sub(sent).min(max.max(1));
+            sent = due;
+            if !endpoints.is_empty() && n > 0 {
+                self.round(&endpoints, next, n).await;
+                next += n;
+                acked.store(self.set.len(), Ordering::Relaxed);
+            }
+            tokio::time::sleep(ROUND).await;
+        }
+        Ok(LoadReport {
+            data: self.set,
+            failed: self.failed,
+            elapsed: start.elapsed(),
+        })
+    }
+
+    /// Keys `next..next + n`, round robin over `endpoints`, each member's share pipelined on
+    /// its connection, all members at once.
+    async fn round(&mut self, endpoints: &[(String, Ipv4Addr)], next: usize, n: usize) {
+        let mut shares: Vec<(String, Ipv4Addr, Vec<String>)> = endpoints
+            .iter()
+            .map(|(m, ip)| (m.clone(), *ip, Vec::new()))
+            .collect();
+        for i in next..next + n {
+            let k = shares.len();
+            shares[i % k].2.push(self.set.key_at(i));
+        }
+        let sends = shares.into_iter().map(|(member, ip, keys)| {
+            let conn = self.conns.remove(&member);
+            let commands: Vec<Vec<Vec<u8>>> =
+                keys.iter().map(|k| self.set.set_command(k)).collect();
+            async move {
+                let result = send(conn, ip, &commands).await;
+                (member, keys, result)
+            }
+        });
+        for (member, keys, result) in futures::future::join_all(sends).await {
+            match result {
+                Ok((conn, replies)) => {
+                    self.conns.insert(member.clone(), conn);
+                    for (k, reply) in keys.into_iter().zip(replies) {
+                        if reply == Reply::Simple("OK".into()) {
+                            self.set.record(k, &member);
+                        } else {
+                            self.failed += 1;
+                        }
+                    }
+                }
+                Err(_) => self.failed += keys.len(),
+            }
+        }
+    }
+}
+
+/// The members to write through now, with their IPs. For a Service, the endpoints its
+/// EndpointSlices would list: its selector's pods that are Ready and not terminating. (The
+/// local cluster's pod IPs are loopback addresses, which the EndpointSlice controller never
+/// publishes, so the writer reads the same facts from the pods.)
+async fn resolve(
+    pods: &Api<Pod>,
+    services: &Api<Service>,
+    target: &LoadTarget,
+) -> anyhow::Result<Vec<(String, Ipv4Addr)>> {
+    let svc = match target {
+        LoadTarget::Pod(name) => {
+            return Ok(vec![(name.clone(), data::member_ip(pods, name).await?)]);
+        }
+        LoadTarget::Service(svc) => services.get(svc).await?,
+    };
+    let selector = svc.spec.and_then(|s| s.selector).unwrap_or_default();
+    anyhow::ensure!(!selector.is_empty(), "the Service selects no pods");
+    let labels: Vec<String> = selector.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    let lp = ListParams::default().labels(&labels.join(","));
+    let mut out: Vec<(String, Ipv4Addr)> = pods
+        .list(&lp)
+        .await?
+        .items
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none() && pod_condition(p, "Ready"))
+        .filter_map(|p| Some((p.metadata.name.clone()?, pod_ip(p)?)))
+        .collect();
+    out.sort();
+    Ok(out)
+}
+
+/// Send `commands` on `conn` (or a new connection to `ip`).
+async fn send(
+    conn: Option<Resp>,
+    ip: Ipv4Addr,
+    commands: &[Vec<Vec<u8>>],
+) -> anyhow::Result<(Resp, Vec<Reply>)> {
+    let mut conn = match conn {
+        Some(c) => c,
+        None => Resp::connect(ip).await?,
+    };
+    let replies = conn.pipeline(commands).await?;
+    Ok((conn, replies))
+}

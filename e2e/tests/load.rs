@@ -1,0 +1,222 @@
+//! Scale-down under a steady write load (issue 17): a member removed right after writes went
+//! past its replication ring loses them (the trap), and the operator's 5 → 4 under load below
+//! and above the simulated ring-gap rate loses nothing: it completes, or it holds and says
+//! why in `status.handoffHold`.
+
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+use kube::api::{Api, DeleteParams};
+use marekvs_api::{ClusterPhase, MarekvsCluster};
+use marekvs_e2e::load::{LoadTarget, SteadyLoad};
+use marekvs_e2e::*;
+use serde_json::json;
+
+const T: Duration = Duration::from_secs(120);
+const FIVE: [&str; 5] = ["demo-0", "demo-1", "demo-2", "demo-3", "demo-4"];
+
+/// The simulated cluster's ring-gap rate for `members` members: n × R.
+async fn ring_gap_rate(sim: &Sim, members: usize) -> anyhow::Result<f64> {
+    let r = sim.settings().await?["ring_ops_per_sec"]
+        .as_f64()
+        .context("the simulator reports ring_ops_per_sec")?;
+    anyhow::ensure!(
+        r > 0.0,
+        "the simulator's rings are unlimited: no gap to test"
+    );
+    Ok(members as f64 * r)
+}
+
+/// The trap, without the operator disrupting anything: writes at twice one member's ring
+/// rate go through demo-2, and its pod and PVC are deleted by hand while they do. Writes past
+/// its ring were only on its volume: the data check counts them lost.
+async fn a_member_deleted_right_after_writes_went_past_its_ring_loses_them() -> anyhow::Result<()> {
+    let sim = Sim::required()?;
+    let env = TestEnv::new("ring-trap").await?;
+    let ns = env.namespace.clone();
+    let _op = Operator::start(&ns)?;
+    let api = create(&env, "demo", spec(3)).await?;
+    let all = ["demo-0", "demo-1", "demo-2"];
+    wait_healthy(&api, "demo", &all, T).await?;
+    let rate = 2.0 * ring_gap_rate(&sim, 1).await?;
+    let load = SteadyLoad::start(
+        env.client.clone(),
+        &ns,
+        LoadTarget::Pod("demo-2".into()),
+        rate,
+        "demo-0",
+        "ring-trap",
+    )?;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let pods: Api<Pod> = env.api();
+    let pvcs: Api<PersistentVolumeClaim> = env.api();
+    pvcs.delete("data-demo-2", &DeleteParams::default()).await?;
+    pods.delete("demo-2", &DeleteParams::default()).await?;
+    // It keeps serving while it flushes: writes still go through it, past its ring.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let report = load.stop().await?;
+    eprintln!(
+        "ring trap: {} writes acknowledged through demo-2 at {:.0}/s ({} failed)",
+        report.data.len(),
+        report.rate(),
+        report.failed
+    );
+    wait_healthy(&api, "demo", &all, T).await?;
+    let err = report
+        .data
+        .verify_within(&pods, Duration::from_secs(20))
+        .await
+        .expect_err("writes past the ring of a deleted member cannot read back");
+    let lost = err
+        .downcast_ref::<data::Lost>()
+        .with_context(|| format!("a verdict of lost keys, not: {err:#}"))?;
+    eprintln!(
+        "ring trap: {} of {} acknowledged keys lost with demo-2's pod and volume",
+        lost.missing.len(),
+        lost.total
+    );
+    assert!(!lost.missing.is_empty());
+    assert!(
+        lost.missing.len() < lost.total,
+        "what went through its ring survived"
+    );
+    env.cleanup().await
+}
+
+/// How a 5 → 4 under load ended.
+enum Outcome {
+    Completed(Duration),
+    /// Held by the gate, with what `status.handoffHold` said.
+    Held(String),
+}
+
+/// A 5 → 4 by the operator while clients write `fraction` of the ring-gap rate through the
+/// client Service; every acknowledged key reads back whatever the outcome. It must complete
+/// within `bound`, or hold with `status.handoffHold` naming what keeps moving, where and how
+/// fast; neither fails.
+async fn scale_down_under_load(
+    fraction: f64,
+    label: &str,
+    bound: Duration,
+) -> anyhow::Result<Outcome> {
+    let sim = Sim::required()?;
+    let env = TestEnv::new(label).await?;
+    let ns = env.namespace.clone();
+    let _op = Operator::start(&ns)?;
+    let api = create(&env, "demo", spec(5)).await?;
+    wait_healthy(&api, "demo", &FIVE, T).await?;
+    let rate = fraction * ring_gap_rate(&sim, 5).await?;
+    let load = SteadyLoad::start(
+        env.client.clone(),
+        &ns,
+        LoadTarget::Service("demo".into()),
+        rate,
+        "demo-0",
+        label,
+    )?;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    anyhow::ensure!(
+        load.acked() > 0,
+        "the load writes through the client Service"
+    );
+    patch_spec(&api, "demo", json!({"nodes": 4})).await?;
+    let start = Instant::now();
+    let outcome = wait_outcome(&api, start, bound).await;
+    let report = load.stop().await?;
+    eprintln!(
+        "{label}: {} keys acknowledged at {:.0}/s ({:.0} % of the ring-gap rate asked), {} failed, through {:?}",
+        report.data.len(),
+        report.rate(),
+        fraction * 100.0,
+        report.failed,
+        report.data.written_through()
+    );
+    // Every acknowledged key reads back whatever the outcome, held or completed.
+    let c = api.get("demo").await?;
+    let reader = status_of(&c)
+        .instance_names
+        .first()
+        .cloned()
+        .context("a survivor to read through")?;
+    let data = report.data.read_through(&reader);
+    read_back(&env, &data).await?;
+    let outcome = outcome?;
+    env.cleanup().await?;
+    Ok(outcome)
+}
+
+/// Completed (Healthy with four members), or held with a populated `status.handoffHold` once
+/// `bound` has passed; an error if neither.
+async fn wait_outcome(
+    api: &Api<MarekvsCluster>,
+    start: Instant,
+    bound: Duration,
+) -> anyhow::Result<Outcome> {
+    loop {
+        let s = status_of(&api.get("demo").await?);
+        if s.phase == Some(ClusterPhase::Healthy)
+            && s.instance_names.len() == 4
+            && s.removal.is_none()
+        {
+            return Ok(Outcome::Completed(start.elapsed()));
+        }
+        if start.elapsed() > bound {
+            let hold = s.handoff_hold.with_context(|| {
+                format!(
+                    "the 5 → 4 neither completed within {bound:?} nor reported a hold in status.handoffHold (phase {:?}, blocked {:?}, removal {:?})",
+                    s.phase, s.block_reason, s.removal
+                )
+            })?;
+            anyhow::ensure!(
+                !hold.members.is_empty(),
+                "the hold names where it moves: {hold:?}"
+            );
+            anyhow::ensure!(!hold.message.is_empty(), "the hold says why: {hold:?}");
+            return Ok(Outcome::Held(format!(
+                "{:?}: {:?} on {:?} at {:?}/s since {:?}: {}",
+                hold.reason,
+                hold.moving,
+                hold.members,
+                hold.rate_per_second,
+                hold.since,
+                hold.message
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// Below the ring-gap rate nothing gaps: the 5 → 4 completes as without load.
+async fn a_scale_down_under_load_below_the_ring_gap_rate_completes_and_loses_nothing()
+-> anyhow::Result<()> {
+    match scale_down_under_load(0.5, "load-50", Duration::from_secs(90)).await? {
+        Outcome::Completed(took) => {
+            eprintln!("load-50: 5 → 4 completed in {:.1}s", took.as_secs_f64());
+            Ok(())
+        }
+        Outcome::Held(why) => anyhow::bail!("held below the ring-gap rate: {why}"),
+    }
+}
+
+/// Above the ring-gap rate repairs tick on every member all the time: the 5 → 4 completes
+/// (the leaver's hand-off told apart from background repair) or holds saying so; either way
+/// no acknowledged key is lost.
+async fn a_scale_down_under_load_above_the_ring_gap_rate_loses_nothing_and_completes_or_says_why()
+-> anyhow::Result<()> {
+    match scale_down_under_load(1.5, "load-150", Duration::from_secs(60)).await? {
+        Outcome::Completed(took) => {
+            eprintln!("load-150: 5 → 4 completed in {:.1}s", took.as_secs_f64())
+        }
+        Outcome::Held(why) => eprintln!("load-150: 5 → 4 held: {why}"),
+    }
+    Ok(())
+}
+
+fn main() -> std::process::ExitCode {
+    harness::run(marekvs_e2e::cases![
+        a_member_deleted_right_after_writes_went_past_its_ring_loses_them needs [Simulator],
+        a_scale_down_under_load_below_the_ring_gap_rate_completes_and_loses_nothing needs [Simulator],
+        a_scale_down_under_load_above_the_ring_gap_rate_loses_nothing_and_completes_or_says_why needs [Simulator],
+    ])
+}
