@@ -66,6 +66,9 @@ struct Args {
     /// Gapped writes a member's anti-entropy delivers per second.
     #[arg(long, default_value_t = Settings::default().ae_ops_per_sec)]
     ae_ops_per_sec: f64,
+    /// Milliseconds a gapped write waits for its anti-entropy round.
+    #[arg(long, default_value_t = Settings::default().ae_round_ms)]
+    ae_round_ms: u64,
 }
 
 #[tokio::main]
@@ -88,6 +91,7 @@ async fn main() -> anyhow::Result<()> {
         flush_ms: (args.flush_seconds * 1000.0) as u64,
         ring_ops_per_sec: args.ring_ops_per_sec,
         ae_ops_per_sec: args.ae_ops_per_sec,
+        ae_round_ms: args.ae_round_ms,
         ..Settings::default()
     };
     let world = SharedWorld::new(settings, args.seed);
