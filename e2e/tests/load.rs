@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use kube::api::{Api, DeleteParams};
-use marekvs_api::{ClusterPhase, MarekvsCluster};
+use marekvs_api::{BlockReason, ClusterPhase, MarekvsCluster};
 use marekvs_e2e::load::{LoadTarget, SteadyLoad};
 use marekvs_e2e::*;
 use serde_json::json;
@@ -91,6 +91,16 @@ enum Outcome {
     Held(String),
 }
 
+/// What status showed while the 5 → 4 ran.
+#[derive(Default)]
+struct Seen {
+    /// `status.backgroundRepair` was set: repairs moved that held nothing (the old gate,
+    /// "every counter still for the settle window", would have held on them).
+    background_repair: bool,
+    /// `status.handoffHold` said the leaver's ring still held writes (`LeaverBacklog`).
+    leaver_backlog: bool,
+}
+
 /// A 5 → 4 by the operator while clients write `fraction` of the ring-gap rate through the
 /// client Service; every acknowledged key reads back whatever the outcome. It must complete
 /// within `bound`, or hold with `status.handoffHold` naming what keeps moving, where and how
@@ -99,7 +109,7 @@ async fn scale_down_under_load(
     fraction: f64,
     label: &str,
     bound: Duration,
-) -> anyhow::Result<Outcome> {
+) -> anyhow::Result<(Outcome, Seen)> {
     let sim = Sim::required()?;
     let env = TestEnv::new(label).await?;
     let ns = env.namespace.clone();
@@ -122,7 +132,8 @@ async fn scale_down_under_load(
     );
     patch_spec(&api, "demo", json!({"nodes": 4})).await?;
     let start = Instant::now();
-    let outcome = wait_outcome(&api, start, bound).await;
+    let mut seen = Seen::default();
+    let outcome = wait_outcome(&api, start, bound, &mut seen).await;
     let report = load.stop().await?;
     eprintln!(
         "{label}: {} keys acknowledged at {:.0}/s ({:.0} % of the ring-gap rate asked), {} failed, through {:?}",
@@ -143,7 +154,7 @@ async fn scale_down_under_load(
     read_back(&env, &data).await?;
     let outcome = outcome?;
     env.cleanup().await?;
-    Ok(outcome)
+    Ok((outcome, seen))
 }
 
 /// Completed (Healthy with four members), or held with a populated `status.handoffHold` once
@@ -152,9 +163,15 @@ async fn wait_outcome(
     api: &Api<MarekvsCluster>,
     start: Instant,
     bound: Duration,
+    seen: &mut Seen,
 ) -> anyhow::Result<Outcome> {
     loop {
         let s = status_of(&api.get("demo").await?);
+        seen.background_repair |= s.background_repair.is_some();
+        seen.leaver_backlog |= s
+            .handoff_hold
+            .as_ref()
+            .is_some_and(|h| h.reason == BlockReason::LeaverBacklog);
         if s.phase == Some(ClusterPhase::Healthy)
             && s.instance_names.len() == 4
             && s.removal.is_none()
@@ -190,7 +207,13 @@ async fn wait_outcome(
 /// Below the ring-gap rate nothing gaps: the 5 → 4 completes as without load.
 async fn a_scale_down_under_load_below_the_ring_gap_rate_completes_and_loses_nothing()
 -> anyhow::Result<()> {
-    match scale_down_under_load(0.5, "load-50", Duration::from_secs(90)).await? {
+    let (outcome, seen) = scale_down_under_load(0.5, "load-50", Duration::from_secs(90)).await?;
+    // Below the rate no ring gaps: no repair from the load.
+    anyhow::ensure!(
+        !seen.background_repair,
+        "background repair reported below the ring-gap rate"
+    );
+    match outcome {
         Outcome::Completed(took) => {
             eprintln!("load-50: 5 → 4 completed in {:.1}s", took.as_secs_f64());
             Ok(())
@@ -204,12 +227,22 @@ async fn a_scale_down_under_load_below_the_ring_gap_rate_completes_and_loses_not
 /// no acknowledged key is lost.
 async fn a_scale_down_under_load_above_the_ring_gap_rate_loses_nothing_and_completes_or_says_why()
 -> anyhow::Result<()> {
-    match scale_down_under_load(1.5, "load-150", Duration::from_secs(60)).await? {
+    let (outcome, seen) = scale_down_under_load(1.5, "load-150", Duration::from_secs(60)).await?;
+    match outcome {
         Outcome::Completed(took) => {
             eprintln!("load-150: 5 → 4 completed in {:.1}s", took.as_secs_f64())
         }
         Outcome::Held(why) => eprintln!("load-150: 5 → 4 held: {why}"),
     }
+    eprintln!(
+        "load-150: background repair reported {}, the leaver's backlog held its hand-off {}",
+        seen.background_repair, seen.leaver_backlog
+    );
+    // Above the rate the rings gap: repairs move that the old gate would have waited on.
+    anyhow::ensure!(
+        seen.background_repair,
+        "no background repair seen above the ring-gap rate"
+    );
     Ok(())
 }
 
