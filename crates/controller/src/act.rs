@@ -227,15 +227,9 @@ async fn act(
                     ANNOTATION_DRAINED_AT: Timestamp::now().to_string(),
                     ANNOTATION_DRAINED_RESTARTS: restarts(pod).to_string(),
                 }}});
-                let r = pods
-                    .patch(
-                        &pod.name_any(),
-                        &PatchParams::default(),
-                        &Patch::Merge(patch),
-                    )
+                patch_pod(&pods, pod, patch)
                     .await
-                    .map(|_| ());
-                ok_if(r, &[404]).map_err(failed(pod.name_any()))?;
+                    .map_err(failed(pod.name_any()))?;
             }
         }
         Action::DeletePod(o) => {
@@ -255,15 +249,9 @@ async fn act(
                     build::CLIENT_TRAFFIC_OFF
                 };
                 let patch = json!({"metadata": {"labels": {build::LABEL_CLIENT_TRAFFIC: value}}});
-                let r = pods
-                    .patch(
-                        &pod.name_any(),
-                        &PatchParams::default(),
-                        &Patch::Merge(patch),
-                    )
+                patch_pod(&pods, pod, patch)
                     .await
-                    .map(|_| ());
-                ok_if(r, &[404]).map_err(failed(pod.name_any()))?;
+                    .map_err(failed(pod.name_any()))?;
             }
         }
         Action::DeletePvc(o) => {
@@ -294,6 +282,23 @@ fn delete_exactly(uid: Option<String>) -> DeleteParams {
         }),
         ..DeleteParams::default()
     }
+}
+
+/// A merge patch of a pod's metadata; a pod already gone is no failure.
+async fn patch_pod(
+    pods: &Api<Pod>,
+    pod: &Pod,
+    patch: serde_json::Value,
+) -> Result<(), kube::Error> {
+    let r = pods
+        .patch(
+            &pod.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(patch),
+        )
+        .await
+        .map(|_| ());
+    ok_if(r, &[404])
 }
 
 fn ok_if(r: Result<(), kube::Error>, codes: &[u16]) -> Result<(), kube::Error> {
