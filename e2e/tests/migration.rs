@@ -232,10 +232,27 @@ async fn a_statefulset_left_by_marekvs_own_operator_is_adopted_without_a_restart
             .await?;
         let body = json!({"apiVersion": "marekvs.io/v1alpha1", "kind": "MarekvsCluster",
             "status": old_status()});
-        api.patch_status(
-            "demo",
-            &PatchParams::apply(OLD_MANAGER).force(),
-            &Patch::Apply(body),
+        // The API server takes a moment to serve the CRD's new schema: until then the old
+        // status is refused ("field not declared in schema").
+        wait_until(
+            "the old status stored under the replaced schema",
+            T,
+            || async {
+                match api
+                    .patch_status(
+                        "demo",
+                        &PatchParams::apply(OLD_MANAGER).force(),
+                        &Patch::Apply(&body),
+                    )
+                    .await
+                {
+                    Ok(_) => Ok(Some(())),
+                    Err(kube::Error::Api(e)) if e.message.contains("not declared in schema") => {
+                        Ok(None)
+                    }
+                    Err(e) => Err(e.into()),
+                }
+            },
         )
         .await?;
         Ok(())
