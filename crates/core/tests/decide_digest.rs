@@ -323,19 +323,8 @@ fn gen_memory(
                 11 => now - spec.settle_ms - r.pick(&[-1, 0, 1]),
                 _ => now - r.upto(spec.settle_ms),
             };
-            samples.insert(
-                o,
-                Sample {
-                    bootstraps_total: r.below(2),
-                    repairs_total: r.below(3),
-                    changed_at,
-                    bootstraps_changed_at: changed_at,
-                    repairs_changed_at: changed_at,
-                    repairs_prev: None,
-                    ring_ops: Some(0),
-                    ring_busy_at: None,
-                },
-            );
+            let (boots, repairs) = (r.below(2), r.below(3));
+            samples.insert(o, Sample::new(boots, repairs, changed_at));
         }
         if members.contains(&o) && r.pct(60) {
             phases.insert(
