@@ -635,6 +635,18 @@ mod tests {
         since: Option<Millis>,
         now: Millis,
     ) -> Result<(), Blocked> {
+        gate(members, samples, expected, None, since, now).check()
+    }
+
+    /// The gate over `members` (member `i` is ordinal `i`), a 5 s settle window.
+    fn gate<'a>(
+        members: &'a [MemberObs],
+        samples: &'a BTreeMap<u32, Sample>,
+        expected_view: u64,
+        leaver: Option<Leaver>,
+        since: Option<Millis>,
+        now: Millis,
+    ) -> HandoffGate<'a> {
         HandoffGate {
             members: members
                 .iter()
@@ -642,14 +654,13 @@ mod tests {
                 .map(|(i, m)| (i as u32, m))
                 .collect(),
             samples,
-            expected_view: expected,
+            expected_view,
             since,
             now,
             settle_ms: 5_000,
             name: "demo",
-            leaver: None,
+            leaver,
         }
-        .check()
     }
 
     fn quiet_since(t: Millis, n: u32) -> BTreeMap<u32, Sample> {
@@ -796,21 +807,7 @@ mod tests {
         leaver: Option<Leaver>,
         since: Option<Millis>,
     ) -> Result<(), GateHold> {
-        HandoffGate {
-            members: members
-                .iter()
-                .enumerate()
-                .map(|(i, m)| (i as u32, m))
-                .collect(),
-            samples,
-            expected_view: members.len() as u64,
-            since,
-            now: NOW,
-            settle_ms: 5_000,
-            name: "demo",
-            leaver,
-        }
-        .evaluate()
+        gate(members, samples, members.len() as u64, leaver, since, NOW).evaluate()
     }
 
     fn leaving(ordinal: u32) -> Option<Leaver> {
