@@ -1,8 +1,11 @@
-//! The hand-off gate (v2): has the data of the step being gated reached every owner?
+//! The hand-off gate (v3): has the data of the step being gated reached a member that stays?
 //!
-//! On real marekvs the under-replication gauge is computed from membership alone and reads 0
-//! while data is still moving, so it is necessary but never sufficient. The gate passes only
-//! when, for every member that must carry the data:
+//! On real marekvs 0.2 the under-replication gauge is computed from membership alone, and the
+//! ring gauges are occupancy, not backlog; nothing says which writes reached which owner. What
+//! the node does offer is its own anti-entropy: every round a member compares each partition it
+//! owns with one other owner and pushes what that owner lacks, and every third round it offers
+//! what it holds but does not own. The gate passes only when, for every member that must carry
+//! the data:
 //! - G1 its pod exists and is Ready, and its metrics were actually read;
 //! - G2 it reports 0 under-replicated and 0 join-gate-pending partitions;
 //! - G3 its membership view holds exactly the expected number of members, and by identity
@@ -10,21 +13,23 @@
 //!   RESP; an unread view is unknown, and holds);
 //! - G4 its bootstrap counter (whole-partition copies) has not moved for the settle window,
 //!   counted from the later of its last move and `since` (the start of the step being gated);
-//! - G5 the leaver, when there is one: its client traffic is cut (its pod is labelled off) and
-//!   its replication ring (`marekvs_ring_ops`) is known, 0 now, and has been neither above 0
-//!   nor unknown for the settle window: every write that originated on it is on every owner;
-//! - G6 its repair counter has not moved for the settle window, unless the repairs are
-//!   explained by ring backlog: some gated member's ring read a known figure above 0 within
-//!   the window. Those repairs copy writes past a ring gap to their owners (background repair
-//!   under load); they say nothing about the step being gated and hold nothing. Unknown never
-//!   relaxes: a ring not read explains nothing.
+//! - G5 the leaver, when there is one: its client traffic is cut (its pod is labelled off), no
+//!   client input reached it since it went quiet, and since then enough of its own
+//!   anti-entropy rounds began ([`rounds_needed`]) to have handed what it holds to members
+//!   that stay. Client input is counted in RESP bytes less the operator's own reads; a restart,
+//!   a change of its view or any figure not read starts the count again.
 //!
-//! docs/scale-down.md argues each condition.
+//! Anti-entropy repairs (`marekvs_ae_repair_ops_total`) hold nothing: on the node they say
+//! neither whose data they carry nor that an exchange finished, and under write load they never
+//! stop. They are reported as background repair.
+//!
+//! docs/scale-down.md argues each condition from the node's behaviour.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::types::{
-    BackgroundRepair, BlockReason, Blocked, MemberObs, Millis, Moving, Sample, Scrape, View,
+    BackgroundRepair, BlockReason, Blocked, MemberObs, Millis, Moving, QuietReset, Sample, Scrape,
+    View,
 };
 use crate::views::describe;
 
@@ -105,8 +110,7 @@ impl HandoffGate<'_> {
         })?;
         // The leaver first: under load its backlog is what a user needs to see.
         self.check_leaver()?;
-        self.check_bootstraps()?;
-        self.check_repairs()
+        self.check_bootstraps()
     }
 
     fn who(&self, ords: &[u32]) -> String {
@@ -273,8 +277,8 @@ impl HandoffGate<'_> {
         )
     }
 
-    /// G5: the leaver takes no client writes and every write that originated on it is on
-    /// every owner (its ring known, empty, and quiet for the settle window).
+    /// G5: the leaver takes no client input, and its own anti-entropy has handed on what it
+    /// holds: enough rounds began after it went quiet ([`rounds_needed`]).
     fn check_leaver(&self) -> Result<(), GateHold> {
         let Some(l) = self.leaver else {
             return Ok(());
@@ -292,12 +296,15 @@ impl HandoffGate<'_> {
                 rate,
             )
         };
-        let ring = m.scrape.as_ref().and_then(|s| s.ring_ops);
-        let Some(ops) = ring else {
+        let scrape = m.scrape.as_ref();
+        let (Some(rounds), Some(_)) = (
+            scrape.and_then(|s| s.ae_rounds),
+            scrape.and_then(|s| s.client_input_bytes),
+        ) else {
             let message = format!(
-                "the replication ring of {name} is unknown (marekvs_ring_ops not read): its writes may not be on every owner"
+                "the anti-entropy rounds or client input of {name} are unknown (marekvs_ae_rounds_total, marekvs_net_input_bytes_total not read): what it holds may be nowhere else"
             );
-            return backlog(message, Moving::ReplicationRing, None);
+            return backlog(message, Moving::AntiEntropy, None);
         };
         if !l.traffic_cut {
             return Ok(());
@@ -308,69 +315,100 @@ impl HandoffGate<'_> {
             );
             return backlog(message, Moving::ClientTraffic, None);
         }
-        let busy_at = self.samples.get(&l.ordinal).map(|s| s.ring_busy_at);
-        let quiet = busy_at.map_or(0, |at| self.quiet_for(at));
-        if ops > 0 || quiet < self.settle_ms {
-            let last = busy_at.flatten().map_or("never".to_string(), |at| {
-                format!("{:.1}s ago", secs(self.now - at))
-            });
-            let message = format!(
-                "{name} still holds {ops} writes not yet on every owner (marekvs_ring_ops); its ring was last busy {last}, quiet for {:.1}s of {:.1}s",
-                secs(quiet),
-                secs(self.settle_ms)
-            );
-            return backlog(message, Moving::ReplicationRing, Some(ops as f64));
+        let Some(sample) = self.samples.get(&l.ordinal) else {
+            let message = format!("{name} has not been sampled yet");
+            return backlog(message, Moving::AntiEntropy, None);
+        };
+        match covered(sample, rounds) {
+            Coverage::Covered => Ok(()),
+            Coverage::ClientInput => {
+                let rate = write_rate(sample);
+                let message = format!(
+                    "{name} still receives client commands past its Service ({} write commands so far, {rate:.0}/s; its last input {:.1}s ago): a client keeps a connection to it or dials its pod address",
+                    sample.writes_total,
+                    secs(self.now - sample.quiet_since)
+                );
+                backlog(message, Moving::ClientTraffic, Some(rate))
+            }
+            Coverage::Rounds { begun, needed } => {
+                let message = format!(
+                    "{name} has begun {begun} of the {needed} anti-entropy rounds that hand on what it holds, counted since {} {:.1}s ago (marekvs_ae_rounds_total {rounds})",
+                    sample.quiet_reset.as_str(),
+                    secs(self.now - sample.quiet_since)
+                );
+                backlog(message, Moving::AntiEntropy, None)
+            }
         }
-        Ok(())
-    }
-
-    /// G6: repairs quiet for the settle window, or explained by ring backlog (background).
-    fn check_repairs(&self) -> Result<(), GateHold> {
-        let quiet = self.quiet(|s| s.repairs_changed_at);
-        let moving: Vec<u32> = quiet
-            .iter()
-            .filter(|(_, q)| *q < self.settle_ms)
-            .map(|(o, _)| *o)
-            .collect();
-        let gated: Vec<u32> = self.members.iter().map(|(o, _)| *o).collect();
-        if moving.is_empty() || rings_explain(&gated, self.samples, self.now, self.settle_ms) {
-            return Ok(());
-        }
-        let least = quiet.iter().map(|(_, q)| *q).min().unwrap_or(0);
-        let rate = repair_rate(&moving, self.samples);
-        let message = format!(
-            "re-replication not settled: repairs quiet for {:.1}s of {:.1}s on {} (no replication ring busy to explain them)",
-            secs(least),
-            secs(self.settle_ms),
-            self.who(&moving)
-        );
-        hold(
-            BlockReason::RepairInProgress,
-            message,
-            Moving::Repairs,
-            moving,
-            Some(rate),
-        )
     }
 }
 
-/// Some member's ring read a known figure above 0 within the settle window. A ring read
-/// unknown, or a member not sampled, explains nothing.
-fn rings_explain(
-    members: &[u32],
-    samples: &BTreeMap<u32, Sample>,
-    now: Millis,
-    settle_ms: Millis,
-) -> bool {
-    members.iter().any(|o| {
-        samples.get(o).is_some_and(|s| match s.ring_ops {
-            Some(n) if n > 0 => true,
-            // Known now, and busy within the window. `ring_busy_at` also marks unknown reads,
-            // so a ring read unknown and then 0 within the window counts here: a node whose
-            // gauge is missing reads unknown on every scrape and never gets this far.
-            Some(_) => s.ring_busy_at.is_some_and(|at| now - at < settle_ms),
-            None => false,
-        })
+/// Anti-entropy rounds of a member, once quiet, that must have begun for what it holds to
+/// have been offered to a member that stays:
+/// - every round probes each partition it owns with one other owner, pushing what that owner
+///   lacks (at any replication factor one survivor owner is enough: the survivors repair each
+///   other later, and the next leaver's own rounds cover what it received);
+/// - rounds whose number is a multiple of 3 also offer what it holds but does not own to one
+///   owner (its copies of writes it took for partitions it does not own);
+/// - exchanges are sent without waiting, so a round counts as done once the next one began
+///   (5-7 s later).
+///
+/// So: [`OWNER_ROUNDS`] done owner rounds and [`OFFER_ROUNDS`] done offer rounds, all numbered
+/// above `at_quiet` (begun after the member went quiet). More than one of each because a
+/// message dropped on a full queue is lost silently; the next round sends it again.
+pub fn rounds_needed(at_quiet: u64) -> u64 {
+    let first_offer = (at_quiet / 3 + 1) * 3;
+    let last_offer = first_offer + 3 * (OFFER_ROUNDS - 1);
+    (last_offer + 1).max(at_quiet + OWNER_ROUNDS + 1)
+}
+
+/// Done owner rounds required after a member went quiet.
+pub const OWNER_ROUNDS: u64 = 2;
+/// Done offer rounds (every third round) required after a member went quiet.
+pub const OFFER_ROUNDS: u64 = 2;
+
+/// Whether a member's own anti-entropy has handed on what it holds, at `rounds` now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Coverage {
+    Covered,
+    /// Its last quiet reset was client input: clients still send it commands.
+    ClientInput,
+    /// Quiet, but too few rounds begun since (`begun` of `needed`, counted from the reset).
+    Rounds {
+        begun: u64,
+        needed: u64,
+    },
+}
+
+/// G5's rule over one member's sample, with the rounds it reads now.
+pub fn covered(sample: &Sample, rounds: u64) -> Coverage {
+    let Some(at) = sample.rounds_at_quiet else {
+        return Coverage::Rounds {
+            begun: 0,
+            needed: rounds_needed(0),
+        };
+    };
+    let needed = rounds_needed(at);
+    if rounds >= needed {
+        return Coverage::Covered;
+    }
+    if sample.quiet_reset == QuietReset::ClientInput && sample.sampled_at == sample.quiet_since {
+        return Coverage::ClientInput;
+    }
+    Coverage::Rounds {
+        begun: rounds.saturating_sub(at),
+        needed: needed - at,
+    }
+}
+
+/// The member's write commands per second between its last two moves.
+fn write_rate(s: &Sample) -> f64 {
+    s.writes_prev.map_or(0.0, |(prev, at)| {
+        let dt = s.sampled_at - at;
+        if dt > 0 {
+            s.writes_total.saturating_sub(prev) as f64 * 1000.0 / dt as f64
+        } else {
+            0.0
+        }
     })
 }
 
@@ -387,9 +425,9 @@ fn repair_rate(members: &[u32], samples: &BTreeMap<u32, Sample>) -> f64 {
         .sum()
 }
 
-/// Repairs that move on `members` (within the settle window) while rings explain them: they
-/// hold nothing and are reported as background. `None`: no repair moves, or nothing explains
-/// them (they hold the gate instead).
+/// Repairs that move on `members` (within the settle window). On marekvs 0.2 nothing says
+/// whose data a repair carries, and under write load they never stop, so they hold nothing:
+/// they are reported (`status.backgroundRepair`). `None`: no repair moves.
 pub fn background_repair(
     members: &[u32],
     samples: &BTreeMap<u32, Sample>,
@@ -401,7 +439,7 @@ pub fn background_repair(
         .filter_map(|o| samples.get(o).map(|s| (*o, s)))
         .filter(|(_, s)| now - s.repairs_changed_at < settle_ms && s.repairs_prev.is_some())
         .collect();
-    if moving.is_empty() || !rings_explain(members, samples, now, settle_ms) {
+    if moving.is_empty() {
         return None;
     }
     let ords: Vec<u32> = moving.iter().map(|(o, _)| *o).collect();
@@ -468,10 +506,11 @@ impl HandoffGate<'_> {
     }
 }
 
-/// Update the counter samples with this round's scrapes: a counter that moved (or was never
-/// seen) restarts its own quiet time now (a repair move keeps the sample before it, for the
-/// rate); a ring read above 0 or unknown marks it busy now; a member not scraped keeps its old
-/// sample.
+/// Update the samples with this pass's scrapes: a counter that moved restarts its own quiet
+/// time now (a repair move keeps the sample before it, for the rate); a member that shows
+/// client input, restarted, changed its view or could not be fully read goes quiet again from
+/// now ([`QuietReset`]); a member not scraped keeps its old sample, adding the operator's own
+/// RESP bytes of this pass to those its next scrape must discount.
 pub fn update_samples(
     prev: &BTreeMap<u32, Sample>,
     observed: &BTreeMap<u32, MemberObs>,
@@ -480,13 +519,21 @@ pub fn update_samples(
     let mut next = BTreeMap::new();
     for (o, m) in observed {
         let sample = match (&m.scrape, prev.get(o)) {
-            (Some(s), Some(p)) => Some(next_sample(p, s, now)),
+            (Some(s), Some(p)) => Some(next_sample(p, s, m, now)),
             (Some(s), None) => Some(Sample {
                 ring_ops: s.ring_ops,
-                ring_busy_at: (s.ring_ops != Some(0)).then_some(now),
+                ae_rounds: s.ae_rounds,
+                input_bytes: s.client_input_bytes,
+                view_digest: m.view.as_ref().map(view_digest),
+                writes_total: s.write_commands,
+                rounds_at_quiet: s.ae_rounds,
                 ..Sample::new(s.bootstraps_total, s.repairs_total, now)
             }),
-            (None, p) => p.copied(),
+            (None, Some(p)) => Some(Sample {
+                own_bytes_since: add(p.own_bytes_since, m.own_resp_bytes),
+                ..*p
+            }),
+            (None, None) => None,
         };
         if let Some(sample) = sample {
             next.insert(*o, sample);
@@ -495,9 +542,58 @@ pub fn update_samples(
     next
 }
 
-fn next_sample(p: &Sample, s: &Scrape, now: Millis) -> Sample {
+fn add(a: Option<u64>, b: Option<u64>) -> Option<u64> {
+    Some(a?.saturating_add(b?))
+}
+
+/// A digest of the ids a view holds, stable across processes (FNV-1a over the sorted ids).
+pub fn view_digest(v: &View) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for id in v.ids() {
+        for b in id.bytes().chain([b'\n']) {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    h
+}
+
+/// Why a member goes quiet again in this scrape, if it does.
+fn quiet_reset(p: &Sample, s: &Scrape, m: &MemberObs, now: Millis) -> Option<QuietReset> {
+    let went_back = |a: Option<u64>, b: Option<u64>| matches!((a, b), (Some(a), Some(b)) if a < b);
+    // Up for less time than has passed since the last sample: it started after it.
+    let younger = s.uptime_ms.is_some_and(|u| (u as i64) < now - p.sampled_at);
+    if went_back(s.ae_rounds, p.ae_rounds)
+        || went_back(s.client_input_bytes, p.input_bytes)
+        || younger
+    {
+        return Some(QuietReset::Restarted);
+    }
+    let own = add(p.own_bytes_since, m.own_resp_bytes);
+    let (Some(input), Some(before), Some(own), Some(_), Some(_), Some(view)) = (
+        s.client_input_bytes,
+        p.input_bytes,
+        own,
+        s.ae_rounds,
+        s.uptime_ms,
+        m.view.as_ref(),
+    ) else {
+        return Some(QuietReset::Unknown);
+    };
+    if input - before > own {
+        return Some(QuietReset::ClientInput);
+    }
+    if p.view_digest.is_some_and(|d| d != view_digest(view)) {
+        return Some(QuietReset::ViewChanged);
+    }
+    None
+}
+
+fn next_sample(p: &Sample, s: &Scrape, m: &MemberObs, now: Millis) -> Sample {
     let bootstraps_moved = p.bootstraps_total != s.bootstraps_total;
     let repairs_moved = p.repairs_total != s.repairs_total;
+    let writes_moved = p.writes_total != s.write_commands;
+    let reset = quiet_reset(p, s, m, now);
     Sample {
         bootstraps_total: s.bootstraps_total,
         repairs_total: s.repairs_total,
@@ -525,10 +621,24 @@ fn next_sample(p: &Sample, s: &Scrape, now: Millis) -> Sample {
             None
         },
         ring_ops: s.ring_ops,
-        ring_busy_at: if s.ring_ops == Some(0) {
-            p.ring_busy_at
+        sampled_at: now,
+        ae_rounds: s.ae_rounds,
+        input_bytes: s.client_input_bytes,
+        own_bytes_since: Some(0),
+        view_digest: m.view.as_ref().map(view_digest),
+        writes_total: s.write_commands,
+        writes_prev: if !writes_moved {
+            p.writes_prev
+        } else if s.write_commands > p.writes_total {
+            Some((p.writes_total, p.sampled_at))
         } else {
-            Some(now)
+            None
+        },
+        quiet_since: if reset.is_some() { now } else { p.quiet_since },
+        quiet_reset: reset.unwrap_or(p.quiet_reset),
+        rounds_at_quiet: match reset {
+            Some(_) => s.ae_rounds,
+            None => p.rounds_at_quiet.or(s.ae_rounds),
         },
     }
 }
@@ -556,6 +666,7 @@ mod tests {
                 ..Scrape::default()
             }),
             look_alike: false,
+            own_resp_bytes: Some(0),
         }
     }
 
@@ -787,18 +898,36 @@ mod tests {
         );
     }
 
-    // ---- gate v2: the leaver, bootstraps, repairs explained by ring backlog ----
+    // ---- gate v3: the leaver's anti-entropy since it went quiet ----
 
     const NOW: Millis = 100_000;
 
     /// Members 0..n converged, their counters quiet since 0; member `leaver` drained, its
-    /// client traffic off.
+    /// client traffic off, quiet since 0 at round 10 and now at round 40 (well covered).
     fn quiet_cluster(n: u32, leaver: u32) -> (Vec<MemberObs>, BTreeMap<u32, Sample>) {
         let mut ms = numbered((0..n).map(|_| member(n as u64)).collect());
         let p = ms[leaver as usize].pod.as_mut().unwrap();
         p.drained = true;
         p.client_traffic_off = true;
-        (ms, quiet_since(0, n))
+        let mut samples = quiet_since(0, n);
+        rounds(&mut ms, &mut samples, leaver, Some(10), Some(40));
+        (ms, samples)
+    }
+
+    /// Member `o` went quiet at round `at_quiet` and reads `now` rounds.
+    fn rounds(
+        ms: &mut [MemberObs],
+        samples: &mut BTreeMap<u32, Sample>,
+        o: u32,
+        at_quiet: Option<u64>,
+        now: Option<u64>,
+    ) {
+        ms[o as usize].scrape.as_mut().unwrap().ae_rounds = now;
+        let s = samples.get_mut(&o).unwrap();
+        s.rounds_at_quiet = at_quiet;
+        s.ae_rounds = now;
+        s.quiet_reset = QuietReset::ViewChanged;
+        s.sampled_at = NOW;
     }
 
     fn evaluate(
@@ -817,20 +946,6 @@ mod tests {
         })
     }
 
-    /// Member `o`'s ring reads `ops` now, and its sample says so (busy at `busy_at`).
-    fn ring(
-        ms: &mut [MemberObs],
-        samples: &mut BTreeMap<u32, Sample>,
-        o: u32,
-        ops: Option<u64>,
-        busy_at: Option<Millis>,
-    ) {
-        ms[o as usize].scrape.as_mut().unwrap().ring_ops = ops;
-        let s = samples.get_mut(&o).unwrap();
-        s.ring_ops = ops;
-        s.ring_busy_at = busy_at;
-    }
-
     /// Member `o`'s repairs moved at `at`, `per_sec` a second since the move before.
     fn repairing(samples: &mut BTreeMap<u32, Sample>, o: u32, at: Millis, per_sec: u64) {
         let s = samples.get_mut(&o).unwrap();
@@ -845,14 +960,59 @@ mod tests {
     }
 
     #[test]
-    fn a_quiet_leaver_with_its_traffic_cut_passes() {
-        let (ms, samples) = quiet_cluster(4, 3);
+    fn rounds_needed_covers_two_done_owner_rounds_and_two_done_offer_rounds() {
+        assert_eq!(
+            (0..8).map(rounds_needed).collect::<Vec<_>>(),
+            vec![7, 7, 7, 10, 10, 10, 13, 13]
+        );
+        for at in 0..3_000u64 {
+            let needed = rounds_needed(at);
+            // With round `needed` begun, every round numbered from at + 1 to needed - 1
+            // began after the member went quiet and is done (the next one began).
+            let owner = (at + 1..needed).count() as u64;
+            let offer = (at + 1..needed).filter(|r| r % 3 == 0).count() as u64;
+            assert!(owner >= OWNER_ROUNDS && offer >= OFFER_ROUNDS, "at {at}");
+            // And no fewer would do.
+            let offer_less = (at + 1..needed - 1).filter(|r| r % 3 == 0).count() as u64;
+            assert!(
+                offer_less < OFFER_ROUNDS,
+                "at {at}: {needed} is not the least"
+            );
+        }
+    }
+
+    #[test]
+    fn a_quiet_leaver_passes_once_enough_rounds_began_after_it_went_quiet() {
+        let (mut ms, mut samples) = quiet_cluster(4, 3);
         assert_eq!(evaluate(&ms, &samples, leaving(3), Some(0)), Ok(()));
+        // Quiet at round 10: 16 must have begun (offers 12 and 15 done).
+        rounds(&mut ms, &mut samples, 3, Some(10), Some(12));
+        let h = evaluate(&ms, &samples, leaving(3), Some(0)).unwrap_err();
+        assert_eq!(
+            (h.blocked.reason, h.moving, h.members.clone()),
+            (BlockReason::LeaverBacklog, Moving::AntiEntropy, vec![3])
+        );
+        assert!(
+            h.blocked.message.contains("demo-3 has begun 2 of the 6")
+                && h.blocked.message.contains("since a view change"),
+            "{}",
+            h.blocked.message
+        );
+        rounds(&mut ms, &mut samples, 3, Some(10), Some(15));
+        assert!(evaluate(&ms, &samples, leaving(3), Some(0)).is_err());
+        rounds(&mut ms, &mut samples, 3, Some(10), Some(16));
+        assert_eq!(evaluate(&ms, &samples, leaving(3), Some(0)), Ok(()));
+        // The count's start not read yet: nothing counts.
+        rounds(&mut ms, &mut samples, 3, None, Some(90));
+        assert_eq!(
+            moving(evaluate(&ms, &samples, leaving(3), Some(0))),
+            Some((BlockReason::LeaverBacklog, Moving::AntiEntropy, vec![3]))
+        );
     }
 
     #[test]
     fn the_leaver_must_take_no_client_writes() {
-        let (mut ms, samples) = quiet_cluster(4, 3);
+        let (mut ms, mut samples) = quiet_cluster(4, 3);
         ms[3].pod.as_mut().unwrap().client_traffic_off = false;
         assert_eq!(
             moving(evaluate(&ms, &samples, leaving(3), None)),
@@ -864,71 +1024,77 @@ mod tests {
             traffic_cut: false,
         });
         assert_eq!(evaluate(&ms, &samples, before, None), Ok(()));
-    }
-
-    #[test]
-    fn the_leavers_ring_must_be_known_empty_and_quiet_for_the_window() {
-        let (mut ms, mut samples) = quiet_cluster(4, 3);
-        // Busy: held, naming the member and its backlog.
-        ring(&mut ms, &mut samples, 3, Some(1_234), Some(NOW));
+        // Labelled off, but a client still sends it commands (a pooled connection, or its
+        // pod address): held, naming the member and the write rate.
+        ms[3].pod.as_mut().unwrap().client_traffic_off = true;
+        rounds(&mut ms, &mut samples, 3, Some(40), Some(40));
+        let s = samples.get_mut(&3).unwrap();
+        s.quiet_reset = QuietReset::ClientInput;
+        s.quiet_since = NOW;
+        s.writes_total = 900;
+        s.writes_prev = Some((500, NOW - 2_000));
         let h = evaluate(&ms, &samples, leaving(3), None).unwrap_err();
         assert_eq!(
-            (
-                h.blocked.reason,
-                h.moving,
-                h.members.clone(),
-                h.rate_per_sec
-            ),
+            (h.blocked.reason, h.moving, h.rate_per_sec),
             (
                 BlockReason::LeaverBacklog,
-                Moving::ReplicationRing,
-                vec![3],
-                Some(1_234.0)
+                Moving::ClientTraffic,
+                Some(200.0)
             )
         );
         assert!(
-            h.blocked.message.contains("demo-3 still holds 1234 writes")
-                && h.blocked.message.contains("last busy 0.0s ago"),
+            h.blocked
+                .message
+                .contains("demo-3 still receives client commands")
+                && h.blocked
+                    .message
+                    .contains("900 write commands so far, 200/s"),
             "{}",
             h.blocked.message
         );
-        // Empty now, but busy 2 s ago: not yet quiet for the 5 s window.
-        ring(&mut ms, &mut samples, 3, Some(0), Some(NOW - 2_000));
+        // Its input stopped one scrape ago: now it waits on its rounds.
+        samples.get_mut(&3).unwrap().sampled_at = NOW + 2_000;
         assert_eq!(
-            moving(evaluate(&ms, &samples, leaving(3), None)),
-            Some((BlockReason::LeaverBacklog, Moving::ReplicationRing, vec![3]))
+            moving(gate(&ms, &samples, 4, leaving(3), None, NOW + 2_000).evaluate()),
+            Some((BlockReason::LeaverBacklog, Moving::AntiEntropy, vec![3]))
         );
-        // Quiet for the window, but the step began 1 s ago: the window counts from the step.
-        ring(&mut ms, &mut samples, 3, Some(0), Some(NOW - 6_000));
-        assert_eq!(evaluate(&ms, &samples, leaving(3), Some(0)), Ok(()));
-        assert!(evaluate(&ms, &samples, leaving(3), Some(NOW - 1_000)).is_err());
-        // Unknown: held, before its traffic is cut too (the start check).
-        ring(&mut ms, &mut samples, 3, None, Some(NOW));
+    }
+
+    #[test]
+    fn unknown_rounds_or_input_never_pass() {
+        let (ms, samples) = quiet_cluster(4, 3);
         let before = Some(Leaver {
             ordinal: 3,
             traffic_cut: false,
         });
-        for l in [leaving(3), before] {
-            let h = evaluate(&ms, &samples, l, Some(0)).unwrap_err();
-            assert_eq!(
-                (h.blocked.reason, h.moving, h.rate_per_sec),
-                (BlockReason::LeaverBacklog, Moving::ReplicationRing, None)
-            );
-            assert!(
-                h.blocked.message.contains("unknown"),
-                "{}",
-                h.blocked.message
-            );
+        for unknown in [
+            |s: &mut Scrape| s.ae_rounds = None,
+            |s: &mut Scrape| s.client_input_bytes = None,
+        ] {
+            let mut ms = ms.clone();
+            unknown(ms[3].scrape.as_mut().unwrap());
+            for l in [leaving(3), before] {
+                let h = evaluate(&ms, &samples, l, Some(0)).unwrap_err();
+                assert_eq!(
+                    (h.blocked.reason, h.moving),
+                    (BlockReason::LeaverBacklog, Moving::AntiEntropy)
+                );
+                assert!(
+                    h.blocked.message.contains("unknown"),
+                    "{}",
+                    h.blocked.message
+                );
+            }
         }
-        // Busy before its traffic is cut: it still takes client writes, so not held yet.
-        ring(&mut ms, &mut samples, 3, Some(50), Some(NOW));
-        assert_eq!(evaluate(&ms, &samples, before, Some(0)), Ok(()));
+        // Not sampled at all.
+        let mut none = samples.clone();
+        none.remove(&3);
+        assert!(evaluate(&ms, &none, leaving(3), Some(0)).is_err());
     }
 
     #[test]
-    fn moving_bootstraps_hold_whatever_the_rings_say() {
-        let (mut ms, mut samples) = quiet_cluster(4, 3);
-        ring(&mut ms, &mut samples, 0, Some(900), Some(NOW));
+    fn moving_bootstraps_hold() {
+        let (ms, mut samples) = quiet_cluster(4, 3);
         samples.get_mut(&1).unwrap().bootstraps_changed_at = NOW - 1_000;
         assert_eq!(
             moving(evaluate(&ms, &samples, leaving(3), None)),
@@ -937,115 +1103,154 @@ mod tests {
     }
 
     #[test]
-    fn repairs_explained_by_a_busy_ring_are_background_and_hold_nothing() {
-        let (mut ms, mut samples) = quiet_cluster(5, 4);
+    fn repairs_hold_nothing_and_are_reported_as_background() {
+        let (ms, mut samples) = quiet_cluster(5, 4);
         for o in 0..4 {
             repairing(&mut samples, o, NOW - 500, 40);
         }
-        // No ring busy: unexplained, held, with the summed rate.
-        let h = evaluate(&ms, &samples, leaving(4), Some(0)).unwrap_err();
+        assert_eq!(evaluate(&ms, &samples, leaving(4), Some(0)), Ok(()));
+        let b = background_repair(&[0, 1, 2, 3, 4], &samples, NOW, 5_000).unwrap();
+        assert_eq!(b.members, vec![0, 1, 2, 3]);
+        assert_eq!(b.rate_per_sec, 160.0);
+        assert_eq!(b.since, NOW - 1_500);
+        // Quiet for the window: nothing to report.
         assert_eq!(
-            (
-                h.blocked.reason,
-                h.moving,
-                h.members.clone(),
-                h.rate_per_sec
-            ),
-            (
-                BlockReason::RepairInProgress,
-                Moving::Repairs,
-                vec![0, 1, 2, 3],
-                Some(160.0)
-            )
-        );
-        // The old rule, "every counter still", is what v2 falls back to with every ring
-        // empty: it holds here, under background repair, for as long as the load lasts.
-        assert!(samples.values().any(|s| NOW - s.changed_at < 5_000));
-        assert_eq!(
-            background_repair(&[0, 1, 2, 3, 4], &samples, NOW, 5_000),
+            background_repair(&[0, 1, 2, 3, 4], &samples, NOW + 5_000, 5_000),
             None
         );
-        // Member 1's ring holds gapped writes now: the repairs are explained, the gate
-        // passes, and they are reported as background.
-        ring(&mut ms, &mut samples, 1, Some(300), Some(NOW));
-        assert_eq!(evaluate(&ms, &samples, leaving(4), Some(0)), Ok(()));
-        let bg = background_repair(&[0, 1, 2, 3, 4], &samples, NOW, 5_000).unwrap();
-        assert_eq!(bg.members, vec![0, 1, 2, 3]);
-        assert_eq!(bg.rate_per_sec, 160.0);
-        assert_eq!(bg.since, NOW - 1_500);
-        // Empty now but busy 1 s ago (within the window): still explained.
-        ring(&mut ms, &mut samples, 1, Some(0), Some(NOW - 1_000));
-        assert_eq!(evaluate(&ms, &samples, leaving(4), Some(0)), Ok(()));
-        // Busy longer ago than the window: nothing explains them any more.
-        ring(&mut ms, &mut samples, 1, Some(0), Some(NOW - 6_000));
+    }
+
+    // ---- samples: when a member goes quiet again ----
+
+    /// One member seen at round 20 with 1,000 input bytes, up 60 s, at t = 10 s.
+    fn seen() -> (BTreeMap<u32, MemberObs>, BTreeMap<u32, Sample>) {
+        let mut m = member(3);
+        let s = m.scrape.as_mut().unwrap();
+        s.ae_rounds = Some(20);
+        s.client_input_bytes = Some(1_000);
+        s.uptime_ms = Some(60_000);
+        m.own_resp_bytes = Some(0);
+        let observed = BTreeMap::from([(0, m)]);
+        let first = update_samples(&BTreeMap::new(), &observed, 10_000);
+        (observed, first)
+    }
+
+    /// The next scrape at `now`: `f` changes what it reads.
+    fn next(
+        observed: &BTreeMap<u32, MemberObs>,
+        prev: &BTreeMap<u32, Sample>,
+        now: Millis,
+        f: impl FnOnce(&mut MemberObs),
+    ) -> Sample {
+        let mut observed = observed.clone();
+        let m = observed.get_mut(&0).unwrap();
+        let s = m.scrape.as_mut().unwrap();
+        s.uptime_ms = Some(60_000 + (now - 10_000) as u64);
+        f(m);
+        update_samples(prev, &observed, now)[&0]
+    }
+
+    #[test]
+    fn a_first_sample_counts_rounds_from_now() {
+        let (_, first) = seen();
+        let s = first[&0];
         assert_eq!(
-            moving(evaluate(&ms, &samples, leaving(4), Some(0))).map(|m| m.1),
-            Some(Moving::Repairs)
+            (s.quiet_since, s.quiet_reset),
+            (10_000, QuietReset::FirstSeen)
+        );
+        assert_eq!(s.rounds_at_quiet, Some(20));
+    }
+
+    #[test]
+    fn the_operators_own_bytes_are_not_client_input() {
+        let (observed, first) = seen();
+        let quiet = next(&observed, &first, 12_000, |m| {
+            m.scrape.as_mut().unwrap().client_input_bytes = Some(1_064);
+            m.own_resp_bytes = Some(64);
+            m.scrape.as_mut().unwrap().ae_rounds = Some(21);
+        });
+        assert_eq!(
+            (quiet.quiet_since, quiet.rounds_at_quiet),
+            (10_000, Some(20))
+        );
+        // One byte more than the operator sent: a client.
+        let input = next(&observed, &first, 12_000, |m| {
+            m.scrape.as_mut().unwrap().client_input_bytes = Some(1_065);
+            m.own_resp_bytes = Some(64);
+            m.scrape.as_mut().unwrap().ae_rounds = Some(21);
+        });
+        assert_eq!(
+            (input.quiet_since, input.quiet_reset, input.rounds_at_quiet),
+            (12_000, QuietReset::ClientInput, Some(21))
+        );
+        // The bytes of a pass whose scrape failed are carried to the next scrape.
+        let mut missed = observed.clone();
+        missed.get_mut(&0).unwrap().scrape = None;
+        missed.get_mut(&0).unwrap().own_resp_bytes = Some(64);
+        let carried = update_samples(&first, &missed, 11_000);
+        assert_eq!(carried[&0].own_bytes_since, Some(64));
+        let after = next(&observed, &carried, 12_000, |m| {
+            m.scrape.as_mut().unwrap().client_input_bytes = Some(1_128);
+            m.own_resp_bytes = Some(64);
+        });
+        assert_eq!(after.quiet_since, 10_000, "both passes' bytes discounted");
+        // A read cut off midway: how much the operator sent is unknown.
+        let cut = next(&observed, &first, 12_000, |m| m.own_resp_bytes = None);
+        assert_eq!(
+            (cut.quiet_since, cut.quiet_reset),
+            (12_000, QuietReset::Unknown)
         );
     }
 
     #[test]
-    fn an_unknown_ring_never_relaxes_the_gate() {
-        let (mut ms, mut samples) = quiet_cluster(4, 3);
-        repairing(&mut samples, 0, NOW - 500, 10);
-        // Member 1's ring is unknown (and was marked busy for it): it explains nothing.
-        ring(&mut ms, &mut samples, 1, None, Some(NOW));
+    fn a_restart_a_view_change_or_an_unknown_figure_restarts_the_count() {
+        let (observed, first) = seen();
+        let back = next(&observed, &first, 12_000, |m| {
+            m.scrape.as_mut().unwrap().ae_rounds = Some(1);
+        });
+        assert_eq!(back.quiet_reset, QuietReset::Restarted);
+        assert_eq!(back.rounds_at_quiet, Some(1));
+        // Counters past their old values, but up for less than the time since the sample.
+        let younger = next(&observed, &first, 400_000, |m| {
+            let s = m.scrape.as_mut().unwrap();
+            s.ae_rounds = Some(60);
+            s.client_input_bytes = Some(5_000);
+            s.uptime_ms = Some(300_000);
+        });
+        assert_eq!(younger.quiet_reset, QuietReset::Restarted);
+        let view = next(&observed, &first, 12_000, |m| {
+            m.view = Some(View::of_ordinals(0, [0, 1]));
+        });
         assert_eq!(
-            moving(evaluate(&ms, &samples, leaving(3), Some(0))).map(|m| m.1),
-            Some(Moving::Repairs)
+            (view.quiet_since, view.quiet_reset),
+            (12_000, QuietReset::ViewChanged)
         );
-        assert_eq!(background_repair(&[0, 1, 2, 3], &samples, NOW, 5_000), None);
-        // A member never sampled is unknown too: its counters are not quiet.
-        samples.remove(&2);
+        for unknown in [
+            |m: &mut MemberObs| m.view = None,
+            |m: &mut MemberObs| m.scrape.as_mut().unwrap().uptime_ms = None,
+            |m: &mut MemberObs| m.scrape.as_mut().unwrap().client_input_bytes = None,
+        ] {
+            let s = next(&observed, &first, 12_000, unknown);
+            assert_eq!(
+                (s.quiet_since, s.quiet_reset),
+                (12_000, QuietReset::Unknown)
+            );
+        }
+        // Rounds unknown at the reset: counted from the next reading, not from before.
+        let s = next(&observed, &first, 12_000, |m| {
+            m.scrape.as_mut().unwrap().ae_rounds = None
+        });
         assert_eq!(
-            moving(evaluate(&ms, &samples, None, Some(0))).map(|m| m.1),
-            Some(Moving::Bootstraps)
+            (s.quiet_reset, s.rounds_at_quiet),
+            (QuietReset::Unknown, None)
         );
-    }
-
-    #[test]
-    fn samples_keep_one_clock_per_counter_a_repair_rate_and_when_the_ring_was_busy() {
-        let mut observed = BTreeMap::new();
-        observed.insert(0, member(3));
-        let set = |obs: &mut BTreeMap<u32, MemberObs>, b: u64, r: u64, ring: Option<u64>| {
-            let s = obs.get_mut(&0).unwrap().scrape.as_mut().unwrap();
-            s.bootstraps_total = b;
-            s.repairs_total = r;
-            s.ring_ops = ring;
-        };
-        // First seen with a busy ring: busy now.
-        set(&mut observed, 0, 0, Some(7));
-        let s1 = update_samples(&BTreeMap::new(), &observed, 1_000);
-        assert_eq!(s1[&0].ring_busy_at, Some(1_000));
-        // Repairs move: only their clock restarts, with the sample before kept for the rate.
-        set(&mut observed, 0, 40, Some(0));
-        let s2 = update_samples(&s1, &observed, 3_000);
-        let x = s2[&0];
+        let prev = BTreeMap::from([(0, s)]);
+        let later = next(&observed, &prev, 14_000, |m| {
+            m.scrape.as_mut().unwrap().ae_rounds = Some(22)
+        });
         assert_eq!(
-            (x.bootstraps_changed_at, x.repairs_changed_at, x.changed_at),
-            (1_000, 3_000, 3_000)
-        );
-        assert_eq!(x.repairs_prev, Some((0, 1_000)));
-        assert_eq!(repair_rate(&[0], &s2), 20.0);
-        // An empty ring keeps when it was last busy; an unknown one is busy now.
-        assert_eq!(x.ring_busy_at, Some(1_000));
-        set(&mut observed, 0, 40, None);
-        let s3 = update_samples(&s2, &observed, 4_000);
-        assert_eq!(s3[&0].ring_busy_at, Some(4_000));
-        assert_eq!(s3[&0].repairs_prev, Some((0, 1_000)), "kept while still");
-        // Bootstraps move alone.
-        set(&mut observed, 2, 40, Some(0));
-        let s4 = update_samples(&s3, &observed, 5_000);
-        assert_eq!(
-            (s4[&0].bootstraps_changed_at, s4[&0].repairs_changed_at),
-            (5_000, 3_000)
-        );
-        // The node restarted, its counter back to 3: it moved, but gives no rate.
-        set(&mut observed, 2, 3, Some(0));
-        let s5 = update_samples(&s4, &observed, 6_000);
-        assert_eq!(
-            (s5[&0].repairs_changed_at, s5[&0].repairs_prev),
-            (6_000, None)
+            (later.quiet_since, later.rounds_at_quiet),
+            (12_000, Some(22))
         );
     }
 }

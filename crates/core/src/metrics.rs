@@ -98,8 +98,14 @@ pub fn parse_scrape(text: &str) -> Option<Scrape> {
     let mut disk_total = Figure::new(Combine::Max, false);
     let mut disk_avail = Figure::new(Combine::Min, false);
     let mut write_stopped = Figure::new(Combine::Max, false);
-    // Strict: a leaver whose ring figure is not a number holds its hand-off (unknown).
+    // Shown only (occupancy, not a backlog).
     let mut ring = Figure::new(Combine::Max, true);
+    // Strict, but not needed for the scrape: a leaver whose rounds or input are unknown holds
+    // its hand-off, nothing else does.
+    let mut rounds = Figure::new(Combine::Sum, true);
+    let mut input = Figure::new(Combine::Sum, true);
+    let mut writes = Figure::new(Combine::Sum, false);
+    let mut uptime = Figure::new(Combine::Min, false);
     for line in text.lines() {
         let line = line.trim();
         if line.is_empty() || line.starts_with('#') {
@@ -109,6 +115,18 @@ pub fn parse_scrape(text: &str) -> Option<Scrape> {
             continue;
         };
         let name = series.split('{').next().unwrap_or(series);
+        let value = || {
+            rest.split_whitespace()
+                .next()
+                .and_then(|v| v.parse::<f64>().ok())
+        };
+        if name == "marekvs_commands_total" && label(series, "cmd").is_some_and(is_write_command) {
+            writes.add(value());
+        }
+        if name == "marekvs_uptime_seconds" {
+            uptime.add(value().map(|v| v * 1000.0));
+            continue;
+        }
         let figure = match name {
             "marekvs_cluster_members" => &mut view,
             "marekvs_cluster_underreplicated_partitions" => &mut underrep,
@@ -120,13 +138,11 @@ pub fn parse_scrape(text: &str) -> Option<Scrape> {
             "marekvs_disk_avail_bytes" => &mut disk_avail,
             "marekvs_disk_write_stopped" => &mut write_stopped,
             "marekvs_ring_ops" => &mut ring,
+            "marekvs_ae_rounds_total" => &mut rounds,
+            "marekvs_net_input_bytes_total" => &mut input,
             _ => continue,
         };
-        figure.add(
-            rest.split_whitespace()
-                .next()
-                .and_then(|v| v.parse::<f64>().ok()),
-        );
+        figure.add(value());
     }
     Some(Scrape {
         view_members: view.read()?,
@@ -144,7 +160,105 @@ pub fn parse_scrape(text: &str) -> Option<Scrape> {
         },
         write_stopped: write_stopped.read().is_some_and(|v| v >= 1),
         ring_ops: ring.read(),
+        ae_rounds: rounds.read(),
+        client_input_bytes: input.read(),
+        write_commands: writes.read().unwrap_or(0),
+        uptime_ms: uptime.read(),
     })
+}
+
+/// The value of label `name` in a series `metric{a="x",b="y"}` (escapes kept as they are:
+/// the command names compared against have none).
+fn label<'s>(series: &'s str, name: &str) -> Option<&'s str> {
+    let inner = series.split_once('{')?.1.strip_suffix('}')?;
+    let mut rest = inner;
+    while !rest.is_empty() {
+        let (key, after) = rest.split_once('=')?;
+        let after = after.strip_prefix('"')?;
+        let end = after.find('"')?;
+        if key.trim().trim_start_matches(',').trim() == name {
+            return Some(&after[..end]);
+        }
+        rest = after[end + 1..].trim_start_matches(',');
+    }
+    None
+}
+
+/// Commands that change data (lowercase, as the node labels `marekvs_commands_total`). Only
+/// reported: the hand-off gate counts a leaver's client input in bytes, which also sees
+/// what the node leaves uncounted (commands queued in MULTI and run by EXEC, calls inside a
+/// script).
+pub fn is_write_command(cmd: &str) -> bool {
+    const WRITES: &[&str] = &[
+        "append",
+        "copy",
+        "decr",
+        "decrby",
+        "del",
+        "eval",
+        "evalsha",
+        "expire",
+        "expireat",
+        "fcall",
+        "getdel",
+        "getex",
+        "getset",
+        "hdel",
+        "hincrby",
+        "hincrbyfloat",
+        "hmset",
+        "hset",
+        "hsetnx",
+        "incr",
+        "incrby",
+        "incrbyfloat",
+        "linsert",
+        "lmove",
+        "lpop",
+        "lpush",
+        "lpushx",
+        "lrem",
+        "lset",
+        "ltrim",
+        "mset",
+        "msetnx",
+        "persist",
+        "pexpire",
+        "pexpireat",
+        "psetex",
+        "rename",
+        "renamenx",
+        "restore",
+        "rpop",
+        "rpoplpush",
+        "rpush",
+        "rpushx",
+        "sadd",
+        "sdiffstore",
+        "set",
+        "setex",
+        "setnx",
+        "setrange",
+        "sinterstore",
+        "smove",
+        "spop",
+        "srem",
+        "sunionstore",
+        "unlink",
+        "xadd",
+        "xdel",
+        "xtrim",
+        "zadd",
+        "zincrby",
+        "zpopmax",
+        "zpopmin",
+        "zrem",
+        "zremrangebyrank",
+        "zremrangebyscore",
+        "flushall",
+        "flushdb",
+    ];
+    WRITES.contains(&cmd)
 }
 
 /// Split `name{labels} value [timestamp]` into the series and the rest; label values may
@@ -185,8 +299,32 @@ mod tests {
                 write_stopped: false,
                 // Not reported: unknown.
                 ring_ops: None,
+                ae_rounds: None,
+                client_input_bytes: None,
+                // `set x` is no command the node has.
+                write_commands: 0,
+                uptime_ms: Some(3500),
             }
         );
+    }
+
+    #[test]
+    fn reads_rounds_input_and_write_commands() {
+        let text = format!(
+            "{TEXT}marekvs_ae_rounds_total 12\nmarekvs_net_input_bytes_total 4096\n\
+             marekvs_commands_total{{cmd=\"set\"}} 30\nmarekvs_commands_total{{x=\"a=b,c\",cmd=\"del\"}} 2\n\
+             marekvs_commands_total{{cmd=\"cluster\"}} 9\nmarekvs_ring_ops 262144\n"
+        );
+        let s = parse_scrape(&text).unwrap();
+        assert_eq!(s.ae_rounds, Some(12));
+        assert_eq!(s.client_input_bytes, Some(4096));
+        assert_eq!(s.write_commands, 32, "set and del, not get or cluster");
+        assert_eq!(s.commands_total, 56);
+        assert_eq!(s.ring_ops, Some(262_144));
+        // A round count that is not a number is unknown, and only it: the scrape stands.
+        let bad = text.replace("marekvs_ae_rounds_total 12", "marekvs_ae_rounds_total NaN");
+        let s = parse_scrape(&bad).unwrap();
+        assert_eq!((s.ae_rounds, s.client_input_bytes), (None, Some(4096)));
     }
 
     #[test]

@@ -26,10 +26,20 @@ pub struct Scrape {
     pub disk: Option<Disk>,
     /// `marekvs_disk_write_stopped` is 1: the node refuses writes at its disk high-water mark.
     pub write_stopped: bool,
-    /// `marekvs_ring_ops` (largest sample, rounded up): this node's writes not yet on every
-    /// owner, queued in its replication ring or past a ring gap waiting for anti-entropy.
-    /// `None`: not reported or not a number (unknown, never safe for a leaver).
+    /// `marekvs_ring_ops` (largest sample, rounded up): the occupancy of the node's in-memory
+    /// replication ring. On marekvs 0.2 every committed write enters it and nothing leaves it
+    /// when shipped, so it is not a backlog: shown to users, never gated on.
     pub ring_ops: Option<u64>,
+    /// `marekvs_ae_rounds_total`: anti-entropy rounds begun since the process started (the
+    /// node bumps it as each round begins, so it is the round's number). `None`: unknown.
+    pub ae_rounds: Option<u64>,
+    /// `marekvs_net_input_bytes_total`: bytes read from RESP client connections since the
+    /// process started, the operator's own reads included. `None`: unknown.
+    pub client_input_bytes: Option<u64>,
+    /// `marekvs_commands_total` summed over the write commands only (for reports).
+    pub write_commands: u64,
+    /// `marekvs_uptime_seconds`, in milliseconds (rounded down). `None`: not reported.
+    pub uptime_ms: Option<u64>,
 }
 
 impl Default for Scrape {
@@ -45,6 +55,10 @@ impl Default for Scrape {
             disk: None,
             write_stopped: false,
             ring_ops: Some(0),
+            ae_rounds: Some(0),
+            client_input_bytes: Some(0),
+            write_commands: 0,
+            uptime_ms: None,
         }
     }
 }
@@ -153,6 +167,10 @@ pub struct MemberObs {
     /// the cluster's, see `ownership`) holds its name: nothing is created in its name, and no
     /// disruptive step starts or continues while it is there.
     pub look_alike: bool,
+    /// Bytes the operator itself sent to the member's RESP port in this pass, before its
+    /// scrape (the view read): they count in `marekvs_net_input_bytes_total` and are not a
+    /// client's. `None`: unknown (a read cut off midway), which counts as client input.
+    pub own_resp_bytes: Option<u64>,
 }
 
 /// One member's view by identity: its own id (`CLUSTER MYID`) and every member in its view
@@ -275,6 +293,35 @@ impl Roll {
     }
 }
 
+/// Why a member's anti-entropy count starts over (`Sample::quiet_since`): since then it may
+/// hold data that is nowhere else, which only its own anti-entropy rounds hand on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum QuietReset {
+    /// First sampled by this cluster's status.
+    FirstSeen,
+    /// RESP input beyond the operator's own reads: a client wrote (or may have).
+    ClientInput,
+    /// Its counters went back or its uptime is shorter than the time since the last sample.
+    Restarted,
+    /// The members its view holds changed (another member left or came back).
+    ViewChanged,
+    /// A figure the count needs was not read (rounds, input bytes, the operator's own bytes,
+    /// the view): unknown is never quiet.
+    Unknown,
+}
+
+impl QuietReset {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            QuietReset::FirstSeen => "first seen",
+            QuietReset::ClientInput => "client input",
+            QuietReset::Restarted => "a restart",
+            QuietReset::ViewChanged => "a view change",
+            QuietReset::Unknown => "an unknown reading",
+        }
+    }
+}
+
 /// Re-replication counters of one member as last seen, and when they last moved.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Sample {
@@ -289,15 +336,41 @@ pub struct Sample {
     /// The repair counter and the time of the sample before its last move: the repair rate
     /// is `(repairs_total - prev.0) / (repairs_changed_at - prev.1)`.
     pub repairs_prev: Option<(u64, Millis)>,
-    /// `marekvs_ring_ops` as last read (`None`: unknown).
+    /// `marekvs_ring_ops` as last read (`None`: unknown). Shown, never gated on.
     pub ring_ops: Option<u64>,
-    /// The last scrape that read the ring above 0 or unknown (`None`: never, since first seen
-    /// empty).
-    pub ring_busy_at: Option<Millis>,
+    /// When this sample's scrape was taken.
+    pub sampled_at: Millis,
+    /// `marekvs_ae_rounds_total` as last read (`None`: unknown).
+    pub ae_rounds: Option<u64>,
+    /// `marekvs_net_input_bytes_total` as last read (`None`: unknown).
+    pub input_bytes: Option<u64>,
+    /// Bytes the operator sent to the member's RESP port since this sample's scrape (passes
+    /// whose scrape failed). `None`: unknown.
+    pub own_bytes_since: Option<u64>,
+    /// The members its view held, as a stable digest of their ids (`None`: not read).
+    pub view_digest: Option<u64>,
+    /// Write commands (`marekvs_commands_total` over the write commands) as last read, and
+    /// the count and time of the sample before they last moved (the write rate).
+    pub writes_total: u64,
+    pub writes_prev: Option<(u64, Millis)>,
+    /// Since when the member has been quiet: no client input, restart or view change, every
+    /// figure read. Its anti-entropy rounds count from here.
+    pub quiet_since: Millis,
+    /// Why `quiet_since` was last set.
+    pub quiet_reset: QuietReset,
+    /// `marekvs_ae_rounds_total` at the first scrape at or after `quiet_since` that read it:
+    /// rounds numbered above it began after the member went quiet.
+    pub rounds_at_quiet: Option<u64>,
+}
+
+impl Default for QuietReset {
+    fn default() -> Self {
+        QuietReset::FirstSeen
+    }
 }
 
 impl Sample {
-    /// Counters last moved at `changed_at` (both of them), the ring read empty.
+    /// Counters last moved at `changed_at` (both of them), first seen then.
     pub fn new(bootstraps_total: u64, repairs_total: u64, changed_at: Millis) -> Self {
         Sample {
             bootstraps_total,
@@ -307,7 +380,16 @@ impl Sample {
             repairs_changed_at: changed_at,
             repairs_prev: None,
             ring_ops: Some(0),
-            ring_busy_at: None,
+            sampled_at: changed_at,
+            ae_rounds: None,
+            input_bytes: None,
+            own_bytes_since: Some(0),
+            view_digest: None,
+            writes_total: 0,
+            writes_prev: None,
+            quiet_since: changed_at,
+            quiet_reset: QuietReset::FirstSeen,
+            rounds_at_quiet: None,
         }
     }
 }
@@ -416,9 +498,14 @@ pub enum BlockReason {
     /// A wake from hibernation would mount volumes away longer than the stale-volume grace:
     /// refused (the cluster stays stopped) unless `storage.freshVolumesOnWake`.
     WakeRefused,
-    /// The leaving member still holds writes not yet on every owner (`marekvs_ring_ops`
-    /// above 0 or unknown), or its client traffic is not cut yet.
+    /// The leaving member may still hold data that is nowhere else: its client traffic is
+    /// not cut yet, clients still send it commands, or its own anti-entropy rounds have not
+    /// yet covered its data since it went quiet (or a figure that says so is unknown).
     LeaverBacklog,
+    /// `replicationFactor` 1 keeps one copy of each partition, on its owner: on marekvs 0.2 a
+    /// member's partitions move only after it has exited, so removing a member (or its
+    /// volume) would lose them. Refused, never attempted.
+    SingleCopy,
 }
 
 impl BlockReason {
@@ -437,6 +524,7 @@ impl BlockReason {
             BlockReason::Fenced => "Fenced",
             BlockReason::WakeRefused => "WakeRefused",
             BlockReason::LeaverBacklog => "LeaverBacklog",
+            BlockReason::SingleCopy => "SingleCopy",
         }
     }
 }
@@ -600,8 +688,9 @@ pub struct Decision {
 /// What keeps a gate from passing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Moving {
-    /// The leaver's replication ring (`marekvs_ring_ops`) is not empty, or unknown.
-    ReplicationRing,
+    /// The leaver's anti-entropy rounds since it went quiet (`marekvs_ae_rounds_total`) are
+    /// not enough yet, or unknown.
+    AntiEntropy,
     /// The leaver still gets client traffic (its pod is not labelled off yet).
     ClientTraffic,
     /// Partition bootstraps (`marekvs_bootstraps_completed_total`) keep completing.
@@ -617,7 +706,7 @@ pub enum Moving {
 impl Moving {
     pub fn as_str(self) -> &'static str {
         match self {
-            Moving::ReplicationRing => "ReplicationRing",
+            Moving::AntiEntropy => "AntiEntropy",
             Moving::ClientTraffic => "ClientTraffic",
             Moving::Bootstraps => "Bootstraps",
             Moving::Repairs => "Repairs",

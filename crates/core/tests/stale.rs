@@ -33,6 +33,7 @@ fn member(pod: bool, absent_since: Option<Millis>) -> MemberObs {
         }),
         view: None,
         look_alike: false,
+        own_resp_bytes: Some(0),
     }
 }
 

@@ -306,6 +306,7 @@ fn members_waiting_only_for_their_pods_are_not_polled() {
         }),
         view: None,
         look_alike: false,
+        own_resp_bytes: Some(0),
     };
     let requeue = |observed: BTreeMap<u32, MemberObs>| {
         let observed = with_views(observed);
@@ -1213,6 +1214,7 @@ fn arb_obs() -> impl Strategy<Value = MemberObs> {
             }),
             view: None,
             look_alike: false,
+            own_resp_bytes: Some(0),
         })
 }
 
@@ -1307,6 +1309,7 @@ fn calm_asking(mem: &Memory, outdated: bool, asking: Option<u32>) -> BTreeMap<u3
                     scrape,
                     view: None,
                     look_alike: false,
+                    own_resp_bytes: Some(0),
                 },
             )
         })
@@ -1940,6 +1943,7 @@ fn a_suspected_partition_holds_every_disruptive_step_until_views_agree() {
                     }),
                     view: None,
                     look_alike: false,
+                    own_resp_bytes: Some(0),
                 },
             )
         })
@@ -2127,6 +2131,7 @@ fn a_look_alike_on_a_free_name_is_skipped_by_a_scale_up_and_holds_a_removal_mid_
         3,
         MemberObs {
             look_alike: true,
+            own_resp_bytes: Some(0),
             ..MemberObs::default()
         },
     );
@@ -2143,6 +2148,7 @@ fn a_look_alike_on_a_free_name_is_skipped_by_a_scale_up_and_holds_a_removal_mid_
         3,
         MemberObs {
             look_alike: true,
+            own_resp_bytes: Some(0),
             ..MemberObs::default()
         },
     );
@@ -2186,6 +2192,7 @@ fn orphaned_pods_on_kept_volumes_make_their_members_wait_not_new_ones() {
                     absent_since: None,
                 }),
                 look_alike: true,
+                own_resp_bytes: Some(0),
                 ..MemberObs::default()
             },
         );

@@ -1,6 +1,6 @@
 //! Scale-down: advance the removal in progress one step, or start the next one.
 
-use crate::handoff::{GateHold, Leaver};
+use crate::handoff::{Coverage, GateHold, Leaver, covered};
 use crate::plan::{choose_victim, removal_order};
 use crate::types::*;
 
@@ -110,10 +110,10 @@ impl Pass<'_> {
                     .push(format!("waiting for {name} to flush and exit"));
             }
             // The deletion was held (or the operator stopped) after the hand-off passed: a
-            // client writing to it directly may have filled its ring since. Gate it again.
-            Some(_) if !self.ring_empty_now(r.ordinal) => {
+            // client writing to it directly may have sent it data since. Gate it again.
+            Some(_) if !self.covered_now(r.ordinal) => {
                 self.progress.push(format!(
-                    "{name}'s ring is not empty again: handing off again"
+                    "{name} is no longer known to be handed on (client input, a restart or an unknown reading since): handing off again"
                 ));
                 enter(r, RemovalStep::HandingOff, self.now);
             }
@@ -127,12 +127,16 @@ impl Pass<'_> {
         }
     }
 
-    /// The member's ring reads a known 0 in this pass.
-    pub(super) fn ring_empty_now(&self, o: u32) -> bool {
-        self.obs(o)
-            .scrape
-            .as_ref()
-            .is_some_and(|s| s.ring_ops == Some(0))
+    /// The member's own anti-entropy has handed on what it holds, read in this pass
+    /// (`handoff::covered`): nothing came in since it went quiet, and enough rounds began.
+    pub(super) fn covered_now(&self, o: u32) -> bool {
+        let rounds = self.obs(o).scrape.as_ref().and_then(|s| s.ae_rounds);
+        match (self.samples.get(&o), rounds) {
+            (Some(sample), Some(rounds)) => {
+                sample.sampled_at == self.now && covered(sample, rounds) == Coverage::Covered
+            }
+            _ => false,
+        }
     }
 
     /// The victim's pod is gone: has every other view dropped it, and re-replication gone
@@ -367,7 +371,13 @@ impl Pass<'_> {
     }
 
     fn may_start_removal_by_spec(&self) -> Result<(), Blocked> {
-        if self.spec.paused {
+        if self.spec.replication_factor < 2 {
+            Err(single_copy(&format!(
+                "the scale-down from {} to {} members",
+                self.members.len(),
+                self.target
+            )))
+        } else if self.spec.paused {
             Err(Blocked {
                 reason: BlockReason::Paused,
                 message: format!(
@@ -393,6 +403,17 @@ impl Pass<'_> {
         } else {
             Ok(())
         }
+    }
+}
+
+/// Refusal of `what` at replication factor 1: the leaver's partitions have no other copy, and
+/// marekvs 0.2 moves partitions only after a member has exited.
+pub(super) fn single_copy(what: &str) -> Blocked {
+    Blocked {
+        reason: BlockReason::SingleCopy,
+        message: format!(
+            "refused: {what} would lose data. With replicationFactor 1 each partition has one copy, on its owner, and marekvs moves a member's partitions only after it has exited (a drained member still owns them). Raise replicationFactor first, or keep the members"
+        ),
     }
 }
 

@@ -120,7 +120,7 @@ impl Pass<'_> {
             .map(|o| self.spec.member_name(*o))
             .collect();
         let rate = match (h.moving, h.rate_per_sec) {
-            (Moving::ReplicationRing, Some(ops)) => format!(", {ops:.0} ops in the ring"),
+            (Moving::ClientTraffic, Some(w)) => format!(", {w:.1} writes/s"),
             (_, Some(r)) => format!(", {r:.1}/s"),
             (_, None) => String::new(),
         };

@@ -162,10 +162,10 @@ impl Pass<'_> {
             Some(p) if p.terminating => self
                 .progress
                 .push(format!("waiting for {name} to flush and exit")),
-            // Held after its hand-off passed: its ring may have filled again since.
-            Some(p) if p.drained && !self.ring_empty_now(r.ordinal) => {
+            // Held after its hand-off passed: a client may have sent it data since.
+            Some(p) if p.drained && !self.covered_now(r.ordinal) => {
                 self.progress.push(format!(
-                    "{name}'s ring is not empty again: handing off again"
+                    "{name} is no longer known to be handed on (client input, a restart or an unknown reading since): handing off again"
                 ));
                 enter(r, RollStep::HandingOff, self.now);
             }
@@ -365,7 +365,13 @@ impl Pass<'_> {
         asked: &[u32],
         restarts: &[u32],
     ) -> Result<(), Blocked> {
-        if self.spec.paused {
+        if self.spec.replication_factor < 2 && !asked.is_empty() {
+            let names: Vec<String> = asked.iter().map(|o| self.spec.member_name(*o)).collect();
+            Err(super::removal::single_copy(&format!(
+                "a fresh volume for {}",
+                names.join(", ")
+            )))
+        } else if self.spec.paused {
             let names = |os: &[u32]| {
                 os.iter()
                     .map(|o| self.spec.member_name(*o))
