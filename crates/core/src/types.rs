@@ -43,7 +43,8 @@ pub struct Scrape {
 }
 
 impl Default for Scrape {
-    /// Figures of a quiet member, its ring empty.
+    /// Figures of a settled member: its ring empty, up for long, many anti-entropy rounds
+    /// begun, no client input.
     fn default() -> Self {
         Scrape {
             view_members: 0,
@@ -55,10 +56,10 @@ impl Default for Scrape {
             disk: None,
             write_stopped: false,
             ring_ops: Some(0),
-            ae_rounds: Some(0),
+            ae_rounds: Some(1_000),
             client_input_bytes: Some(0),
             write_commands: 0,
-            uptime_ms: None,
+            uptime_ms: Some(1 << 40),
         }
     }
 }
@@ -370,7 +371,8 @@ impl Default for QuietReset {
 }
 
 impl Sample {
-    /// Counters last moved at `changed_at` (both of them), first seen then.
+    /// Counters last moved at `changed_at` (both of them), first seen then at round 0 with no
+    /// input: quiet since.
     pub fn new(bootstraps_total: u64, repairs_total: u64, changed_at: Millis) -> Self {
         Sample {
             bootstraps_total,
@@ -381,15 +383,15 @@ impl Sample {
             repairs_prev: None,
             ring_ops: Some(0),
             sampled_at: changed_at,
-            ae_rounds: None,
-            input_bytes: None,
+            ae_rounds: Some(0),
+            input_bytes: Some(0),
             own_bytes_since: Some(0),
             view_digest: None,
             writes_total: 0,
             writes_prev: None,
             quiet_since: changed_at,
             quiet_reset: QuietReset::FirstSeen,
-            rounds_at_quiet: None,
+            rounds_at_quiet: Some(0),
         }
     }
 }
