@@ -935,7 +935,7 @@ mod tests {
             }),
             view: None,
             look_alike: false,
-            own_resp_bytes: Some(0),
+            client_input: Some(0),
         }
     }
 

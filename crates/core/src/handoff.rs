@@ -16,8 +16,9 @@
 //! - G5 the leaver, when there is one: its client traffic is cut (its pod is labelled off), no
 //!   client input reached it since it went quiet, and since then enough of its own
 //!   anti-entropy rounds began ([`rounds_needed`]) to have handed what it holds to members
-//!   that stay. Client input is counted in RESP bytes less the operator's own reads; a restart,
-//!   a change of its view or any figure not read starts the count again.
+//!   that stay. Client input is counted in RESP bytes less the operator's own reads
+//!   (`MemberObs::client_input`); a restart, a change of its view or any figure not read
+//!   starts the count again.
 //!
 //! Anti-entropy repairs (`marekvs_ae_repair_ops_total`) hold nothing: on the node they say
 //! neither whose data they carry nor that an exchange finished, and under write load they never
@@ -297,10 +298,7 @@ impl HandoffGate<'_> {
             )
         };
         let scrape = m.scrape.as_ref();
-        let (Some(rounds), Some(_)) = (
-            scrape.and_then(|s| s.ae_rounds),
-            scrape.and_then(|s| s.client_input_bytes),
-        ) else {
+        let (Some(rounds), Some(_)) = (scrape.and_then(|s| s.ae_rounds), m.client_input) else {
             let message = format!(
                 "the anti-entropy rounds or client input of {name} are unknown (marekvs_ae_rounds_total, marekvs_net_input_bytes_total not read): what it holds may be nowhere else"
             );
@@ -509,8 +507,8 @@ impl HandoffGate<'_> {
 /// Update the samples with this pass's scrapes: a counter that moved restarts its own quiet
 /// time now (a repair move keeps the sample before it, for the rate); a member that shows
 /// client input, restarted, changed its view or could not be fully read goes quiet again from
-/// now ([`QuietReset`]); a member not scraped keeps its old sample, adding the operator's own
-/// RESP bytes of this pass to those its next scrape must discount.
+/// now ([`QuietReset`]); a member not scraped keeps its old sample (the shell keeps counting
+/// its client input until a pass is recorded).
 pub fn update_samples(
     prev: &BTreeMap<u32, Sample>,
     observed: &BTreeMap<u32, MemberObs>,
@@ -523,16 +521,12 @@ pub fn update_samples(
             (Some(s), None) => Some(Sample {
                 ring_ops: s.ring_ops,
                 ae_rounds: s.ae_rounds,
-                input_bytes: s.client_input_bytes,
                 view_digest: m.view.as_ref().map(view_digest),
                 writes_total: s.write_commands,
                 rounds_at_quiet: s.ae_rounds,
                 ..Sample::new(s.bootstraps_total, s.repairs_total, now)
             }),
-            (None, Some(p)) => Some(Sample {
-                own_bytes_since: add(p.own_bytes_since, m.own_resp_bytes),
-                ..*p
-            }),
+            (None, Some(p)) => Some(*p),
             (None, None) => None,
         };
         if let Some(sample) = sample {
@@ -540,10 +534,6 @@ pub fn update_samples(
         }
     }
     next
-}
-
-fn add(a: Option<u64>, b: Option<u64>) -> Option<u64> {
-    Some(a?.saturating_add(b?))
 }
 
 /// A digest of the ids a view holds, stable across processes (FNV-1a over the sorted ids).
@@ -560,27 +550,18 @@ pub fn view_digest(v: &View) -> u64 {
 
 /// Why a member goes quiet again in this scrape, if it does.
 fn quiet_reset(p: &Sample, s: &Scrape, m: &MemberObs, now: Millis) -> Option<QuietReset> {
-    let went_back = |a: Option<u64>, b: Option<u64>| matches!((a, b), (Some(a), Some(b)) if a < b);
+    let went_back = matches!((s.ae_rounds, p.ae_rounds), (Some(a), Some(b)) if a < b);
     // Up for less time than has passed since the last sample: it started after it.
     let younger = s.uptime_ms.is_some_and(|u| (u as i64) < now - p.sampled_at);
-    if went_back(s.ae_rounds, p.ae_rounds)
-        || went_back(s.client_input_bytes, p.input_bytes)
-        || younger
-    {
+    if went_back || younger {
         return Some(QuietReset::Restarted);
     }
-    let own = add(p.own_bytes_since, m.own_resp_bytes);
-    let (Some(input), Some(before), Some(own), Some(_), Some(_), Some(view)) = (
-        s.client_input_bytes,
-        p.input_bytes,
-        own,
-        s.ae_rounds,
-        s.uptime_ms,
-        m.view.as_ref(),
-    ) else {
+    let (Some(input), Some(_), Some(_), Some(view)) =
+        (m.client_input, s.ae_rounds, s.uptime_ms, m.view.as_ref())
+    else {
         return Some(QuietReset::Unknown);
     };
-    if input - before > own {
+    if input > 0 {
         return Some(QuietReset::ClientInput);
     }
     if p.view_digest.is_some_and(|d| d != view_digest(view)) {
@@ -623,8 +604,6 @@ fn next_sample(p: &Sample, s: &Scrape, m: &MemberObs, now: Millis) -> Sample {
         ring_ops: s.ring_ops,
         sampled_at: now,
         ae_rounds: s.ae_rounds,
-        input_bytes: s.client_input_bytes,
-        own_bytes_since: Some(0),
         view_digest: m.view.as_ref().map(view_digest),
         writes_total: s.write_commands,
         writes_prev: if !writes_moved {
@@ -666,7 +645,7 @@ mod tests {
                 ..Scrape::default()
             }),
             look_alike: false,
-            own_resp_bytes: Some(0),
+            client_input: Some(0),
         }
     }
 
@@ -1068,11 +1047,11 @@ mod tests {
             traffic_cut: false,
         });
         for unknown in [
-            |s: &mut Scrape| s.ae_rounds = None,
-            |s: &mut Scrape| s.client_input_bytes = None,
+            |m: &mut MemberObs| m.scrape.as_mut().unwrap().ae_rounds = None,
+            |m: &mut MemberObs| m.client_input = None,
         ] {
             let mut ms = ms.clone();
-            unknown(ms[3].scrape.as_mut().unwrap());
+            unknown(&mut ms[3]);
             for l in [leaving(3), before] {
                 let h = evaluate(&ms, &samples, l, Some(0)).unwrap_err();
                 assert_eq!(
@@ -1127,9 +1106,8 @@ mod tests {
         let mut m = member(3);
         let s = m.scrape.as_mut().unwrap();
         s.ae_rounds = Some(20);
-        s.client_input_bytes = Some(1_000);
         s.uptime_ms = Some(60_000);
-        m.own_resp_bytes = Some(0);
+        m.client_input = Some(0);
         let observed = BTreeMap::from([(0, m)]);
         let first = update_samples(&BTreeMap::new(), &observed, 10_000);
         (observed, first)
@@ -1162,40 +1140,29 @@ mod tests {
     }
 
     #[test]
-    fn the_operators_own_bytes_are_not_client_input() {
+    fn client_input_restarts_the_count_and_unknown_input_too() {
         let (observed, first) = seen();
         let quiet = next(&observed, &first, 12_000, |m| {
-            m.scrape.as_mut().unwrap().client_input_bytes = Some(1_064);
-            m.own_resp_bytes = Some(64);
             m.scrape.as_mut().unwrap().ae_rounds = Some(21);
         });
         assert_eq!(
             (quiet.quiet_since, quiet.rounds_at_quiet),
             (10_000, Some(20))
         );
-        // One byte more than the operator sent: a client.
         let input = next(&observed, &first, 12_000, |m| {
-            m.scrape.as_mut().unwrap().client_input_bytes = Some(1_065);
-            m.own_resp_bytes = Some(64);
+            m.client_input = Some(1);
             m.scrape.as_mut().unwrap().ae_rounds = Some(21);
         });
         assert_eq!(
             (input.quiet_since, input.quiet_reset, input.rounds_at_quiet),
             (12_000, QuietReset::ClientInput, Some(21))
         );
-        // The bytes of a pass whose scrape failed are carried to the next scrape.
+        // A member not scraped keeps its sample as it was.
         let mut missed = observed.clone();
         missed.get_mut(&0).unwrap().scrape = None;
-        missed.get_mut(&0).unwrap().own_resp_bytes = Some(64);
-        let carried = update_samples(&first, &missed, 11_000);
-        assert_eq!(carried[&0].own_bytes_since, Some(64));
-        let after = next(&observed, &carried, 12_000, |m| {
-            m.scrape.as_mut().unwrap().client_input_bytes = Some(1_128);
-            m.own_resp_bytes = Some(64);
-        });
-        assert_eq!(after.quiet_since, 10_000, "both passes' bytes discounted");
-        // A read cut off midway: how much the operator sent is unknown.
-        let cut = next(&observed, &first, 12_000, |m| m.own_resp_bytes = None);
+        assert_eq!(update_samples(&first, &missed, 11_000)[&0], first[&0]);
+        // Unknown input (a read cut off, the operator just started): not quiet.
+        let cut = next(&observed, &first, 12_000, |m| m.client_input = None);
         assert_eq!(
             (cut.quiet_since, cut.quiet_reset),
             (12_000, QuietReset::Unknown)
@@ -1214,7 +1181,6 @@ mod tests {
         let younger = next(&observed, &first, 400_000, |m| {
             let s = m.scrape.as_mut().unwrap();
             s.ae_rounds = Some(60);
-            s.client_input_bytes = Some(5_000);
             s.uptime_ms = Some(300_000);
         });
         assert_eq!(younger.quiet_reset, QuietReset::Restarted);
@@ -1228,7 +1194,7 @@ mod tests {
         for unknown in [
             |m: &mut MemberObs| m.view = None,
             |m: &mut MemberObs| m.scrape.as_mut().unwrap().uptime_ms = None,
-            |m: &mut MemberObs| m.scrape.as_mut().unwrap().client_input_bytes = None,
+            |m: &mut MemberObs| m.client_input = None,
         ] {
             let s = next(&observed, &first, 12_000, unknown);
             assert_eq!(

@@ -121,7 +121,7 @@ mod tests {
             scrape: None,
             view: None,
             look_alike: false,
-            own_resp_bytes: Some(0),
+            client_input: Some(0),
         }
     }
 

@@ -89,7 +89,7 @@ static UNSEEN: MemberObs = MemberObs {
     scrape: None,
     view: None,
     look_alike: false,
-    own_resp_bytes: Some(0),
+    client_input: Some(0),
 };
 
 /// One pass of the runbook: what it was given, what it derived, and what it decided so far.

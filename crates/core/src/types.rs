@@ -168,10 +168,11 @@ pub struct MemberObs {
     /// the cluster's, see `ownership`) holds its name: nothing is created in its name, and no
     /// disruptive step starts or continues while it is there.
     pub look_alike: bool,
-    /// Bytes the operator itself sent to the member's RESP port in this pass, before its
-    /// scrape (the view read): they count in `marekvs_net_input_bytes_total` and are not a
-    /// client's. `None`: unknown (a read cut off midway), which counts as client input.
-    pub own_resp_bytes: Option<u64>,
+    /// RESP input from clients since the last recorded pass (`marekvs_net_input_bytes_total`
+    /// less the operator's own reads, worked out by the shell). `None`: unknown (the first read
+    /// since the operator started, a read cut off midway, a counter that went back), which
+    /// counts as client input.
+    pub client_input: Option<u64>,
 }
 
 /// One member's view by identity: its own id (`CLUSTER MYID`) and every member in its view
@@ -343,11 +344,6 @@ pub struct Sample {
     pub sampled_at: Millis,
     /// `marekvs_ae_rounds_total` as last read (`None`: unknown).
     pub ae_rounds: Option<u64>,
-    /// `marekvs_net_input_bytes_total` as last read (`None`: unknown).
-    pub input_bytes: Option<u64>,
-    /// Bytes the operator sent to the member's RESP port since this sample's scrape (passes
-    /// whose scrape failed). `None`: unknown.
-    pub own_bytes_since: Option<u64>,
     /// The members its view held, as a stable digest of their ids (`None`: not read).
     pub view_digest: Option<u64>,
     /// Write commands (`marekvs_commands_total` over the write commands) as last read, and
@@ -384,8 +380,6 @@ impl Sample {
             ring_ops: Some(0),
             sampled_at: changed_at,
             ae_rounds: Some(0),
-            input_bytes: Some(0),
-            own_bytes_since: Some(0),
             view_digest: None,
             writes_total: 0,
             writes_prev: None,

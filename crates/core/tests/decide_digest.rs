@@ -388,7 +388,7 @@ fn healthy(o: u32, view: u64, seen: &BTreeSet<u32>, sample: Option<&Sample>) -> 
             ..Scrape::default()
         }),
         look_alike: false,
-        own_resp_bytes: Some(0),
+        client_input: Some(0),
     }
 }
 

@@ -605,7 +605,7 @@ impl World {
                     scrape,
                     view,
                     look_alike: self.look_alikes.contains_key(&o),
-                    own_resp_bytes: Some(0),
+                    client_input: Some(0),
                 },
             );
         }

@@ -36,7 +36,7 @@ fn healthy(n: u32) -> (Memory, BTreeMap<u32, MemberObs>) {
                 }),
                 view: Some(View::of_ordinals(o, 0..n)),
                 look_alike: false,
-                own_resp_bytes: Some(0),
+                client_input: Some(0),
             },
         );
     }

@@ -33,7 +33,7 @@ fn member(pod: bool, absent_since: Option<Millis>) -> MemberObs {
         }),
         view: None,
         look_alike: false,
-        own_resp_bytes: Some(0),
+        client_input: Some(0),
     }
 }
 

@@ -14,8 +14,8 @@ use common::spec;
 /// all running members; bootstrap counters move for `copying_ms` after a member is created or
 /// its pod deleted (a drain moves nothing, as on marekvs 0.2: a Leaving member still owns its
 /// partitions); repair counters move under load.
-/// Each member begins an anti-entropy round every [`ROUND_MS`] from its start, and the
-/// operator's own view read adds [`OWN_BYTES`] to its RESP input every pass.
+/// Each member begins an anti-entropy round every [`ROUND_MS`] from its start; client writes
+/// reach it as RESP input (what the shell hands the core: its own reads already taken off).
 struct World {
     obs: BTreeMap<u32, MemberObs>,
     pvc_seq: u32,
@@ -35,7 +35,6 @@ struct World {
 }
 
 const ROUND_MS: Millis = 6_000;
-const OWN_BYTES: u64 = 64;
 
 /// Steady client write load: every member taking client traffic gets `per_sec` writes a
 /// second (every scrape, anti-entropy applies repairs on every member: background repair).
@@ -165,10 +164,10 @@ impl World {
                 .map_or(0, |l| l.writes(*o, p.client_traffic_off, now))
                 * secs;
             let (bytes, commands) = self.input.entry(*o).or_insert((0, 0));
-            *bytes += OWN_BYTES + writes * 40;
+            *bytes += writes * 40;
             *commands += writes;
             let started = self.started.get(o).copied().unwrap_or(0);
-            m.own_resp_bytes = Some(OWN_BYTES);
+            m.client_input = Some(writes * 40);
             m.scrape = Some(Scrape {
                 view_members: running,
                 repairs_total: repairs,
@@ -340,7 +339,7 @@ fn members_waiting_only_for_their_pods_are_not_polled() {
         }),
         view: None,
         look_alike: false,
-        own_resp_bytes: Some(0),
+        client_input: Some(0),
     };
     let requeue = |observed: BTreeMap<u32, MemberObs>| {
         let observed = with_views(observed);
@@ -1251,7 +1250,7 @@ fn arb_obs() -> impl Strategy<Value = MemberObs> {
             }),
             view: None,
             look_alike: false,
-            own_resp_bytes: Some(0),
+            client_input: Some(0),
         })
 }
 
@@ -1346,7 +1345,7 @@ fn calm_asking(mem: &Memory, outdated: bool, asking: Option<u32>) -> BTreeMap<u3
                     scrape,
                     view: None,
                     look_alike: false,
-                    own_resp_bytes: Some(0),
+                    client_input: Some(0),
                 },
             )
         })
@@ -1982,7 +1981,7 @@ fn a_suspected_partition_holds_every_disruptive_step_until_views_agree() {
                     }),
                     view: None,
                     look_alike: false,
-                    own_resp_bytes: Some(0),
+                    client_input: Some(0),
                 },
             )
         })
@@ -2185,7 +2184,7 @@ fn a_look_alike_on_a_free_name_is_skipped_by_a_scale_up_and_holds_a_removal_mid_
         3,
         MemberObs {
             look_alike: true,
-            own_resp_bytes: Some(0),
+            client_input: Some(0),
             ..MemberObs::default()
         },
     );
@@ -2202,7 +2201,7 @@ fn a_look_alike_on_a_free_name_is_skipped_by_a_scale_up_and_holds_a_removal_mid_
         3,
         MemberObs {
             look_alike: true,
-            own_resp_bytes: Some(0),
+            client_input: Some(0),
             ..MemberObs::default()
         },
     );
@@ -2246,7 +2245,7 @@ fn orphaned_pods_on_kept_volumes_make_their_members_wait_not_new_ones() {
                     absent_since: None,
                 }),
                 look_alike: true,
-                own_resp_bytes: Some(0),
+                client_input: Some(0),
                 ..MemberObs::default()
             },
         );

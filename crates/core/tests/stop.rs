@@ -33,7 +33,7 @@ fn member(o: u32, pod: bool, absent_since: Option<Millis>) -> MemberObs {
         scrape: pod.then(Scrape::default),
         view: None,
         look_alike: false,
-        own_resp_bytes: Some(0),
+        client_input: Some(0),
     }
 }
 
