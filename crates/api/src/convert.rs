@@ -2,7 +2,8 @@
 //! side fails to compile until both sides know it. No string parsing, no fallback.
 
 use crate::{
-    BlockReason, ClusterPhase, MemberPhase, Moving, RemovalStep, RolloutStep, VictimReason,
+    BlockReason, ClusterPhase, MemberPhase, Moving, QuietReset, RemovalStep, RolloutStep,
+    VictimReason,
 };
 
 /// `From` both ways between two enums with the same unit variants.
@@ -38,11 +39,38 @@ same_variants!(VictimReason <=> VictimReason { UserChosen, NotReady, HighestOrdi
 same_variants!(BlockReason <=> BlockReason {
     NotAllReady, MetricsUnavailable, Underreplicated, JoinPending, ViewsNotConverged,
     RepairInProgress, Replacing, HandoffTimeout, Paused, LookAlike, Fenced, WakeRefused,
-    LeaverBacklog,
+    LeaverBacklog, SingleCopy,
 });
-same_variants!(Moving <=> Moving {
-    ReplicationRing, ClientTraffic, Bootstraps, Repairs, Views, Other,
+same_variants!(QuietReset <=> QuietReset {
+    FirstSeen, ClientInput, Restarted, ViewChanged, Unknown,
 });
+
+impl From<Moving> for marekvs_core::Moving {
+    fn from(x: Moving) -> Self {
+        match x {
+            // Stored by an older operator: its hold is evaluated again on the next pass.
+            Moving::ReplicationRing | Moving::AntiEntropy => marekvs_core::Moving::AntiEntropy,
+            Moving::ClientTraffic => marekvs_core::Moving::ClientTraffic,
+            Moving::Bootstraps => marekvs_core::Moving::Bootstraps,
+            Moving::Repairs => marekvs_core::Moving::Repairs,
+            Moving::Views => marekvs_core::Moving::Views,
+            Moving::Other => marekvs_core::Moving::Other,
+        }
+    }
+}
+
+impl From<marekvs_core::Moving> for Moving {
+    fn from(x: marekvs_core::Moving) -> Self {
+        match x {
+            marekvs_core::Moving::AntiEntropy => Moving::AntiEntropy,
+            marekvs_core::Moving::ClientTraffic => Moving::ClientTraffic,
+            marekvs_core::Moving::Bootstraps => Moving::Bootstraps,
+            marekvs_core::Moving::Repairs => Moving::Repairs,
+            marekvs_core::Moving::Views => Moving::Views,
+            marekvs_core::Moving::Other => Moving::Other,
+        }
+    }
+}
 
 impl RemovalStep {
     /// The name, as the member's `Draining` condition gives it as its reason.
@@ -79,6 +107,38 @@ impl BlockReason {
 mod tests {
     use super::*;
 
+    /// A hold stored by an operator before gate v3 still reads, as the rounds it now waits on;
+    /// every current value survives a round trip.
+    #[test]
+    fn a_stored_replication_ring_hold_reads_as_anti_entropy() {
+        let old: Moving = serde_json::from_value(serde_json::json!("ReplicationRing")).unwrap();
+        assert_eq!(
+            marekvs_core::Moving::from(old),
+            marekvs_core::Moving::AntiEntropy
+        );
+        for m in [
+            marekvs_core::Moving::AntiEntropy,
+            marekvs_core::Moving::ClientTraffic,
+            marekvs_core::Moving::Bootstraps,
+            marekvs_core::Moving::Repairs,
+            marekvs_core::Moving::Views,
+            marekvs_core::Moving::Other,
+        ] {
+            let api = Moving::from(m);
+            assert_eq!(marekvs_core::Moving::from(api), m);
+            assert_eq!(serde_json::to_value(api).unwrap(), m.as_str());
+        }
+        for q in [
+            marekvs_core::QuietReset::FirstSeen,
+            marekvs_core::QuietReset::ClientInput,
+            marekvs_core::QuietReset::Restarted,
+            marekvs_core::QuietReset::ViewChanged,
+            marekvs_core::QuietReset::Unknown,
+        ] {
+            assert_eq!(marekvs_core::QuietReset::from(QuietReset::from(q)), q);
+        }
+    }
+
     /// Every value survives a round trip, and its JSON is the name the core gives it.
     #[test]
     fn status_enums_round_trip_and_serialize_as_their_names() {
@@ -95,6 +155,8 @@ mod tests {
             marekvs_core::BlockReason::LookAlike,
             marekvs_core::BlockReason::Fenced,
             marekvs_core::BlockReason::WakeRefused,
+            marekvs_core::BlockReason::LeaverBacklog,
+            marekvs_core::BlockReason::SingleCopy,
         ] {
             let api = BlockReason::from(b);
             assert_eq!(marekvs_core::BlockReason::from(api), b);

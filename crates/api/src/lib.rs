@@ -51,6 +51,8 @@ mod convert;
 #[serde(rename_all = "camelCase")]
 #[x_kube(validation = Rule::new("self.nodes >= self.replicationFactor + 1")
     .message("spec.nodes must be at least replicationFactor + 1: with fewer members, a single failure leaves partitions under-replicated"))]
+#[x_kube(validation = Rule::new("self.replicationFactor > 1 || self.nodes >= oldSelf.nodes")
+    .message("spec.nodes cannot be lowered with replicationFactor 1: each partition has one copy, on its owner, and marekvs moves a member's partitions only after it has exited, so a removed member's data would be lost"))]
 #[x_kube(validation = Rule::new("!has(self.auth) || !has(self.env) || !self.env.exists(e, e.name == 'MAREKVS_REQUIREPASS')")
     .message("spec.auth and env MAREKVS_REQUIREPASS cannot both be set: give the password one way, spec.auth.passwordSecretRef or env valueFrom.secretKeyRef"))]
 #[x_kube(validation = Rule::new("!has(self.env) || !has(self.extraEnv) || self.env.all(e, !(e.name in self.extraEnv))")
@@ -100,6 +102,8 @@ pub struct MarekvsClusterSpec {
     #[schemars(length(max = 64))]
     #[x_kube(validation = Rule::new("!('MAREKVS_SEEDS' in self) && !('MAREKVS_REPLICAS_N' in self) && !('MAREKVS_DATA_DIR' in self) && !('MAREKVS_ADVERTISE_IP' in self) && !('MAREKVS_NODE_ID' in self) && !('MAREKVS_REQUIREPASS' in self)")
         .message("extraEnv cannot set MAREKVS_SEEDS, MAREKVS_REPLICAS_N, MAREKVS_DATA_DIR, MAREKVS_ADVERTISE_IP, MAREKVS_NODE_ID or MAREKVS_REQUIREPASS: the operator manages them (a password goes in spec.auth.passwordSecretRef)"))]
+    #[x_kube(validation = Rule::new("!('MAREKVS_AE_PARTITIONS_PER_ROUND' in self)")
+        .message("extraEnv cannot set MAREKVS_AE_PARTITIONS_PER_ROUND: the hand-off gate counts anti-entropy rounds that each cover every partition a member owns"))]
     pub extra_env: BTreeMap<String, String>,
 
     /// Environment of the marekvs container as Kubernetes `EnvVar`s, for values from a Secret
@@ -112,6 +116,8 @@ pub struct MarekvsClusterSpec {
     #[schemars(length(max = 64), extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
     #[x_kube(validation = Rule::new("self.all(e, !(e.name in ['MAREKVS_SEEDS', 'MAREKVS_REPLICAS_N', 'MAREKVS_DATA_DIR', 'MAREKVS_ADVERTISE_IP', 'MAREKVS_NODE_ID']))")
         .message("env cannot set MAREKVS_SEEDS, MAREKVS_REPLICAS_N, MAREKVS_DATA_DIR, MAREKVS_ADVERTISE_IP or MAREKVS_NODE_ID: the operator manages them"))]
+    #[x_kube(validation = Rule::new("self.all(e, e.name != 'MAREKVS_AE_PARTITIONS_PER_ROUND')")
+        .message("env cannot set MAREKVS_AE_PARTITIONS_PER_ROUND: the hand-off gate counts anti-entropy rounds that each cover every partition a member owns"))]
     #[x_kube(validation = Rule::new("self.all(e, e.name != 'MAREKVS_REQUIREPASS' || (!has(e.value) && has(e.valueFrom) && has(e.valueFrom.secretKeyRef) && !has(e.valueFrom.configMapKeyRef) && !has(e.valueFrom.fieldRef) && !has(e.valueFrom.resourceFieldRef) && has(e.valueFrom.secretKeyRef.name) && e.valueFrom.secretKeyRef.name != '' && (!has(e.valueFrom.secretKeyRef.optional) || !e.valueFrom.secretKeyRef.optional)))")
         .message("env MAREKVS_REQUIREPASS must come from a Secret (valueFrom.secretKeyRef with a name, not optional), never a plain value or a ConfigMap"))]
     pub env: Vec<EnvVar>,
@@ -802,9 +808,24 @@ pub struct MemberStatus {
     /// The repair counter and when it was read, before its last move (for the repair rate).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub repairs_previous: Option<CounterSample>,
-    /// The last time its replication ring (`marekvs_ring_ops`) was read above 0 or unknown.
+    /// Since when it has been quiet: no client input, no restart, no change of its view,
+    /// every figure read. The hand-off gate counts its anti-entropy rounds from here.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ring_busy_at: Option<Time>,
+    pub quiet_since: Option<Time>,
+    /// Why its quiet time last started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quiet_reset: Option<QuietReset>,
+    /// `marekvs_ae_rounds_total` at the first scrape that read it once it went quiet: rounds
+    /// numbered above it began after.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rounds_at_quiet: Option<i64>,
+    /// The members its view holds, as a digest (16 hex digits): a change starts its quiet
+    /// time again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub view_digest: Option<String>,
+    /// Its write commands and when they were read, before their last move (for the rate).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub writes_previous: Option<CounterSample>,
     /// Ready, Scraped, Draining, Updated, VolumeResizing, DiskWriteStopped.
     #[serde(default)]
     pub conditions: Vec<Condition>,
@@ -830,9 +851,32 @@ pub struct MemberMetrics {
     pub ae_repair_ops_total: i64,
     /// Sum of `marekvs_commands_total` over its series (resets when the node restarts).
     pub commands_total: i64,
-    /// `marekvs_ring_ops`: its writes not yet on every owner (absent: not reported).
+    /// `marekvs_commands_total` over the write commands only.
+    #[serde(default)]
+    pub write_commands_total: i64,
+    /// `marekvs_ae_rounds_total`: anti-entropy rounds begun since the node started (absent:
+    /// not reported).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ae_rounds_total: Option<i64>,
+    /// `marekvs_ring_ops`: how many entries its in-memory replication ring holds. Every write
+    /// enters it and nothing leaves it when shipped, so it is not a backlog: it climbs to
+    /// 262,144 and stays (absent: not reported). Shown only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ring_ops: Option<i64>,
+}
+
+/// Why a member's quiet time (the hand-off gate's count of its anti-entropy rounds) last
+/// started.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum QuietReset {
+    FirstSeen,
+    /// RESP input beyond the operator's own reads: a client wrote (or may have).
+    ClientInput,
+    Restarted,
+    /// The members its view holds changed.
+    ViewChanged,
+    /// A figure the count needs was not read.
+    Unknown,
 }
 
 /// A counter's value at one instant.
@@ -1056,17 +1100,24 @@ pub enum BlockReason {
     /// `storage.staleVolumeGraceSeconds`: the cluster stays stopped (see the message) unless
     /// `storage.freshVolumesOnWake` is set.
     WakeRefused,
-    /// The leaving member still holds writes not yet on every owner (`marekvs_ring_ops`
-    /// above 0 or unreadable), or the client Service still routes to it.
+    /// The leaving member may still hold data that is nowhere else: the client Service still
+    /// routes to it, a client still sends it commands, or too few of its own anti-entropy
+    /// rounds have begun since it went quiet (or a figure that says so is unknown).
     LeaverBacklog,
+    /// `replicationFactor` 1: removing a member, or its volume, would lose its partitions
+    /// (marekvs moves them only after the member has exited). Refused.
+    SingleCopy,
 }
 
 /// What keeps a held scale-down step from passing.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
 pub enum Moving {
-    /// The leaver's replication ring (`marekvs_ring_ops`) is not empty, or unknown.
+    /// Written by operators before 0.2 (the leaver's ring figure, which on marekvs 0.2 is no
+    /// backlog); read as `AntiEntropy`, never written.
     ReplicationRing,
-    /// The client Service still routes to the leaver.
+    /// The leaver's anti-entropy rounds since it went quiet are not enough yet, or unknown.
+    AntiEntropy,
+    /// The client Service still routes to the leaver, or clients still send it commands.
     ClientTraffic,
     /// Partition bootstraps keep completing.
     Bootstraps,
@@ -1091,8 +1142,8 @@ pub struct HandoffHoldStatus {
     /// The members where it moves.
     #[serde(default)]
     pub members: Vec<String>,
-    /// Repairs or bootstraps per second summed over `members`; for `ReplicationRing`, the
-    /// leaver's backlog in ops.
+    /// Repairs or bootstraps per second summed over `members`; for `ClientTraffic`, the
+    /// leaver's write commands per second.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rate_per_second: Option<f64>,
     /// Since when it has held for this reason.

@@ -73,13 +73,17 @@ pub async fn run(
     // before the controller sees the event, so that the pass the same deletion triggers lets
     // the re-creation go first (see `recreate`).
     let recreation = Arc::new(RecreationLock::default());
-    let cr_lock = recreation.clone();
+    let inputs = Arc::new(crate::input::Ledger::default());
+    let (cr_lock, cr_inputs) = (recreation.clone(), inputs.clone());
     let (crs, cr_stream) = cached!(
         MarekvsCluster,
         "marekvsclusters",
         watcher::Config::default(),
-        move |cr: &MarekvsCluster| cr_lock
-            .forget(&cr.namespace().unwrap_or_default(), &cr.name_any())
+        move |cr: &MarekvsCluster| {
+            let (ns, name) = (cr.namespace().unwrap_or_default(), cr.name_any());
+            cr_lock.forget(&ns, &name);
+            cr_inputs.forget(&(ns, name));
+        }
     );
     // Deleted pods also go to the fast re-creation path (see `recreate::on_pod_deleted`).
     let (deleted_tx, deleted_rx) = tokio::sync::mpsc::unbounded_channel::<DeletedPod>();
@@ -115,6 +119,7 @@ pub async fn run(
         pdbs: pdbs.clone(),
         metrics: metrics.clone(),
         recreation,
+        inputs,
     });
     tokio::spawn(on_pod_deleted(deleted_rx, crs.clone(), ctx.clone()));
     // Queue bookkeeping for the metrics: note when a watch event asks for a cluster.

@@ -10,6 +10,7 @@ pub mod controller;
 pub mod error;
 pub mod events;
 pub mod first_pass;
+pub mod input;
 pub mod lease;
 #[cfg(test)]
 mod lease_sim;

@@ -206,8 +206,37 @@ pub fn unscraped(
     Ok(observed)
 }
 
-/// Each member's figures, read concurrently, each with its own short timeout: k dead members
-/// cost one timeout, not k. `None` for a pod without an IP or a failed read.
+/// What one pass read of one member.
+#[derive(Clone, Debug, Default)]
+pub struct MemberRead {
+    pub scrape: Option<Scrape>,
+    pub view: crate::views::ViewRead,
+}
+
+/// Each member read once: its view over RESP first, then its `/metrics`, so that the figure of
+/// RESP input the scrape reads already holds the bytes the view read sent (`input.rs`).
+/// Members are read concurrently, each read with its own short timeout: k dead members cost
+/// about one timeout, not k. A pod without an IP is not read.
+pub async fn read_members(
+    client: &MemberClient,
+    pods: &BTreeMap<u32, Arc<Pod>>,
+    password: &crate::views::Password,
+) -> BTreeMap<u32, MemberRead> {
+    let futs = pods.iter().map(|(o, p)| {
+        let ip = p.status.as_ref().and_then(|s| s.pod_ip.clone());
+        async move {
+            let Some(ip) = ip else {
+                return (*o, MemberRead::default());
+            };
+            let view = crate::views::read_one(client, &ip, password).await;
+            let scrape = client.scrape(&ip).await;
+            (*o, MemberRead { scrape, view })
+        }
+    });
+    join_all(futs).await.into_iter().collect()
+}
+
+/// Each member's figures alone, read concurrently (the scrape tests' reader).
 pub async fn scrape_all(
     client: &MemberClient,
     pods: &BTreeMap<u32, Arc<Pod>>,
@@ -225,24 +254,38 @@ pub async fn scrape_all(
     join_all(futs).await.into_iter().collect()
 }
 
-/// Add this pass's scrapes to the observations.
-pub fn with_scrapes(
-    mut observed: BTreeMap<u32, MemberObs>,
-    scrapes: &BTreeMap<u32, Option<Scrape>>,
-) -> BTreeMap<u32, MemberObs> {
-    for (o, m) in observed.iter_mut() {
-        m.scrape = scrapes.get(o).cloned().flatten();
-    }
-    observed
+/// What the input ledger needs of this pass's reads (`input.rs`).
+pub fn ledger_reads(
+    pods: &BTreeMap<u32, Arc<Pod>>,
+    reads: &BTreeMap<u32, MemberRead>,
+) -> BTreeMap<u32, crate::input::Read> {
+    reads
+        .iter()
+        .filter_map(|(o, r)| {
+            let uid = pods.get(o)?.metadata.uid.clone()?;
+            Some((
+                *o,
+                crate::input::Read {
+                    pod_uid: uid,
+                    input: r.scrape.as_ref().and_then(|s| s.client_input_bytes),
+                    sent: r.view.sent,
+                },
+            ))
+        })
+        .collect()
 }
 
-/// Add this pass's views (read over RESP) to the observations.
-pub fn with_views(
+/// Add this pass's reads, and the client input the ledger worked out, to the observations.
+pub fn with_reads(
     mut observed: BTreeMap<u32, MemberObs>,
-    views: &BTreeMap<u32, Option<marekvs_core::View>>,
+    reads: &BTreeMap<u32, MemberRead>,
+    inputs: &BTreeMap<u32, Option<u64>>,
 ) -> BTreeMap<u32, MemberObs> {
     for (o, m) in observed.iter_mut() {
-        m.view = views.get(o).cloned().flatten();
+        let read = reads.get(o);
+        m.scrape = read.and_then(|r| r.scrape.clone());
+        m.view = read.and_then(|r| r.view.view.clone());
+        m.client_input = inputs.get(o).copied().flatten();
     }
     observed
 }

@@ -34,7 +34,7 @@ use marekvs_core::{Input, Millis, decide};
 use tracing::warn;
 
 use crate::error::Error;
-use crate::observe::{Children, scrape_all, synced, unscraped, with_scrapes, with_views};
+use crate::observe::{Children, ledger_reads, read_members, synced, unscraped, with_reads};
 use crate::recreate::RecreationLock;
 use crate::scrape::MemberClient;
 use crate::status::{StatusInput, for_comparison, memory_from_status, reported, status_from};
@@ -55,6 +55,8 @@ pub struct Ctx {
     pub metrics: Arc<Metrics>,
     /// Held while a deleted pod of a cluster is being re-created; a pass waits for it.
     pub recreation: Arc<RecreationLock>,
+    /// Each member's client input since the last recorded pass (`input.rs`).
+    pub inputs: Arc<crate::input::Ledger>,
 }
 
 pub fn now_ms() -> Millis {
@@ -125,13 +127,15 @@ pub async fn pass(cr: &MarekvsCluster, ctx: &Ctx) -> Result<Next, Error> {
     let unscraped = unscraped(cr, &ctx.cluster_domain, &memory, &children)?;
     let recreated =
         recreate::before_scrapes(ctx, cr, &spec, &prev, &memory, &unscraped, &children).await?;
-    // Views by identity over RESP, concurrently with the scrapes and with their timeout.
+    // Each member's view by identity over RESP, then its figures; client input from the
+    // ledger (its own reads taken off).
     let password = views::password(&ctx.client, cr).await;
-    let (scrapes, read_views) = tokio::join!(
-        scrape_all(&ctx.members, &children.pods),
-        views::read_all(&ctx.members, &children.pods, &password),
-    );
-    let observed = with_views(with_scrapes(unscraped, &scrapes), &read_views);
+    let reads = read_members(&ctx.members, &children.pods, &password).await;
+    let cluster = (ns.clone(), name.clone());
+    let inputs = ctx
+        .inputs
+        .observe(&cluster, &ledger_reads(&children.pods, &reads));
+    let observed = with_reads(unscraped, &reads, &inputs);
 
     // Decide.
     let now = now_ms();
@@ -185,6 +189,7 @@ pub async fn pass(cr: &MarekvsCluster, ctx: &Ctx) -> Result<Next, Error> {
         record::write_status(&ctx.client, cr, &next).await?;
         ctx.metrics.actions.inc("status_write");
     }
+    ctx.inputs.recorded(&cluster);
 
     // Report, then act (what was re-created before the scrapes is not sent again).
     let reference = cr.object_ref(&());

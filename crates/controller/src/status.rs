@@ -34,9 +34,9 @@ pub fn from_time(t: &Time) -> Millis {
 }
 
 /// What a held scale-down step waits on, where, how fast and since when, in words: e.g.
-/// `Repairs moving on demo-0, demo-2 at 12.5/s since 2026-11-25T17:00:00Z`, or for the
-/// leaver's ring `ReplicationRing moving on demo-3, backlog 1200 ops, since ...`. No age in
-/// it: a message that changed on every pass would write status on every pass.
+/// `Repairs moving on demo-0, demo-2 at 12.5/s since 2026-11-25T17:00:00Z`, or for a client
+/// still writing to the leaver `ClientTraffic moving on demo-3 at 800.0 writes/s since ...`.
+/// No age in it: a message that changed on every pass would write status on every pass.
 pub fn hold_summary(h: &HoldReport, cluster: &str) -> String {
     let members = if h.members.is_empty() {
         "-".to_string()
@@ -45,7 +45,7 @@ pub fn hold_summary(h: &HoldReport, cluster: &str) -> String {
         names.join(", ")
     };
     let rate = match (h.moving, h.rate_per_sec) {
-        (Moving::ReplicationRing, Some(r)) => format!(", backlog {r:.0} ops,"),
+        (Moving::ClientTraffic, Some(r)) => format!(" at {r:.1} writes/s"),
         (_, Some(r)) => format!(" at {r:.1}/s"),
         (_, None) => String::new(),
     };
@@ -177,7 +177,30 @@ pub fn memory_from_status(name: &str, status: &MarekvsClusterStatus) -> Memory {
                         .as_ref()
                         .map(|p| (p.value.max(0) as u64, from_time(&p.at))),
                     ring_ops: metrics.ring_ops.map(|r| r.max(0) as u64),
-                    ring_busy_at: m.ring_busy_at.as_ref().map(from_time),
+                    // Status is written only when it changes (these two are left out of the
+                    // comparison), so they may be older than the last scrape: a restart is
+                    // then only the more likely to be seen.
+                    sampled_at: from_time(&metrics.scraped_at),
+                    ae_rounds: metrics.ae_rounds_total.map(|r| r.max(0) as u64),
+                    view_digest: m
+                        .view_digest
+                        .as_deref()
+                        .and_then(|d| u64::from_str_radix(d, 16).ok()),
+                    writes_total: metrics.write_commands_total.max(0) as u64,
+                    writes_prev: m
+                        .writes_previous
+                        .as_ref()
+                        .map(|p| (p.value.max(0) as u64, from_time(&p.at))),
+                    // A status written before gate v3: unknown, counted from the next
+                    // reading of its rounds.
+                    quiet_since: m.quiet_since.as_ref().map_or(changed, from_time),
+                    quiet_reset: m
+                        .quiet_reset
+                        .map_or(marekvs_core::QuietReset::Unknown, Into::into),
+                    rounds_at_quiet: m
+                        .rounds_at_quiet
+                        .filter(|_| m.quiet_since.is_some())
+                        .map(|r| r.max(0) as u64),
                 },
             );
         }
@@ -492,6 +515,8 @@ fn member_status(input: &StatusInput, o: u32, t: &Time) -> MemberStatus {
             bootstraps_completed_total: s.bootstraps_total as i64,
             ae_repair_ops_total: s.repairs_total as i64,
             commands_total: s.commands_total as i64,
+            write_commands_total: s.write_commands as i64,
+            ae_rounds_total: s.ae_rounds.map(|r| r as i64),
             ring_ops: s.ring_ops.map(|r| r as i64),
         }),
         None => prev_m.and_then(|pm| pm.metrics.clone()),
@@ -526,7 +551,18 @@ fn member_status(input: &StatusInput, o: u32, t: &Time) -> MemberStatus {
                 value: value as i64,
                 at: to_time(at),
             }),
-        ring_busy_at: sample.and_then(|s| s.ring_busy_at).map(to_time),
+        quiet_since: sample.map(|s| to_time(s.quiet_since)),
+        quiet_reset: sample.map(|s| s.quiet_reset.into()),
+        rounds_at_quiet: sample.and_then(|s| s.rounds_at_quiet).map(|r| r as i64),
+        view_digest: sample
+            .and_then(|s| s.view_digest)
+            .map(|d| format!("{d:016x}")),
+        writes_previous: sample
+            .and_then(|s| s.writes_prev)
+            .map(|(value, at)| CounterSample {
+                value: value as i64,
+                at: to_time(at),
+            }),
         conditions: conditions.list,
     }
 }
@@ -845,8 +881,14 @@ pub fn for_comparison(status: &MarekvsClusterStatus) -> serde_json::Value {
     let mut v = serde_json::to_value(status).unwrap_or_default();
     if let Some(members) = v.get_mut("members").and_then(|m| m.as_array_mut()) {
         for m in members {
+            // Figures that move every pass or round without changing what is decided: the
+            // samples read back keep older values, which only makes a restart more likely to
+            // be seen (`memory_from_status`).
             if let Some(metrics) = m.get_mut("metrics").and_then(|x| x.as_object_mut()) {
                 metrics.remove("scrapedAt");
+                metrics.remove("aeRoundsTotal");
+                metrics.remove("commandsTotal");
+                metrics.remove("ringOps");
             }
         }
     }
@@ -859,7 +901,8 @@ mod tests {
     use marekvs_api::MarekvsClusterSpec;
     use marekvs_core::autoscale::ScaleDecision;
     use marekvs_core::{
-        BlockReason, Blocked, MemberPhase, PodObs, RemovalStep, RollStep, Scrape, VictimReason,
+        BlockReason, Blocked, MemberPhase, PodObs, QuietReset, RemovalStep, RollStep, Scrape,
+        VictimReason,
     };
     use serde_json::{Value, json};
 
@@ -983,6 +1026,8 @@ mod tests {
 
     #[test]
     fn a_rescrape_with_the_same_figures_is_no_reason_to_write_status() {
+        // Time, rounds, commands (the operator's own reads count there) and ring occupancy
+        // move with every pass or round: they alone write nothing.
         let member = |at: i64, under: i64| MemberStatus {
             name: "demo-0".into(),
             metrics: Some(MemberMetrics {
@@ -992,8 +1037,10 @@ mod tests {
                 join_gate_pending: 0,
                 bootstraps_completed_total: 1,
                 ae_repair_ops_total: 0,
-                commands_total: 5,
-                ring_ops: Some(0),
+                commands_total: 5 + at,
+                write_commands_total: 0,
+                ae_rounds_total: Some(at / 6_000),
+                ring_ops: Some(at),
             }),
             ..MemberStatus::default()
         };
@@ -1024,7 +1071,20 @@ mod tests {
                         repairs_changed_at: now - 1_000 * i64::from(o),
                         repairs_prev: (o > 1).then(|| (1, now - 9_000)),
                         ring_ops: Some(0),
-                        ring_busy_at: (o > 2).then_some(now - 500),
+                        // The scrape's own figures (below): status keeps them in `metrics`.
+                        sampled_at: now,
+                        ae_rounds: Some(40 + u64::from(o)),
+                        view_digest: (o != 1).then_some(0x0123_4567_89ab_cdef + u64::from(o)),
+                        writes_total: 100 * u64::from(o),
+                        writes_prev: (o > 2).then(|| (250, now - 3_000)),
+                        quiet_since: now - 30_000 * i64::from(o),
+                        quiet_reset: [
+                            QuietReset::FirstSeen,
+                            QuietReset::ClientInput,
+                            QuietReset::Restarted,
+                            QuietReset::ViewChanged,
+                        ][o as usize],
+                        rounds_at_quiet: (o != 2).then_some(30 + u64::from(o)),
                     };
                     (o, sample)
                 })
@@ -1078,7 +1138,10 @@ mod tests {
         let observed: BTreeMap<u32, MemberObs> = (0..4)
             .map(|o| {
                 let mut m = scraped(4, u64::from(o) * 10);
-                m.scrape.as_mut().unwrap().repairs_total = u64::from(o);
+                let s = m.scrape.as_mut().unwrap();
+                s.repairs_total = u64::from(o);
+                s.ae_rounds = Some(40 + u64::from(o));
+                s.write_commands = 100 * u64::from(o);
                 (o, m)
             })
             .collect();
@@ -1391,8 +1454,8 @@ mod tests {
         };
         let hold = HoldReport {
             reason: BlockReason::LeaverBacklog,
-            message: "demo-3 still holds 1200 writes not on every owner".into(),
-            moving: Moving::ReplicationRing,
+            message: "demo-3 still receives client commands past its Service".into(),
+            moving: Moving::ClientTraffic,
             members: vec![3],
             rate_per_sec: Some(1200.0),
             since: now - 95_000,
@@ -1408,11 +1471,11 @@ mod tests {
         });
         let st = status_of(&c, &d, &sizing, &BTreeMap::new(), now);
         let summary =
-            "ReplicationRing moving on demo-3, backlog 1200 ops, since 2025-11-25T16:58:25Z";
+            "ClientTraffic moving on demo-3 at 1200.0 writes/s since 2025-11-25T16:58:25Z";
         assert_eq!(hold_summary(&hold, "demo"), summary);
         let h = st.handoff_hold.as_ref().unwrap();
         assert_eq!(h.reason, marekvs_api::BlockReason::LeaverBacklog);
-        assert_eq!(h.moving, marekvs_api::Moving::ReplicationRing);
+        assert_eq!(h.moving, marekvs_api::Moving::ClientTraffic);
         assert_eq!(h.members, ["demo-3"]);
         assert_eq!(h.rate_per_second, Some(1200.0));
         assert!(!h.stuck);
@@ -1425,7 +1488,7 @@ mod tests {
         assert_eq!(auto.held_by, Some(marekvs_api::BlockReason::LeaverBacklog));
         let message = auto.message.as_deref().unwrap();
         assert!(
-            message.starts_with("autoscaler wants 3, holding at 4: demo-3 still holds 1200 writes"),
+            message.starts_with("autoscaler wants 3, holding at 4: demo-3 still receives client commands"),
             "{message}"
         );
         assert!(message.contains(summary), "{message}");

@@ -6,11 +6,9 @@
 //! parse, its own id missing from its view) is unknown: `None`.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::time::Duration;
 
-use futures::future::join_all;
-use k8s_openapi::api::core::v1::{Pod, Secret};
+use k8s_openapi::api::core::v1::Secret;
 use kube::{Api, ResourceExt};
 use marekvs_api::MarekvsCluster;
 use marekvs_core::View;
@@ -60,38 +58,46 @@ pub async fn password(client: &kube::Client, cr: &MarekvsCluster) -> Password {
     }
 }
 
-/// Each member's view, read concurrently: k dead members cost one timeout, not k.
-/// Each read takes one of the member client's shared slots, like a scrape.
-pub async fn read_all(
+/// One member's view, read at `ip` in one of the member client's shared slots (like a scrape).
+pub async fn read_one(
     client: &crate::scrape::MemberClient,
-    pods: &BTreeMap<u32, Arc<Pod>>,
+    ip: &str,
     password: &Password,
-) -> BTreeMap<u32, Option<View>> {
-    let timeout = client.timeout();
+) -> ViewRead {
     let pass = match password {
         Password::None => None,
         Password::Known(p) => Some(p.as_str()),
-        Password::Unreadable => return pods.keys().map(|o| (*o, None)).collect(),
+        Password::Unreadable => return ViewRead::none(),
     };
-    let futs = pods.iter().map(|(o, p)| {
-        let ip = p.status.as_ref().and_then(|s| s.pod_ip.clone());
-        async move {
-            let v = match ip {
-                Some(ip) => client
-                    .bounded(&ip, read_view(&ip, pass, timeout))
-                    .await
-                    .flatten(),
-                None => None,
-            };
-            (*o, v)
-        }
-    });
-    join_all(futs).await.into_iter().collect()
+    client
+        .bounded(ip, read_view(ip, pass, client.timeout()))
+        .await
+        .unwrap_or_else(ViewRead::none)
 }
 
-/// One member's view, or `None` (unknown).
-pub async fn read_view(ip: &str, password: Option<&str>, timeout: Duration) -> Option<View> {
-    match tokio::time::timeout(timeout, exchange(ip, password)).await {
+/// One member's view read: the view (`None`: unknown) and how many bytes the operator sent to
+/// its RESP port (`None`: unknown, the read was cut off after bytes may have gone).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ViewRead {
+    pub view: Option<View>,
+    pub sent: Option<u64>,
+}
+
+impl ViewRead {
+    /// No read was made: nothing sent.
+    pub fn none() -> Self {
+        ViewRead {
+            view: None,
+            sent: Some(0),
+        }
+    }
+}
+
+/// One member's view, or `None` (unknown), with the bytes sent: counted only once every reply
+/// came back, since only then has the node read them all (it counts its input as it reads).
+pub async fn read_view(ip: &str, password: Option<&str>, timeout: Duration) -> ViewRead {
+    let mut sent = Some(0);
+    let view = match tokio::time::timeout(timeout, exchange(ip, password, &mut sent)).await {
         Ok(Ok(v)) => Some(v),
         Ok(Err(e)) => {
             debug!(ip, "view not read: {e}");
@@ -99,9 +105,11 @@ pub async fn read_view(ip: &str, password: Option<&str>, timeout: Duration) -> O
         }
         Err(_) => {
             debug!(ip, "view not read: timed out");
+            sent = None;
             None
         }
-    }
+    };
+    ViewRead { view, sent }
 }
 
 fn command(out: &mut Vec<u8>, args: &[&str]) {
@@ -113,7 +121,13 @@ fn command(out: &mut Vec<u8>, args: &[&str]) {
     }
 }
 
-async fn exchange(ip: &str, password: Option<&str>) -> Result<View, String> {
+/// `sent` becomes unknown once the request is on its way, and the request's length once every
+/// reply has been read.
+async fn exchange(
+    ip: &str,
+    password: Option<&str>,
+    sent: &mut Option<u64>,
+) -> Result<View, String> {
     let addr = if ip.contains(':') {
         format!("[{ip}]:{PORT_RESP}")
     } else {
@@ -128,20 +142,23 @@ async fn exchange(ip: &str, password: Option<&str>) -> Result<View, String> {
     }
     command(&mut req, &["CLUSTER", "MYID"]);
     command(&mut req, &["CLUSTER", "NODES"]);
+    *sent = None;
     stream
         .write_all(&req)
         .await
         .map_err(|e| format!("write: {e}"))?;
     let mut r = BufReader::new(stream.take(MAX_VIEW_BYTES));
-    if password.is_some() {
-        let auth = line(&mut r).await?;
-        if auth != "+OK" {
-            return Err(format!("AUTH refused: {auth}"));
-        }
-    }
-    let id = bulk(&mut r).await?;
+    let auth = match password {
+        Some(_) => Some(line(&mut r).await?),
+        None => None,
+    };
+    let id = bulk(&mut r).await;
     let nodes = bulk(&mut r).await?;
-    parse_view(id.trim(), &nodes)
+    *sent = Some(req.len() as u64);
+    if let Some(auth) = auth.filter(|a| a != "+OK") {
+        return Err(format!("AUTH refused: {auth}"));
+    }
+    parse_view(id?.trim(), &nodes)
 }
 
 /// One reply line, without its CRLF.
@@ -280,20 +297,26 @@ mod tests {
         .await;
         member("127.43.0.5", b"$999999999\r\n".to_vec()).await;
         let t = Duration::from_millis(500);
-        let v = read_view("127.43.0.1", None, t).await.expect("read");
-        assert_eq!(v.id, A);
-        assert!(read_view("127.43.0.2", Some("pw"), t).await.is_some());
-        assert_eq!(read_view("127.43.0.3", Some("bad"), t).await, None);
-        assert_eq!(read_view("127.43.0.4", None, t).await, None);
-        assert_eq!(read_view("127.43.0.5", None, t).await, None);
-        // Nothing listening.
-        assert_eq!(read_view("127.43.0.6", None, t).await, None);
+        let r = read_view("127.43.0.1", None, t).await;
+        assert_eq!(r.view.expect("read").id, A);
+        // CLUSTER MYID and CLUSTER NODES, as RESP arrays: 27 + 28 bytes the node counts.
+        assert_eq!(r.sent, Some(55));
+        let r = read_view("127.43.0.2", Some("pw"), t).await;
+        assert!(r.view.is_some());
+        assert_eq!(r.sent, Some(55 + 22), "AUTH pw too");
+        // Refused or cut short: no view, and what the node read of the request is unknown.
+        for ip in ["127.43.0.3", "127.43.0.4", "127.43.0.5"] {
+            let pass = (ip == "127.43.0.3").then_some("bad");
+            assert_eq!(read_view(ip, pass, t).await, ViewRead { view: None, sent: None }, "{ip}");
+        }
+        // Nothing listening: nothing sent.
+        assert_eq!(read_view("127.43.0.6", None, t).await, ViewRead::none());
         // A member that accepts and never answers costs one timeout.
         let _hung = tokio::net::TcpListener::bind(("127.43.0.7", PORT_RESP))
             .await
             .unwrap();
         let start = std::time::Instant::now();
-        assert_eq!(read_view("127.43.0.7", None, t).await, None);
+        assert_eq!(read_view("127.43.0.7", None, t).await.sent, None);
         assert!(start.elapsed() < Duration::from_millis(900));
     }
 }

@@ -20,7 +20,7 @@
 //! The concurrent `/metrics` scrapes of one pass arrive in any order among themselves: a run
 //! of them is compared as a set (sorted), everything else in exact order.
 
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -194,21 +194,41 @@ async fn api_server(
 }
 
 /// Figures of a settled member of a 4-member cluster: converged views, nothing
-/// under-replicated or joining, counters as in [`healthy_status`].
-const METRICS: &str = "marekvs_cluster_members 4\nmarekvs_cluster_underreplicated_partitions 0\n\
-    marekvs_join_gate_pending_pids 0\nmarekvs_bootstraps_completed_total 1\n\
-    marekvs_ae_repair_ops_total 0\nmarekvs_commands_total{cmd=\"get\"} 10\nmarekvs_ring_ops 0\n";
+/// under-replicated or joining, counters as in [`healthy_status`]; its anti-entropy rounds
+/// and the RESP bytes it read (the operator's view reads) as the world has them.
+fn metrics(rounds: u64, input: u64) -> String {
+    format!(
+        "marekvs_cluster_members 4\nmarekvs_cluster_underreplicated_partitions 0\n\
+         marekvs_join_gate_pending_pids 0\nmarekvs_bootstraps_completed_total 1\n\
+         marekvs_ae_repair_ops_total 0\nmarekvs_commands_total{{cmd=\"get\"}} 10\n\
+         marekvs_ring_ops 0\nmarekvs_ae_rounds_total {rounds}\n\
+         marekvs_net_input_bytes_total {input}\nmarekvs_uptime_seconds 600\n"
+    )
+}
+
+/// A member's counters the world moves: anti-entropy rounds (shared), RESP bytes read (its own).
+#[derive(Clone, Default)]
+struct Counters {
+    rounds: Arc<AtomicU64>,
+    input: Arc<AtomicU64>,
+}
 
 /// A member's HTTP port: `/metrics` and `/drain`, each call logged.
-async fn member_server(listener: TcpListener, o: u32, log: Shared<String>) {
+async fn member_server(listener: TcpListener, o: u32, log: Shared<String>, c: Counters) {
     let router = axum::Router::new().fallback(move |method: Method, uri: Uri| {
-        let log = log.clone();
+        let (log, c) = (log.clone(), c.clone());
         async move {
             log.lock()
                 .unwrap()
                 .push(member_line(o, &method, uri.path()));
             match uri.path() {
-                "/metrics" => (StatusCode::OK, METRICS.to_string()),
+                "/metrics" => (
+                    StatusCode::OK,
+                    metrics(
+                        c.rounds.load(Ordering::Relaxed),
+                        c.input.load(Ordering::Relaxed),
+                    ),
+                ),
                 "/drain" => (StatusCode::OK, "leaving".to_string()),
                 _ => (StatusCode::NOT_FOUND, String::new()),
             }
@@ -219,7 +239,7 @@ async fn member_server(listener: TcpListener, o: u32, log: Shared<String>) {
 
 /// A member's RESP port: every connection gets its id (`CLUSTER MYID`) and a converged view
 /// of the 4 members (`CLUSTER NODES`), by identity. Not logged: reads change nothing.
-async fn member_resp(listener: TcpListener, o: u32, ips: Vec<String>) {
+async fn member_resp(listener: TcpListener, o: u32, ips: Vec<String>, c: Counters) {
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
     let id = |o: u32| format!("{o:040x}");
     let nodes: String = (0..MEMBERS)
@@ -233,10 +253,13 @@ async fn member_resp(listener: TcpListener, o: u32, ips: Vec<String>) {
         .collect();
     let answer = format!("${}\r\n{}\r\n${}\r\n{nodes}\r\n", 40, id(o), nodes.len());
     while let Ok((mut s, _)) = listener.accept().await {
-        let answer = answer.clone();
+        let (answer, c) = (answer.clone(), c.clone());
         tokio::spawn(async move {
             let mut buf = [0u8; 256];
-            let _ = s.read(&mut buf).await;
+            // Counted as read, as a node counts `marekvs_net_input_bytes_total`.
+            if let Ok(n) = s.read(&mut buf).await {
+                c.input.fetch_add(n as u64, Ordering::Relaxed);
+            }
             let _ = s.write_all(answer.as_bytes()).await;
         });
     }
@@ -384,6 +407,8 @@ fn healthy_status() -> Value {
 /// reads.
 struct World {
     ctx: Arc<Ctx>,
+    /// Every member's `marekvs_ae_rounds_total`.
+    rounds: Arc<AtomicU64>,
     log: Shared<String>,
     sent: Shared<Sent>,
     script: Shared<(Method, String, Reply)>,
@@ -418,9 +443,14 @@ impl World {
         let log: Shared<String> = Arc::default();
         let (ips, listeners) = bind_members().await;
         let mut tasks = Vec::new();
+        let rounds = Arc::new(AtomicU64::new(100));
         for (o, (l, r)) in (0..MEMBERS).zip(listeners) {
-            tasks.push(tokio::spawn(member_server(l, o, log.clone())));
-            tasks.push(tokio::spawn(member_resp(r, o, ips.clone())));
+            let c = Counters {
+                rounds: rounds.clone(),
+                input: Arc::default(),
+            };
+            tasks.push(tokio::spawn(member_server(l, o, log.clone(), c.clone())));
+            tasks.push(tokio::spawn(member_resp(r, o, ips.clone(), c)));
         }
         let (service, handle) = mock::pair::<Request<Body>, Response<Body>>();
         let client = Client::new(service, NS);
@@ -460,9 +490,11 @@ impl World {
             pdbs,
             metrics: Arc::new(Metrics::default()),
             recreation: Arc::new(RecreationLock::default()),
+            inputs: Default::default(),
         });
         World {
             ctx,
+            rounds,
             log,
             sent,
             script,
@@ -645,13 +677,28 @@ async fn a_removal_is_recorded_before_each_of_its_actions() {
     assert_eq!(world.events(), Vec::<String>::new());
     drop(world);
 
-    // Pass 3: the victim is drained and its hand-off has been quiet past the settle window:
-    // the Deleting step is written, then (only then) its pod is deleted, that pod exactly.
+    // Pass 3: the victim is drained and its hand-off has been quiet past the settle window.
+    // This operator has no earlier reading of its RESP input (a new World: as after a
+    // restart), so it cannot tell that no client wrote to it: it holds, and its count of
+    // anti-entropy rounds starts from here.
     let mut status = status;
     status["removal"]["step"] = json!("HandingOff");
     status["removal"]["stepStartedAt"] = time_ago(60_000);
     let cr = next_version(&cr, status);
     let world = World::start(&cr, &[3]).await;
+    let (_, sent) = world
+        .pass(&cr, vec![Step::Scrapes, status_write(answer(&cr))])
+        .await;
+    let status = written_status(&sent);
+    assert_eq!(status["handoffHold"]["reason"], "LeaverBacklog");
+    assert_eq!(status["handoffHold"]["moving"], "AntiEntropy");
+    let victim = &status["members"][3];
+    assert_eq!(victim["quietReset"], "Unknown");
+    assert_eq!(victim["roundsAtQuiet"], 100);
+    // Pass 4: no client input since, and rounds 101..=106 began (107 is under way): the
+    // Deleting step is written, then (only then) its pod is deleted, that pod exactly.
+    world.rounds.store(107, Ordering::Relaxed);
+    let cr = next_version(&cr, status);
     let (result, sent) = world
         .pass(
             &cr,

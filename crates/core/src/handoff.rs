@@ -297,15 +297,22 @@ impl HandoffGate<'_> {
                 rate,
             )
         };
-        let scrape = m.scrape.as_ref();
-        let (Some(rounds), Some(_)) = (scrape.and_then(|s| s.ae_rounds), m.client_input) else {
+        let Some(rounds) = m.scrape.as_ref().and_then(|s| s.ae_rounds) else {
             let message = format!(
-                "the anti-entropy rounds or client input of {name} are unknown (marekvs_ae_rounds_total, marekvs_net_input_bytes_total not read): what it holds may be nowhere else"
+                "the anti-entropy rounds of {name} are unknown (marekvs_ae_rounds_total not read): what it holds may be nowhere else"
             );
             return backlog(message, Moving::AntiEntropy, None);
         };
+        // Before its traffic is cut it still takes client writes: only its rounds must be
+        // known (the start check).
         if !l.traffic_cut {
             return Ok(());
+        }
+        if m.client_input.is_none() {
+            let message = format!(
+                "the client input of {name} is unknown (marekvs_net_input_bytes_total not read, or the operator has no earlier reading to compare): what it holds may be nowhere else"
+            );
+            return backlog(message, Moving::AntiEntropy, None);
         }
         if !m.pod.as_ref().is_some_and(|p| p.client_traffic_off) {
             let message = format!(
@@ -1052,7 +1059,13 @@ mod tests {
         ] {
             let mut ms = ms.clone();
             unknown(&mut ms[3]);
-            for l in [leaving(3), before] {
+            // Before the cut only the rounds must be known.
+            let checks = if ms[3].client_input.is_none() {
+                vec![leaving(3)]
+            } else {
+                vec![leaving(3), before]
+            };
+            for l in checks {
                 let h = evaluate(&ms, &samples, l, Some(0)).unwrap_err();
                 assert_eq!(
                     (h.blocked.reason, h.moving),
