@@ -295,9 +295,10 @@ impl Roll {
 
 /// Why a member's anti-entropy count starts over (`Sample::quiet_since`): since then it may
 /// hold data that is nowhere else, which only its own anti-entropy rounds hand on.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
 pub enum QuietReset {
     /// First sampled by this cluster's status.
+    #[default]
     FirstSeen,
     /// RESP input beyond the operator's own reads: a client wrote (or may have).
     ClientInput,
@@ -361,12 +362,6 @@ pub struct Sample {
     /// `marekvs_ae_rounds_total` at the first scrape at or after `quiet_since` that read it:
     /// rounds numbered above it began after the member went quiet.
     pub rounds_at_quiet: Option<u64>,
-}
-
-impl Default for QuietReset {
-    fn default() -> Self {
-        QuietReset::FirstSeen
-    }
 }
 
 impl Sample {
