@@ -424,9 +424,8 @@ impl World {
             .map(|(o, (_, ph))| (*o, *ph))
             .collect();
         for (o, p) in &self.pods {
-            if p.running() {
-                v.insert(*o, p.phase);
-            } else if t < p.stopped_at + DETECT_TICKS {
+            // Running, or stopped lately: in the gossip as last seen.
+            if p.running() || t < p.stopped_at + DETECT_TICKS {
                 v.insert(*o, p.phase);
             } else {
                 v.remove(o);
@@ -567,7 +566,6 @@ impl World {
     /// Bootstrap: members copy whole partitions they would own and hold nothing of, from any
     /// running holder (its base and every write it holds), unless returning.
     fn bootstrap(&mut self) {
-        let t = self.t;
         let copiers: Vec<u32> = self
             .pods
             .iter()
