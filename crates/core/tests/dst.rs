@@ -2096,7 +2096,9 @@ fn check_victim(
     let Some(v) = d.memory.removal().map(|r| r.ordinal) else {
         return;
     };
-    if !d.actions.contains(&Action::DeletePod(v)) {
+    // A stop for a fence or hibernation keeps the volume and the membership: not a removal.
+    let delete = Action::DeletePod(v);
+    if !d.actions.contains(&delete) || is_stop(&delete, spec, d) {
         return;
     }
     let Some(p) = w.pods.get(&v).filter(|p| p.deleted_at.is_none()) else {
