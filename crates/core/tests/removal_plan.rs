@@ -125,7 +125,8 @@ fn the_plan_starts_with_the_removal_it_starts_then_the_next_ones_in_order() {
 #[test]
 fn user_choices_come_first_then_not_ready_then_highest_and_the_gate_holds_the_first() {
     let (memory, mut observed) = healthy(7);
-    let mut s = spec(2, 1);
+    // replicationFactor 2 (at 1 every removal is refused, SingleCopy): 7 → 3 members.
+    let mut s = spec(3, 2);
     s.remove_first = [5, 1].into_iter().collect();
     observed.get_mut(&2).unwrap().pod.as_mut().unwrap().ready = false;
     let d = decide_now(&s, &memory, &observed);
@@ -140,11 +141,6 @@ fn user_choices_come_first_then_not_ready_then_highest_and_the_gate_holds_the_fi
                 6,
                 HighestOrdinal,
                 "the removal of demo-2 comes first".into()
-            ),
-            (
-                4,
-                HighestOrdinal,
-                "the removal of demo-6 comes first".into()
             ),
         ]
     );
@@ -161,9 +157,16 @@ fn user_choices_come_first_then_not_ready_then_highest_and_the_gate_holds_the_fi
 #[test]
 fn a_re_replication_in_progress_holds_the_first_step_with_the_gate_message() {
     let (mut memory, observed) = healthy(4);
+    // Anti-entropy repairs moving hold nothing (gate v3): the removal starts.
     for s in memory.samples.values_mut() {
         s.changed_at = NOW - 1_000;
         s.repairs_changed_at = NOW - 1_000;
+    }
+    let d = decide_now(&spec(3, 2), &memory, &observed);
+    assert_eq!(d.memory.removal().map(|r| r.ordinal), Some(3));
+    // Partition bootstraps moving hold it, with the gate's message.
+    for s in memory.samples.values_mut() {
+        s.bootstraps_changed_at = NOW - 1_000;
     }
     let d = decide_now(&spec(3, 2), &memory, &observed);
     assert!(d.actions.is_empty());
@@ -172,7 +175,7 @@ fn a_re_replication_in_progress_holds_the_first_step_with_the_gate_message() {
     };
     assert_eq!(b.reason, BlockReason::RepairInProgress);
     assert!(
-        b.message.contains("re-replication not settled"),
+        b.message.contains("partition hand-off not settled"),
         "{}",
         b.message
     );
