@@ -1488,7 +1488,9 @@ mod tests {
         assert_eq!(auto.held_by, Some(marekvs_api::BlockReason::LeaverBacklog));
         let message = auto.message.as_deref().unwrap();
         assert!(
-            message.starts_with("autoscaler wants 3, holding at 4: demo-3 still receives client commands"),
+            message.starts_with(
+                "autoscaler wants 3, holding at 4: demo-3 still receives client commands"
+            ),
             "{message}"
         );
         assert!(message.contains(summary), "{message}");

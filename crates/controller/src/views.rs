@@ -307,7 +307,14 @@ mod tests {
         // Refused or cut short: no view, and what the node read of the request is unknown.
         for ip in ["127.43.0.3", "127.43.0.4", "127.43.0.5"] {
             let pass = (ip == "127.43.0.3").then_some("bad");
-            assert_eq!(read_view(ip, pass, t).await, ViewRead { view: None, sent: None }, "{ip}");
+            assert_eq!(
+                read_view(ip, pass, t).await,
+                ViewRead {
+                    view: None,
+                    sent: None
+                },
+                "{ip}"
+            );
         }
         // Nothing listening: nothing sent.
         assert_eq!(read_view("127.43.0.6", None, t).await, ViewRead::none());

@@ -5,6 +5,7 @@
 pub mod adoption;
 pub mod autoscale;
 pub mod handoff;
+pub mod input;
 pub mod mass;
 pub mod metrics;
 pub mod ownership;

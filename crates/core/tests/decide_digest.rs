@@ -6,7 +6,8 @@
 //! hand-off gate passes often enough to reach every step) and are then disturbed: pods missing,
 //! unready, terminating, drained, outdated or asking for a fresh volume; volumes missing, terminating or outdated; scrapes
 //! missing or showing under-replication, pending joins, diverged views or moving counters;
-//! under load, rings busy or unknown and client traffic cut.
+//! under load, client traffic cut, and the leaver's anti-entropy rounds, RESP input and uptime
+//! moving on, showing client input or a restart, or unknown.
 //!
 //! The digest covers everything a decision says, rendered without depending on how `Memory`
 //! lays out the removal and the rollout. A change to the digest is a change of behaviour.
@@ -80,7 +81,30 @@ const LOAD_PCT: u64 = 40;
 ///   `HandingOff` when the leaver's ring does not read a known 0 in this pass: a client
 ///   writing to it directly may have filled it since the hand-off passed (the DST's seed 8101
 ///   of the old gate).
-const DIGEST: u64 = 0x6d56_d8d2_72c3_e539;
+/// - `0x6d56_d8d2_72c3_e539` → `0x7b9e_5c03_9f1b_e01b`: hand-off gate v3 (the leaver's own
+///   anti-entropy rounds since it went quiet, `handoff::rounds_needed`), with the new figures
+///   in the fourth generator (`loaded`, `loaded_samples`): rounds, RESP input bytes and the
+///   operator's own view-read bytes, write commands and uptime, consistent with the remembered
+///   sample most of the time, at times showing client input, a restart or an unknown figure;
+///   the samples remember rounds, input, view digest, writes and since when (and why) the
+///   member is quiet. Decisions changed: the leaver holds `LeaverBacklog` on client input,
+///   too few rounds, or an unknown figure (the ring figure is shown only); repairs hold
+///   nothing; `Deleting` goes back to `HandingOff` when the leaver is no longer known to be
+///   covered; replicationFactor 1 refuses removals and fresh volumes (`SingleCopy`), and (a
+///   fix found by the DST) a rolling update over a volume the spec cannot keep too, a restart
+///   in progress keeping its volume. Over the old inputs (the load generator at 0 %) the
+///   digest is `0xbce4_0d59_be74_9765` (`0x1edb_9093_93f8_843c` without that fix); with the new
+///   generator and without the fix it is `0x47c1_d540_7141_ebe7`. The branches
+///   `hold LeaverBacklog ReplicationRing` and `hold RepairInProgress Repairs` no longer exist.
+/// - `0x7b9e_5c03_9f1b_e01b` → `0x917f_f0af_a68c_d789`: the client input reaches the core as
+///   the shell's ledger hands it over (`MemberObs::client_input`, client bytes since the last
+///   recorded pass, `input.rs`) instead of the node's input counter less the operator's own
+///   bytes worked out from the sample; the sample no longer remembers input bytes. The
+///   generator draws that figure (unknown 4 %, a client's bytes 15 %, none otherwise), and
+///   `Scrape::default` reads a settled member (1,000 rounds, up for long) while `Sample::new`
+///   is quiet at round 0. With the load generator at 0 % the run stops on branches never
+///   reached (the hand-off's passing branches need the fourth generator, as under gate v2).
+const DIGEST: u64 = 0x917f_f0af_a68c_d789;
 
 /// What the generator draws beyond `SplitMix64`'s own.
 trait Draws {
@@ -193,10 +217,10 @@ struct Shape {
     /// disagreement: with both at 0 the inputs are the ones generated before views by
     /// identity existed.
     swaps: u64,
-    /// Steady write load (issue 17), drawn from a fourth generator: rings busy or unknown,
-    /// client traffic cut on the member leaving (and now and then on another), repairs with
-    /// a rate and rings last busy lately in the remembered samples. At 0 the inputs are the
-    /// ones generated before.
+    /// Steady write load (issue 17), drawn from a fourth generator: client traffic cut on the
+    /// member leaving (and now and then on another), rings occupied or unknown, gate v3's
+    /// figures (rounds, input bytes, own bytes, uptime, write commands) and the samples they
+    /// are read against, repairs with a rate. At 0 the inputs are the ones generated before.
     load: u64,
 }
 
@@ -534,29 +558,78 @@ fn swap_a_view(views: &mut SplitMix64, out: &mut BTreeMap<u32, MemberObs>) {
     }
 }
 
-/// The ring and the client-traffic label of one member under load.
-fn loaded(loads: &mut SplitMix64, m: &mut MemberObs, leaving: bool) {
+/// The figures of one member under load (`sample`: what the operator remembers of it): its
+/// ring and client-traffic label, and gate v3's figures, most of the time consistent with the
+/// sample (its rounds moved on, no input but the operator's own view read), at times showing
+/// client input, a restart, or an unknown figure.
+fn loaded(loads: &mut SplitMix64, m: &mut MemberObs, leaving: bool, sample: Option<&Sample>) {
     if let Some(p) = m.pod.as_mut() {
         p.client_traffic_off = loads.pct(if leaving { 85 } else { 3 });
     }
+    let client = loads.pct(15);
     if let Some(s) = m.scrape.as_mut() {
         s.ring_ops = match loads.below(10) {
             0..=5 => Some(0),
             6..=8 => Some(1 + loads.below(500)),
             _ => None,
         };
+        let (rounds, writes) = sample.map_or((loads.below(40), 0), |x| {
+            (x.ae_rounds.unwrap_or(0), x.writes_total)
+        });
+        s.ae_rounds = match loads.below(20) {
+            0 => None,
+            // Restarted: its counter back near 0.
+            1 => Some(loads.below(3)),
+            _ => Some(rounds + loads.below(5)),
+        };
+        s.client_input_bytes = Some(loads.below(5_000));
+        s.write_commands = writes + if client { loads.below(100) } else { 0 };
+        s.uptime_ms = match loads.below(20) {
+            0 => None,
+            1 => Some(loads.below(3_000)),
+            _ => Some(3_600_000 + loads.below(3_600_000)),
+        };
     }
+    // What the shell's ledger hands over: unknown (no earlier reading, a read cut off), a
+    // client's bytes, or none.
+    m.client_input = match loads.below(25) {
+        0 => None,
+        _ if client => Some(1 + loads.below(500)),
+        _ => Some(0),
+    };
 }
 
-/// Remembered samples under load: repairs with a rate, rings last busy lately.
+/// Remembered samples under load: repairs with a rate, bootstraps quiet, and gate v3's
+/// figures: rounds and input last read, since when the member is quiet and at which round.
 fn loaded_samples(loads: &mut SplitMix64, memory: &mut Memory, settle_ms: Millis, now: Millis) {
     for x in memory.samples.values_mut() {
         x.repairs_prev = Some((0, x.repairs_changed_at - 1_000));
-        x.ring_busy_at = loads.pct(50).then(|| now - loads.upto(settle_ms * 2));
         if loads.pct(30) {
             // Repairs moving while bootstraps are quiet.
             x.bootstraps_changed_at = now - settle_ms - loads.upto(10_000);
         }
+        let rounds = loads.below(60);
+        x.sampled_at = now - loads.pick(&[1_000, 2_000, 5_000]);
+        x.ae_rounds = loads.pct(95).then_some(rounds);
+        x.view_digest = loads.pct(20).then(|| loads.next_u64());
+        x.writes_total = loads.below(1_000);
+        x.writes_prev = loads.pct(50).then(|| {
+            (
+                x.writes_total.saturating_sub(loads.below(400)),
+                x.sampled_at - 2_000,
+            )
+        });
+        x.quiet_since = x.sampled_at - loads.upto(60_000);
+        x.quiet_reset = loads.pick(&[
+            QuietReset::FirstSeen,
+            QuietReset::ClientInput,
+            QuietReset::Restarted,
+            QuietReset::ViewChanged,
+            QuietReset::Unknown,
+        ]);
+        x.rounds_at_quiet = loads
+            .pct(90)
+            .then(|| rounds.saturating_sub(loads.below(15)));
     }
 }
 
@@ -615,7 +688,7 @@ fn gen_observed(
             disrupted(r, &mut m, memory);
         }
         if shape.load > 0 {
-            loaded(loads, &mut m, Some(o) == target);
+            loaded(loads, &mut m, Some(o) == target, memory.samples.get(&o));
         }
         if r.pct(shape.chaos) {
             disturb(r, &mut m);
@@ -793,6 +866,26 @@ fn branches(input: &Memory, observed: &BTreeMap<u32, MemberObs>, d: &Decision) -
         add(format!("{ctx} :: hold {:?} {:?}", h.reason, h.moving));
         if h.stuck {
             add("hold stuck".into());
+        }
+        // Gate v3 on the leaver: why it holds.
+        for (what, says) in [
+            ("client input", "still receives client commands"),
+            ("rounds", "anti-entropy rounds that hand on"),
+            ("unknown", "are unknown"),
+            ("not labelled off", "waiting for its pod to be labelled"),
+        ] {
+            if h.message.contains(says) {
+                add(format!("leaver {what}"));
+                add(format!("{ctx} :: leaver {what}"));
+            }
+        }
+    }
+    // Samples that went quiet again in this pass, by why.
+    for (o, x) in &d.memory.samples {
+        let before = input.samples.get(o);
+        if before.is_some_and(|b| b.quiet_since != x.quiet_since || b.quiet_reset != x.quiet_reset)
+        {
+            add(format!("quiet reset {:?}", x.quiet_reset));
         }
     }
     if d.background_repair.is_some() {
@@ -1025,16 +1118,29 @@ const REACHED: &[&str] = &[
     "blocked LeaverBacklog",
     "plan first Gate LeaverBacklog",
     "hold LeaverBacklog ClientTraffic",
-    "hold LeaverBacklog ReplicationRing",
-    "hold RepairInProgress Repairs",
     "hold RepairInProgress Bootstraps",
     "hold RepairInProgress Other",
-    "idle :: hold LeaverBacklog ReplicationRing",
-    "removal Settling :: hold RepairInProgress Repairs",
     "hold stuck",
     "background repair",
     "note HandoffHeld",
     "note HandoffStuck",
+    // Gate v3 (the leaver's own anti-entropy since it went quiet).
+    "hold LeaverBacklog AntiEntropy",
+    "idle :: hold LeaverBacklog AntiEntropy",
+    "leaver client input",
+    "leaver rounds",
+    "leaver unknown",
+    "leaver not labelled off",
+    "removal HandingOff :: leaver client input",
+    "removal HandingOff :: leaver rounds",
+    "removal Deleting :: progress demo-# is no longer known to be handed on (client input, a restart or an unknown reading since): handing off again",
+    "roll Deleting :: progress demo-# is no longer known to be handed on (client input, a restart or an unknown reading since): handing off again",
+    "quiet reset ClientInput",
+    "quiet reset Restarted",
+    "quiet reset ViewChanged",
+    "quiet reset Unknown",
+    "blocked SingleCopy",
+    "idle :: blocked SingleCopy",
 ];
 
 #[test]

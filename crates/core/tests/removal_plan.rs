@@ -124,7 +124,8 @@ fn the_plan_starts_with_the_removal_it_starts_then_the_next_ones_in_order() {
 
 #[test]
 fn user_choices_come_first_then_not_ready_then_highest_and_the_gate_holds_the_first() {
-    let (memory, mut observed) = healthy(8);
+    let (memory, mut observed) = healthy(7);
+    // replicationFactor 2 (at 1 every removal is refused, SingleCopy): 7 → 3 members.
     let mut s = spec(3, 2);
     s.remove_first = [5, 1].into_iter().collect();
     observed.get_mut(&2).unwrap().pod.as_mut().unwrap().ready = false;
@@ -137,14 +138,9 @@ fn user_choices_come_first_then_not_ready_then_highest_and_the_gate_holds_the_fi
             (5, UserChosen, "the removal of demo-1 comes first".into()),
             (2, NotReady, "the removal of demo-5 comes first".into()),
             (
-                7,
-                HighestOrdinal,
-                "the removal of demo-2 comes first".into()
-            ),
-            (
                 6,
                 HighestOrdinal,
-                "the removal of demo-7 comes first".into()
+                "the removal of demo-2 comes first".into()
             ),
         ]
     );
@@ -161,8 +157,15 @@ fn user_choices_come_first_then_not_ready_then_highest_and_the_gate_holds_the_fi
 #[test]
 fn a_re_replication_in_progress_holds_the_first_step_with_the_gate_message() {
     let (mut memory, observed) = healthy(4);
+    // Anti-entropy repairs moving hold nothing (gate v3): the removal starts.
     for s in memory.samples.values_mut() {
         s.changed_at = NOW - 1_000;
+        s.repairs_changed_at = NOW - 1_000;
+    }
+    let d = decide_now(&spec(3, 2), &memory, &observed);
+    assert_eq!(d.memory.removal().map(|r| r.ordinal), Some(3));
+    // Partition bootstraps moving hold it, with the gate's message.
+    for s in memory.samples.values_mut() {
         s.bootstraps_changed_at = NOW - 1_000;
     }
     let d = decide_now(&spec(3, 2), &memory, &observed);

@@ -152,7 +152,7 @@ impl Pass<'_> {
                 return false;
             }
             // A member moving to a fresh volume gets its new pod only on the new volume.
-            Some(p) if rolling.is_some_and(|r| r.leaves_volume(p)) => false,
+            Some(p) if rolling.is_some_and(|r| self.leaves_volume(r, p)) => false,
             Some(p) => !p.terminating,
         };
         let rolling = rolling.is_some();

@@ -18,6 +18,14 @@ fn enter(r: &mut Roll, step: RollStep, now: Millis) {
 }
 
 impl Pass<'_> {
+    /// Whether the restart in progress moves its member off volume `v` to a fresh one: never
+    /// with replicationFactor 1, where a drained member still owns the only copy of its
+    /// partitions until it exits (the member restarts on its volume; a new restart that would
+    /// move it is refused, `SingleCopy`).
+    pub(super) fn leaves_volume(&self, r: &Roll, v: &PvcObs) -> bool {
+        self.spec.replication_factor >= 2 && r.leaves_volume(v)
+    }
+
     /// Advance the rolling update in progress.
     pub(super) fn advance_roll(&mut self) {
         let Some(Disruption::Roll(mut r)) = self
@@ -99,7 +107,7 @@ impl Pass<'_> {
             && m.pod.as_ref().is_some_and(|p| {
                 !p.outdated && !p.drained && (!r.restart_requested() || !p.restart)
             })
-            && !m.pvc.as_ref().is_some_and(|v| r.leaves_volume(v));
+            && !m.pvc.as_ref().is_some_and(|v| self.leaves_volume(r, v));
         if cancelled {
             self.notes.push(normal(
                 "UpdateCancelled",
@@ -179,7 +187,7 @@ impl Pass<'_> {
             Some(p)
                 if p.outdated
                     || (r.restart_requested() && p.restart)
-                    || m.pvc.as_ref().is_some_and(|v| r.leaves_volume(v)) =>
+                    || m.pvc.as_ref().is_some_and(|v| self.leaves_volume(r, v)) =>
             {
                 self.notes.push(restarted_while_draining(name));
                 enter(r, RollStep::Draining, self.now);
@@ -231,7 +239,7 @@ impl Pass<'_> {
                 .obs(r.ordinal)
                 .pvc
                 .as_ref()
-                .is_some_and(|v| r.leaves_volume(v))
+                .is_some_and(|v| self.leaves_volume(r, v))
     }
 
     /// Its pod is gone: replace its volume if its data was handed off, else wait for the pod
@@ -240,7 +248,7 @@ impl Pass<'_> {
         match &self.obs(r.ordinal).pvc {
             // Its data was handed off: the old volume can go, a fresh one replaces it.
             Some(v)
-                if r.leaves_volume(v)
+                if self.leaves_volume(r, v)
                     && !v.terminating
                     && r.handed_off_pvc.as_deref() == Some(v.uid.as_str()) =>
             {
@@ -250,7 +258,7 @@ impl Pass<'_> {
                         .push(format!("replacing the volume of {name}"));
                 }
             }
-            Some(v) if r.leaves_volume(v) && !v.terminating && !self.stale(v) => {
+            Some(v) if self.leaves_volume(r, v) && !v.terminating && !self.stale(v) => {
                 // Its pod went before the hand-off: keep its data, restart it on it (unless it
                 // is stale: the children phase then replaces it; or a look-alike took its name:
                 // `children_of` says so).
@@ -365,8 +373,23 @@ impl Pass<'_> {
         asked: &[u32],
         restarts: &[u32],
     ) -> Result<(), Blocked> {
-        if self.spec.replication_factor < 2 && !asked.is_empty() {
-            let names: Vec<String> = asked.iter().map(|o| self.spec.member_name(*o)).collect();
+        // Members that would move to a fresh volume: asked for on their pod, or on a volume
+        // the spec cannot keep in place (another class or a smaller size, with replaceVolumes).
+        let fresh: Vec<u32> = self
+            .members
+            .iter()
+            .copied()
+            .filter(|o| {
+                asked.contains(o)
+                    || self
+                        .obs(*o)
+                        .pvc
+                        .as_ref()
+                        .is_some_and(|v| v.outdated && !v.terminating)
+            })
+            .collect();
+        if self.spec.replication_factor < 2 && !fresh.is_empty() {
+            let names: Vec<String> = fresh.iter().map(|o| self.spec.member_name(*o)).collect();
             Err(super::removal::single_copy(&format!(
                 "a fresh volume for {}",
                 names.join(", ")

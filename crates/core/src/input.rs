@@ -1,0 +1,167 @@
+//! Client input per member: `marekvs_net_input_bytes_total` less what the operator itself sent
+//! to the member's RESP port (its view reads), counted until a pass is recorded.
+//!
+//! The hand-off gate must know whether a leaver took client input since it went quiet: a
+//! client writing to it past its Service (a pooled connection, its pod address) may leave data
+//! only it holds. The node counts every RESP byte it reads, the operator's own included. The
+//! ledger lives in the operator's memory, not in status: the counter moves with every pass,
+//! and writing it would write status every pass. Losing it is safe: a member the operator has
+//! no baseline for (it just started, or the pod is new) reads as unknown, which starts its
+//! count again. The shell keeps one [`Ledger`] per cluster.
+
+use std::collections::BTreeMap;
+
+/// One member's baseline.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Entry {
+    /// The pod the baseline was read from: a new pod is a new process.
+    pod_uid: String,
+    /// The counter at the last read that was used, and the operator's bytes sent since.
+    input: u64,
+    own_since: u64,
+    /// Client bytes seen since the last recorded pass; `None`: unknown since.
+    pending: Option<u64>,
+}
+
+/// What one pass read of one member for the ledger.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Read {
+    pub pod_uid: String,
+    /// `marekvs_net_input_bytes_total` from this pass's scrape (`None`: not read).
+    pub input: Option<u64>,
+    /// Bytes the operator sent to the member's RESP port in this pass, before that scrape
+    /// (`None`: unknown).
+    pub sent: Option<u64>,
+}
+
+/// One cluster's members, by ordinal.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Ledger {
+    entries: BTreeMap<u32, Entry>,
+}
+
+impl Ledger {
+    /// Fold this pass's reads in; the client input since the last recorded pass of each
+    /// member read (`None`: unknown). Members not read are forgotten.
+    pub fn observe(&mut self, reads: &BTreeMap<u32, Read>) -> BTreeMap<u32, Option<u64>> {
+        self.entries.retain(|o, _| reads.contains_key(o));
+        reads
+            .iter()
+            .map(|(o, r)| (*o, fold(&mut self.entries, *o, r)))
+            .collect()
+    }
+
+    /// A pass was recorded (its status written, or unchanged): what it saw is in status now.
+    pub fn recorded(&mut self) {
+        for e in self.entries.values_mut() {
+            e.pending = Some(0);
+        }
+    }
+}
+
+fn fold(entries: &mut BTreeMap<u32, Entry>, o: u32, r: &Read) -> Option<u64> {
+    let fresh = |input| Entry {
+        pod_uid: r.pod_uid.clone(),
+        input,
+        own_since: 0,
+        pending: None,
+    };
+    let Some(e) = entries.get_mut(&o).filter(|e| e.pod_uid == r.pod_uid) else {
+        // No baseline for this process: unknown until the next read.
+        if let Some(input) = r.input {
+            entries.insert(o, fresh(input));
+        } else {
+            entries.remove(&o);
+        }
+        return None;
+    };
+    let (input, sent) = match (r.input, r.sent) {
+        (Some(input), Some(sent)) => (input, sent),
+        // Not scraped: the bytes sent wait for the next scrape's figure.
+        (None, Some(sent)) => {
+            e.own_since += sent;
+            return e.pending;
+        }
+        // Cut off: what the node read is unknown; start again from the next reading.
+        (None, None) => {
+            entries.remove(&o);
+            return None;
+        }
+        (Some(input), None) => {
+            *e = fresh(input);
+            return None;
+        }
+    };
+    let own = e.own_since + sent;
+    if input < e.input + own {
+        // The counter went back (a restart), or counted less than the operator sent.
+        *e = fresh(input);
+        return None;
+    }
+    let client = input - e.input - own;
+    e.input = input;
+    e.own_since = 0;
+    e.pending = e.pending.map(|p| p + client);
+    e.pending
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read(input: Option<u64>, sent: Option<u64>) -> BTreeMap<u32, Read> {
+        BTreeMap::from([(
+            0,
+            Read {
+                pod_uid: "p1".into(),
+                input,
+                sent,
+            },
+        )])
+    }
+
+    #[test]
+    fn the_operators_own_bytes_are_taken_off_and_client_bytes_kept_until_recorded() {
+        let mut l = Ledger::default();
+        // First read: no baseline, unknown.
+        assert_eq!(l.observe(&read(Some(1_000), Some(55)))[&0], None);
+        // Still unknown until a pass is recorded with it.
+        assert_eq!(l.observe(&read(Some(1_055), Some(55)))[&0], None);
+        l.recorded();
+        assert_eq!(l.observe(&read(Some(1_110), Some(55)))[&0], Some(0));
+        // A client sent 30 bytes: seen, and seen again until recorded.
+        assert_eq!(l.observe(&read(Some(1_195), Some(55)))[&0], Some(30));
+        assert_eq!(l.observe(&read(Some(1_250), Some(55)))[&0], Some(30));
+        l.recorded();
+        assert_eq!(l.observe(&read(Some(1_305), Some(55)))[&0], Some(0));
+        // A pass whose scrape failed: its bytes are taken off the next scrape's.
+        assert_eq!(l.observe(&read(None, Some(55)))[&0], Some(0));
+        assert_eq!(l.observe(&read(Some(1_415), Some(55)))[&0], Some(0));
+        // A read cut off: unknown, until recorded after a clean reading.
+        assert_eq!(l.observe(&read(Some(1_470), None))[&0], None);
+        assert_eq!(l.observe(&read(Some(1_525), Some(55)))[&0], None);
+        l.recorded();
+        assert_eq!(l.observe(&read(Some(1_580), Some(55)))[&0], Some(0));
+    }
+
+    #[test]
+    fn a_restart_or_a_new_pod_is_unknown() {
+        let mut l = Ledger::default();
+        l.observe(&read(Some(5_000), Some(55)));
+        l.recorded();
+        assert_eq!(l.observe(&read(Some(5_055), Some(55)))[&0], Some(0));
+        // The counter went back: the process restarted.
+        assert_eq!(l.observe(&read(Some(55), Some(55)))[&0], None);
+        l.recorded();
+        assert_eq!(l.observe(&read(Some(110), Some(55)))[&0], Some(0));
+        // Another pod with the member's name.
+        let mut other = read(Some(9_999), Some(55));
+        other.get_mut(&0).unwrap().pod_uid = "p2".into();
+        assert_eq!(l.observe(&other)[&0], None);
+        // Fewer bytes counted than the operator sent: not trusted.
+        l.recorded();
+        let mut short = read(Some(10_000), Some(55));
+        short.get_mut(&0).unwrap().pod_uid = "p2".into();
+        assert_eq!(l.observe(&short)[&0], None);
+    }
+}
