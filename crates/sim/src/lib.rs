@@ -1,8 +1,8 @@
 //! The marekvs data-plane simulator and the harness that "runs" member pods on the fake
 //! (kwok) nodes of the local control plane.
 //!
-//! - [`model`]: a pure, deterministic model of a marekvs cluster (views, placement, copies,
-//!   loss, and the keys stored on its volumes).
+//! - [`model`]: a pure, deterministic model of a marekvs cluster (views, placement, rings,
+//!   anti-entropy, bootstrap, reads and writes, and the keys stored on its volumes).
 //! - [`world`]: the model shared by the member servers, the pod runner and the control API.
 //! - [`node_http`]: the node contract on each member's pod IP, port 9121.
 //! - [`resp`]: the Redis protocol (RESP2/RESP3) codec, pure.

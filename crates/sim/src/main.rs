@@ -53,22 +53,20 @@ struct Args {
     /// Seed of the simulator's jitter, for reproducible runs.
     #[arg(long, default_value_t = 1)]
     seed: u64,
-    /// Partitions copied per second per member (bootstrap and repair).
+    /// Partitions bootstrapped per second per member.
     #[arg(long, default_value_t = Settings::default().copy_rate_per_sec)]
     copy_rate: f64,
-    /// Seconds a member flushes after SIGTERM before it exits.
+    /// Seconds a member sleeps after SIGTERM before it waits (at most 7 s) for its ring
+    /// backlog to empty.
     #[arg(long, default_value_t = Settings::default().flush_ms as f64 / 1000.0)]
     flush_seconds: f64,
-    /// Writes a member's replication ring ships per second; beyond it a write gaps and waits
-    /// for anti-entropy (0: unlimited).
+    /// Writes a member's replication ring ships per second; above it writes wait in the ring,
+    /// and past its capacity they gap and wait for anti-entropy (0: unlimited).
     #[arg(long, default_value_t = Settings::default().ring_ops_per_sec)]
     ring_ops_per_sec: f64,
-    /// Gapped writes a member's anti-entropy delivers per second.
-    #[arg(long, default_value_t = Settings::default().ae_ops_per_sec)]
-    ae_ops_per_sec: f64,
-    /// Milliseconds a gapped write waits for its anti-entropy round.
-    #[arg(long, default_value_t = Settings::default().ae_round_ms)]
-    ae_round_ms: u64,
+    /// Fraction of a member's writes its ring silently never ships to a given peer.
+    #[arg(long, default_value_t = Settings::default().ring_skip_fraction)]
+    ring_skip_fraction: f64,
 }
 
 #[tokio::main]
@@ -90,8 +88,7 @@ async fn main() -> anyhow::Result<()> {
         copy_rate_per_sec: args.copy_rate,
         flush_ms: (args.flush_seconds * 1000.0) as u64,
         ring_ops_per_sec: args.ring_ops_per_sec,
-        ae_ops_per_sec: args.ae_ops_per_sec,
-        ae_round_ms: args.ae_round_ms,
+        ring_skip_fraction: args.ring_skip_fraction,
         ..Settings::default()
     };
     let world = SharedWorld::new(settings, args.seed);

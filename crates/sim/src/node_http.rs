@@ -240,109 +240,138 @@ impl tokio::io::AsyncWrite for FaultyIo {
 /// Prometheus text exposition 0.0.4, with the metric names of a real node.
 pub fn render_metrics(f: &MemberFigures) -> String {
     let mut out = String::new();
-    let mut gauge = |name: &str, help: &str, kind: &str, value: String| {
+    let mut one = |name: &str, help: &str, kind: &str, value: String| {
         let _ = writeln!(out, "# HELP {name} {help}");
         let _ = writeln!(out, "# TYPE {name} {kind}");
         let _ = writeln!(out, "{name} {value}");
     };
-    gauge(
-        "marekvs_cluster_underreplicated_partitions",
-        "Partitions with fewer than REPLICAS_N candidate owners in this node's view.",
-        "gauge",
-        f.underreplicated_partitions.to_string(),
-    );
-    gauge(
-        "marekvs_cluster_members",
-        "Members in this node's view.",
-        "gauge",
-        f.view_members.to_string(),
-    );
-    gauge(
-        "marekvs_cluster_effective_rf_min",
-        "Smallest replica count of any partition.",
-        "gauge",
-        f.effective_rf_min.to_string(),
-    );
-    gauge(
-        "marekvs_cluster_owned_partitions",
-        "Partitions this node homes.",
-        "gauge",
-        f.owned_partitions.to_string(),
-    );
-    gauge(
-        "marekvs_join_gate_pending_pids",
-        "Partitions still bootstrapping before this node can go Active.",
-        "gauge",
-        f.join_gate_pending_pids.to_string(),
-    );
-    gauge(
-        "marekvs_bootstraps_completed_total",
-        "Partition bootstraps finished.",
-        "counter",
-        f.bootstraps_completed_total.to_string(),
-    );
-    gauge(
-        "marekvs_ae_repair_ops_total",
-        "Anti-entropy repairs applied.",
-        "counter",
-        f.ae_repair_ops_total.to_string(),
-    );
-    gauge(
-        "marekvs_ring_ops",
-        "Replication-ring backlog (ops).",
-        "gauge",
-        f.ring_ops.to_string(),
-    );
-    gauge(
-        "marekvs_ring_bytes",
-        "Replication-ring backlog (bytes).",
-        "gauge",
-        f.ring_bytes.to_string(),
-    );
-    gauge(
-        "marekvs_db_total_bytes",
-        "Data size.",
-        "gauge",
-        f.db_total_bytes.to_string(),
-    );
-    gauge(
-        "marekvs_disk_total_bytes",
-        "Volume capacity.",
-        "gauge",
-        f.disk_total_bytes.to_string(),
-    );
-    gauge(
-        "marekvs_disk_avail_bytes",
-        "Volume space available.",
-        "gauge",
-        f.disk_total_bytes
-            .saturating_sub(f.db_total_bytes)
-            .to_string(),
-    );
-    gauge(
-        "marekvs_disk_write_stopped",
-        "1 when writes are refused at the disk high-water mark.",
-        "gauge",
-        u8::from(f.disk_write_stopped).to_string(),
-    );
-    gauge(
+    let gauges: [(&str, &str, u64); 14] = [
+        (
+            "marekvs_cluster_underreplicated_partitions",
+            "Partitions with fewer than REPLICAS_N candidate owners in this node's view.",
+            f.underreplicated_partitions,
+        ),
+        (
+            "marekvs_cluster_members",
+            "Members in this node's view.",
+            f.view_members,
+        ),
+        (
+            "marekvs_cluster_effective_rf_min",
+            "Smallest replica count of any partition.",
+            f.effective_rf_min,
+        ),
+        (
+            "marekvs_cluster_owned_partitions",
+            "Partitions this node homes.",
+            f.owned_partitions,
+        ),
+        (
+            "marekvs_join_gate_pending_pids",
+            "Partitions still to bootstrap.",
+            f.join_gate_pending_pids,
+        ),
+        (
+            "marekvs_ring_ops",
+            "Entries retained in the replication ring.",
+            f.ring_ops,
+        ),
+        (
+            "marekvs_ring_bytes",
+            "Bytes retained in the replication ring.",
+            f.ring_bytes,
+        ),
+        (
+            "marekvs_mesh_peers",
+            "Live control connections to peers.",
+            f.mesh_peers,
+        ),
+        (
+            "marekvs_interest_entries",
+            "Live interest leases held for peers.",
+            f.interest_entries,
+        ),
+        (
+            "marekvs_connected_clients",
+            "Client connections open.",
+            f.connected_clients,
+        ),
+        ("marekvs_db_total_bytes", "Data size.", f.db_total_bytes),
+        (
+            "marekvs_disk_total_bytes",
+            "Volume capacity.",
+            f.disk_total_bytes,
+        ),
+        (
+            "marekvs_disk_avail_bytes",
+            "Volume space available.",
+            f.disk_total_bytes.saturating_sub(f.db_total_bytes),
+        ),
+        (
+            "marekvs_disk_write_stopped",
+            "1 when writes are refused at the disk high-water mark.",
+            u64::from(f.disk_write_stopped),
+        ),
+    ];
+    for (name, help, value) in gauges {
+        one(name, help, "gauge", value.to_string());
+    }
+    let counters: [(&str, &str, u64); 8] = [
+        (
+            "marekvs_bootstraps_completed_total",
+            "Partition bootstraps finished.",
+            f.bootstraps_completed_total,
+        ),
+        (
+            "marekvs_ae_repair_ops_total",
+            "Records received through anti-entropy repair.",
+            f.ae_repair_ops_total,
+        ),
+        (
+            "marekvs_ae_rounds_total",
+            "Anti-entropy rounds started.",
+            f.ae_rounds_total,
+        ),
+        (
+            "marekvs_repl_ops_applied_total",
+            "Replicated operations applied.",
+            f.repl_ops_applied_total,
+        ),
+        (
+            "marekvs_repl_ops_sent_total",
+            "Replicated operations sent.",
+            f.repl_ops_sent_total,
+        ),
+        (
+            "marekvs_net_input_bytes_total",
+            "Bytes read from client connections.",
+            f.net_input_bytes_total,
+        ),
+        (
+            "marekvs_connections_accepted_total",
+            "Client connections accepted.",
+            f.connections_accepted_total,
+        ),
+        (
+            "marekvs_connections_closed_total",
+            "Client connections closed.",
+            f.connections_closed_total,
+        ),
+    ];
+    for (name, help, value) in counters {
+        one(name, help, "counter", value.to_string());
+    }
+    one(
         "marekvs_uptime_seconds",
         "Process uptime.",
         "gauge",
         format!("{:.3}", f.uptime_seconds),
     );
-    let _ = writeln!(out, "# HELP marekvs_commands_total Commands served.");
+    let _ = writeln!(out, "# HELP marekvs_commands_total Commands executed.");
     let _ = writeln!(out, "# TYPE marekvs_commands_total counter");
-    let _ = writeln!(
-        out,
-        "marekvs_commands_total{{cmd=\"get\"}} {}",
-        f.commands_get_total
-    );
-    let _ = writeln!(
-        out,
-        "marekvs_commands_total{{cmd=\"set\"}} {}",
-        f.commands_set_total
-    );
+    for (cmd, n) in &f.commands {
+        let _ = writeln!(out, "marekvs_commands_total{{cmd=\"{cmd}\"}} {n}");
+    }
     let phase = match f.phase {
         Some(NodePhase::Joining) => "joining",
         Some(NodePhase::Active) => "active",
@@ -446,6 +475,7 @@ mod tests {
         let f = MemberFigures {
             underreplicated_partitions: 4096,
             view_members: 3,
+            commands: [("get".to_string(), 7)].into(),
             ..Default::default()
         };
         let text = render_metrics(&f);
@@ -458,6 +488,14 @@ mod tests {
             "marekvs_commands_total{cmd=\"get\"}",
             "marekvs_disk_avail_bytes",
             "marekvs_uptime_seconds",
+            "marekvs_ae_rounds_total",
+            "marekvs_net_input_bytes_total",
+            "marekvs_connected_clients",
+            "marekvs_connections_accepted_total",
+            "marekvs_mesh_peers",
+            "marekvs_repl_ops_applied_total",
+            "marekvs_ring_ops",
+            "marekvs_ring_bytes",
         ] {
             assert!(text.contains(&format!("\n{name} ")), "missing {name}");
         }

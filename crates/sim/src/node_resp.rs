@@ -6,15 +6,22 @@
 //! options), `GET`, `DEL`, `EXISTS`, `DBSIZE`, `CLUSTER MYID|NODES|INFO`, `COMMAND` (empty),
 //! `QUIT`. Pipelined commands are answered in order. With a password (`MAREKVS_REQUIREPASS`),
 //! everything but `AUTH`, `HELLO ... AUTH` and `QUIT` answers `-NOAUTH` until the connection
-//! authenticates. While the member is hung nothing is answered; once it is not running its
-//! connections are closed (after the answers already due), as a dead process's would be.
+//! authenticates. While the member is hung nothing is answered; once its process is gone its
+//! connections are closed (after the answers already due), as a dead process's would be;
+//! nothing else closes them.
+//!
+//! As on a real node, the port is bound at start but listens only once the member turned
+//! Active (connections are refused while it is Joining after a start or restart). The server
+//! feeds the member's counters: connections accepted and closed, bytes read, and every
+//! command executed (`marekvs_commands_total{cmd}`, lowercase, counted after execution,
+//! failures too, NOAUTH rejections and unknown commands not).
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::sync::watch;
 
 use crate::model::NotServing;
@@ -46,7 +53,7 @@ struct Ctx {
 }
 
 /// Serve RESP for member `key` on `ip:6379`. An empty password counts as none, as Redis's
-/// `requirepass ""` does.
+/// `requirepass ""` does. The address is bound at once; it listens once the member is Active.
 pub async fn serve(
     world: SharedWorld,
     key: String,
@@ -56,9 +63,14 @@ pub async fn serve(
     let addr = SocketAddr::new(ip, RESP_PORT);
     // A restarted member binds the address its previous process is still releasing.
     let mut tries = 0;
-    let listener = loop {
-        match TcpListener::bind(addr).await {
-            Ok(l) => break l,
+    let socket = loop {
+        let socket = match ip {
+            IpAddr::V4(_) => TcpSocket::new_v4()?,
+            IpAddr::V6(_) => TcpSocket::new_v6()?,
+        };
+        socket.set_reuseaddr(true)?;
+        match socket.bind(addr) {
+            Ok(()) => break socket,
             Err(e) if e.kind() == std::io::ErrorKind::AddrInUse && tries < 50 => {
                 tries += 1;
                 tokio::time::sleep(Duration::from_millis(100)).await;
@@ -72,8 +84,22 @@ pub async fn serve(
         requirepass: requirepass.filter(|p| !p.is_empty()),
     });
     let (stop, stopped) = watch::channel(());
-    tokio::spawn(accept_loop(listener, ctx, stopped));
+    tokio::spawn(listen_when_active(socket, ctx, stopped));
     Ok(RespServer { _stop: stop, addr })
+}
+
+/// Listen once the member turned Active, then accept until stopped.
+async fn listen_when_active(socket: TcpSocket, ctx: Arc<Ctx>, mut stopped: watch::Receiver<()>) {
+    while !ctx.world.lock().resp_open(&ctx.key) {
+        tokio::select! {
+            _ = stopped.changed() => return,
+            _ = tokio::time::sleep(Duration::from_millis(50)) => {}
+        }
+    }
+    let Ok(listener) = socket.listen(1024) else {
+        return;
+    };
+    accept_loop(listener, ctx, stopped).await;
 }
 
 async fn accept_loop(listener: TcpListener, ctx: Arc<Ctx>, mut stopped: watch::Receiver<()>) {
@@ -84,8 +110,13 @@ async fn accept_loop(listener: TcpListener, ctx: Arc<Ctx>, mut stopped: watch::R
             _ = stopped.changed() => return,
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => {
+                    let Some(boot) = ctx.world.lock().boot_of(&ctx.key) else {
+                        // Its process is gone: nobody serves this connection.
+                        continue;
+                    };
+                    ctx.world.lock().connection_accepted(&ctx.key, boot);
                     next_id += 1;
-                    let session = Session::new(ctx.clone(), next_id);
+                    let session = Session::new(ctx.clone(), next_id, boot);
                     tokio::spawn(connection(stream, session, for_connections.clone()));
                 }
                 // Out of file descriptors and the like: do not spin.
@@ -110,7 +141,20 @@ async fn wait_while_hung(ctx: &Ctx, stopped: &mut watch::Receiver<()>) -> bool {
 /// pipeline of large answers does not pile up in memory.
 const MAX_PENDING_ANSWER_BYTES: usize = 256 * 1024;
 
-async fn connection(mut stream: TcpStream, mut session: Session, mut stopped: watch::Receiver<()>) {
+async fn connection(stream: TcpStream, mut session: Session, stopped: watch::Receiver<()>) {
+    serve_connection(stream, &mut session, stopped).await;
+    let (ctx, boot) = (session.ctx.clone(), session.boot);
+    ctx.world.lock().connection_closed(&ctx.key, boot);
+}
+
+/// How often an idle connection looks whether its member's process is still there.
+const PROCESS_CHECK: Duration = Duration::from_millis(250);
+
+async fn serve_connection(
+    mut stream: TcpStream,
+    session: &mut Session,
+    mut stopped: watch::Receiver<()>,
+) {
     let mut buf: Vec<u8> = Vec::with_capacity(4096);
     let mut out = Vec::new();
     loop {
@@ -152,12 +196,23 @@ async fn connection(mut stream: TcpStream, mut session: Session, mut stopped: wa
         if !write_out(&mut stream, &mut out, &mut stopped).await || close {
             return;
         }
-        tokio::select! {
-            _ = stopped.changed() => return,
-            read = stream.read_buf(&mut buf) => match read {
-                Ok(0) | Err(_) => return,
-                Ok(_) => {}
-            },
+        loop {
+            tokio::select! {
+                _ = stopped.changed() => return,
+                read = stream.read_buf(&mut buf) => match read {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => {
+                        let ctx = &session.ctx;
+                        ctx.world.lock().input_bytes(&ctx.key, session.boot, n as u64);
+                        break;
+                    }
+                },
+                _ = tokio::time::sleep(PROCESS_CHECK) => {
+                    if !session.alive() {
+                        return;
+                    }
+                }
+            }
         }
     }
 }
@@ -227,6 +282,12 @@ fn upper(bytes: &[u8]) -> String {
 }
 
 const NOAUTH: &str = "NOAUTH Authentication required.";
+
+/// The commands this server knows, which it counts.
+const KNOWN: &[&str] = &[
+    "PING", "ECHO", "QUIT", "AUTH", "HELLO", "CLIENT", "SELECT", "COMMAND", "SET", "GET", "DEL",
+    "EXISTS", "DBSIZE", "CLUSTER",
+];
 const NOAUTH_HELLO: &str = "NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time";
 const WRONGPASS: &str = "WRONGPASS invalid username-password pair or user is disabled.";
 
@@ -234,34 +295,54 @@ const WRONGPASS: &str = "WRONGPASS invalid username-password pair or user is dis
 struct Session {
     ctx: Arc<Ctx>,
     id: u64,
+    /// The member process that accepted it.
+    boot: u64,
     proto: Protocol,
     authenticated: bool,
     name: Option<Vec<u8>>,
 }
 
 impl Session {
-    fn new(ctx: Arc<Ctx>, id: u64) -> Self {
+    fn new(ctx: Arc<Ctx>, id: u64, boot: u64) -> Self {
         let authenticated = ctx.requirepass.is_none();
         Session {
             ctx,
             id,
+            boot,
             proto: Protocol::Resp2,
             authenticated,
             name: None,
         }
     }
 
+    /// Whether the process that accepted the connection still runs.
+    fn alive(&self) -> bool {
+        self.ctx.world.lock().boot_of(&self.ctx.key) == Some(self.boot)
+    }
+
     fn execute(&mut self, args: &Command) -> Step {
         let Some((name, rest)) = args.split_first() else {
             return Step::reply(Reply::ok());
         };
-        if !self.ctx.world.lock().is_running(&self.ctx.key) {
+        if !self.alive() {
             return NotServing.into();
         }
         let name = upper(name);
         if !self.authenticated && !matches!(name.as_str(), "AUTH" | "HELLO" | "QUIT") {
             return Reply::err(NOAUTH).into();
         }
+        let step = self.dispatch(&name, rest, args);
+        if KNOWN.contains(&name.as_str()) {
+            let ctx = &self.ctx;
+            ctx.world
+                .lock()
+                .count_command(&ctx.key, self.boot, &name.to_ascii_lowercase());
+        }
+        step
+    }
+
+    fn dispatch(&mut self, name: &str, rest: &[Vec<u8>], args: &Command) -> Step {
+        let name = name.to_string();
         match name.as_str() {
             "PING" => match rest {
                 [] => Reply::Simple("PONG".into()).into(),
@@ -502,8 +583,19 @@ mod tests {
     }
 
     impl Client {
+        /// Connect, retrying while the port is not listening yet (within the wait).
         async fn connect(ip: Ipv4Addr) -> Client {
-            let stream = TcpStream::connect((ip, RESP_PORT)).await.unwrap();
+            let deadline = tokio::time::Instant::now() + WAIT;
+            let stream = loop {
+                match TcpStream::connect((ip, RESP_PORT)).await {
+                    Ok(s) => break s,
+                    Err(e) if tokio::time::Instant::now() < deadline => {
+                        let _ = e;
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                    }
+                    Err(e) => panic!("cannot connect to {ip}: {e}"),
+                }
+            };
             Client {
                 stream,
                 buf: Vec::new(),
@@ -601,7 +693,7 @@ mod tests {
     async fn members_speak_resp_over_tcp() {
         let settings = Settings {
             partitions: 256,
-            read_visibility_ms: (1000, 1000),
+            ring_skip_fraction: 0.0,
             ..Settings::default()
         };
         let world = SharedWorld::new(settings, 7);
@@ -659,11 +751,11 @@ mod tests {
         let swapped = bulk_text(c1.call(&["CLUSTER", "NODES"]).await);
         assert_eq!(swapped.lines().count(), 3, "{swapped}");
         assert!(
-            !swapped.contains(&format!(" {}:6379@7373 ", ips[0])),
+            !swapped.contains(&format!(" {}:6379@7946 ", ips[0])),
             "{swapped}"
         );
         assert!(
-            swapped.contains(" 127.0.0.254:6379@7373 master "),
+            swapped.contains(" 127.0.0.254:6379@7946 master "),
             "{swapped}"
         );
         let ids = |t: &str| -> Vec<String> {
@@ -720,6 +812,69 @@ mod tests {
         ticker.abort();
     }
 
+    /// The port listens only once the member is Active; a connection then outlives a drain
+    /// and closes only when the process exits.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_port_refuses_connections_until_the_member_is_active() {
+        let world = SharedWorld::new(
+            Settings {
+                partitions: 64,
+                ..Settings::default()
+            },
+            3,
+        );
+        let ticker = {
+            let world = world.clone();
+            tokio::spawn(async move {
+                loop {
+                    world.lock().tick();
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            })
+        };
+        let ip = Ipv4Addr::new(127, 77, 1, 2);
+        let key = "ns/demo-0".to_string();
+        world.lock().start_member(
+            "ns/demo",
+            MemberSpec {
+                key: key.clone(),
+                node_id: "0".into(),
+                replicas_n: 1,
+                volume: "vol-0".into(),
+                disk_bytes: 1 << 30,
+                faults: Faults {
+                    hold_join: true,
+                    ..Faults::default()
+                },
+                addr: ip.to_string(),
+            },
+        );
+        let server = serve(world.clone(), key.clone(), IpAddr::V4(ip), None)
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(2500)).await;
+        let refused = TcpStream::connect((ip, RESP_PORT)).await;
+        assert_eq!(
+            refused.map(|_| ()).map_err(|e| e.kind()),
+            Err(std::io::ErrorKind::ConnectionRefused),
+            "Joining: not listening"
+        );
+        world.lock().set_faults(&key, Faults::default());
+        let mut c = Client::connect(ip).await;
+        assert_eq!(c.call(&["PING"]).await, Reply::Simple("PONG".into()));
+        assert!(world.lock().drain(&key));
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        assert_eq!(
+            c.call(&["PING"]).await,
+            Reply::Simple("PONG".into()),
+            "drained"
+        );
+        world.lock().terminate(&key);
+        assert!(c.closed().await, "closed by the exit");
+        drop(server);
+        ticker.abort();
+    }
+
     async fn password_before_anything(ip: Ipv4Addr) {
         // A password: nothing but AUTH until it is given.
         let mut c2 = Client::connect(ip).await;
@@ -761,13 +916,13 @@ mod tests {
         assert_eq!(lines.len(), 3, "{nodes}");
         for ip in ips {
             assert!(
-                nodes.contains(&format!(" {ip}:6379@7373 ")),
+                nodes.contains(&format!(" {ip}:6379@7946 ")),
                 "{ip} missing: {nodes}"
             );
         }
         let mine: Vec<&&str> = lines.iter().filter(|l| l.contains("myself")).collect();
         assert_eq!(mine.len(), 1);
-        assert!(mine[0].contains(&format!(" {}:6379@7373 myself,master ", ips[1])));
+        assert!(mine[0].contains(&format!(" {}:6379@7946 myself,master ", ips[1])));
         let myid = bulk_text(c1.call(&["CLUSTER", "MYID"]).await);
         assert_eq!(myid.len(), 40);
         assert!(mine[0].starts_with(&format!("{myid} ")));
@@ -829,12 +984,13 @@ mod tests {
                 addr: "127.52.0.1".into(),
             },
         );
+        let boot = world.lock().boot_of("ns/demo-0").unwrap();
         let ctx = Arc::new(Ctx {
             world,
             key: "ns/demo-0".into(),
             requirepass: requirepass.map(String::from),
         });
-        Session::new(ctx, 42)
+        Session::new(ctx, 42, boot)
     }
 
     fn run(session: &mut Session, args: &[&str]) -> Option<Reply> {

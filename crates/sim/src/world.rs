@@ -13,18 +13,21 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use crate::model::{
-    Cluster, Faults, MemberFigures, MemberSpec, MemberView, NodePhase, NotServing, Settings, run_id,
+    Cluster, Faults, MemberFigures, MemberSpec, MemberView, NodePhase, NotServing, Settings,
+    node_myid, run_id,
 };
 
 /// The port `CLUSTER NODES` shows after `@`, where Redis shows its cluster bus port: marekvs's
-/// internal (mesh) port, over which members forward requests to each other.
-pub const MESH_PORT: u16 = 7373;
+/// gossip port.
+pub const GOSSIP_PORT: u16 = 7946;
 
 #[derive(Clone)]
 pub struct SharedWorld(Arc<Mutex<World>>);
 
 pub struct World {
     epoch: Instant,
+    /// The epoch in Unix seconds, for boot times (`CLUSTER NODES` generations).
+    epoch_unix: f64,
     /// Settings for clusters not created yet; `PUT /settings` also applies them to existing ones.
     pub settings: Settings,
     pub clusters: BTreeMap<String, Cluster>,
@@ -82,8 +85,12 @@ pub struct WorldReport {
 
 impl SharedWorld {
     pub fn new(settings: Settings, seed: u64) -> Self {
+        let epoch_unix = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64());
         SharedWorld(Arc::new(Mutex::new(World {
             epoch: Instant::now(),
+            epoch_unix,
             settings,
             clusters: BTreeMap::new(),
             member_cluster: BTreeMap::new(),
@@ -175,6 +182,48 @@ impl World {
             .is_some_and(|m| m.is_up())
     }
 
+    fn cluster_ref(&self, key: &str) -> Option<&Cluster> {
+        self.clusters.get(self.member_cluster.get(key)?)
+    }
+
+    /// The id of member `key`'s running process (it changes with every start).
+    pub fn boot_of(&self, key: &str) -> Option<u64> {
+        self.cluster_ref(key)?.boot_of(key)
+    }
+
+    /// Whether member `key`'s RESP port is open (it turned Active since it started).
+    pub fn resp_open(&self, key: &str) -> bool {
+        self.cluster_ref(key).is_some_and(|c| c.resp_open(key))
+    }
+
+    /// A RESP connection accepted by process `boot` of member `key`.
+    pub fn connection_accepted(&mut self, key: &str, boot: u64) {
+        if let Some(c) = self.cluster_of(key) {
+            c.connection_accepted(key, boot);
+        }
+    }
+
+    /// A RESP connection of process `boot` of member `key` closed.
+    pub fn connection_closed(&mut self, key: &str, boot: u64) {
+        if let Some(c) = self.cluster_of(key) {
+            c.connection_closed(key, boot);
+        }
+    }
+
+    /// Bytes read from a RESP connection of process `boot` of member `key`.
+    pub fn input_bytes(&mut self, key: &str, boot: u64, bytes: u64) {
+        if let Some(c) = self.cluster_of(key) {
+            c.input_bytes(key, boot, bytes);
+        }
+    }
+
+    /// A command (lowercase name) process `boot` of member `key` executed.
+    pub fn count_command(&mut self, key: &str, boot: u64, cmd: &str) {
+        if let Some(c) = self.cluster_of(key) {
+            c.count_command(key, boot, cmd);
+        }
+    }
+
     pub fn faults(&self, key: &str) -> Faults {
         self.member_cluster
             .get(key)
@@ -204,7 +253,6 @@ impl World {
                 partitions,
                 ..settings.clone()
             };
-            c.wake();
         }
         self.settings = settings;
     }
@@ -238,19 +286,19 @@ impl World {
         self.serving_cluster(key)?.1.dbsize(key)
     }
 
-    /// `CLUSTER MYID`: 40 hex digits, the same for every run of the member's node id in its
-    /// cluster.
+    /// `CLUSTER MYID`: the node id as 40 hex digits, the same for every run of the member.
     pub fn myid(&mut self, key: &str) -> Result<String, NotServing> {
-        let (ck, cluster) = self.serving_cluster(key)?;
-        let view = cluster.view(key)?;
-        Ok(run_id(&ck, &view.node_id))
+        let view = self.serving_cluster(key)?.1.view(key)?;
+        Ok(node_myid(&view.node_id))
     }
 
-    /// `CLUSTER NODES`: one Redis-format line per node in the member's own view,
-    /// `<id> <ip>:6379@7373 <flags> - 0 0 0 connected`, flags `myself,master` for the member
-    /// and `master` for the others (a view only holds peers it believes up, so no `fail`).
+    /// `CLUSTER NODES`: one Redis-format line per node in the member's own view (Joining and
+    /// Leaving ones too), `<id> <ip>:6379@7946 <flags> - 0 0 <generation> connected`, flags
+    /// `myself,master` for the member and `master` for the others, the generation being the
+    /// node's boot time in Unix seconds (a view only holds peers it believes up, so no `fail`).
     pub fn cluster_nodes(&mut self, key: &str) -> Result<String, NotServing> {
         let swapped = self.faults(key).view_stranger_for;
+        let epoch_unix = self.epoch_unix;
         let (ck, cluster) = self.serving_cluster(key)?;
         let view = cluster.view(key)?;
         let mut out = String::new();
@@ -267,16 +315,16 @@ impl World {
                     "127.0.0.254",
                 )
             } else {
-                (
-                    run_id(&ck, &peer.node_id),
-                    peer.addr.as_deref().unwrap_or(""),
-                )
+                (node_myid(&peer.node_id), peer.addr.as_deref().unwrap_or(""))
             };
+            let generation = peer
+                .started_ms
+                .map_or(0, |t| (epoch_unix + t as f64 / 1000.0) as u64);
             let _ = writeln!(
                 out,
-                "{id} {addr}:{}@{} {flags} - 0 0 0 connected",
+                "{id} {addr}:{}@{} {flags} - 0 0 {generation} connected",
                 crate::node_resp::RESP_PORT,
-                MESH_PORT,
+                GOSSIP_PORT,
             );
         }
         Ok(out)
@@ -362,10 +410,18 @@ mod tests {
         let mut w = world.lock();
         w.start_member("ns/demo", spec(0));
         let id = w.myid("ns/demo-0").unwrap();
-        assert_eq!(id.len(), 40);
-        assert_eq!(
-            w.cluster_nodes("ns/demo-0").unwrap(),
-            format!("{id} 127.51.0.0:6379@7373 myself,master - 0 0 0 connected\n")
+        assert_eq!(id, format!("{:040x}", 0), "the node id as 40 hex digits");
+        let generation = w.epoch_unix as u64;
+        let nodes = w.cluster_nodes("ns/demo-0").unwrap();
+        let gen_of = |line: &str| -> u64 { line.split(' ').nth(6).unwrap().parse().unwrap() };
+        assert!(
+            nodes.starts_with(&format!("{id} 127.51.0.0:6379@7946 myself,master - 0 0 ")),
+            "{nodes}"
+        );
+        assert!(nodes.ends_with(" connected\n"), "{nodes}");
+        assert!(
+            gen_of(&nodes).abs_diff(generation) <= 1,
+            "the generation is the boot time in Unix seconds: {nodes}"
         );
         assert_eq!(
             w.cluster_info("ns/demo-0").unwrap(),
@@ -378,13 +434,13 @@ mod tests {
         assert_eq!(
             lines.len(),
             2,
-            "the newcomer learns the members from its seeds"
+            "the newcomer learns the members from its seeds, Joining ones included"
         );
-        assert_eq!(
-            lines[0],
-            format!("{id} 127.51.0.0:6379@7373 master - 0 0 0 connected")
-        );
-        assert!(lines[1].ends_with(" 127.51.0.1:6379@7373 myself,master - 0 0 0 connected"));
+        assert!(lines[0].starts_with(&format!("{id} 127.51.0.0:6379@7946 master - 0 0 ")));
+        assert!(lines[1].starts_with(&format!(
+            "{:040x} 127.51.0.1:6379@7946 myself,master - 0 0 ",
+            1
+        )));
         assert_eq!(w.myid("ns/other"), Err(NotServing));
         w.set("ns/demo-1", b"k", b"v").unwrap();
         assert_eq!(w.get("ns/demo-1", b"k"), Ok(Some(b"v".to_vec())));

@@ -1,0 +1,201 @@
+//! What a member owns, and bootstrap: whole-partition copies into partitions a member newly
+//! (would) own(s) that are empty on its volume, unless it is a returning member (back on its
+//! own volume within the grace: it trusts its data and waits for anti-entropy). A Joining
+//! member bootstraps what it would own once Active, and turns Active once nothing is left to
+//! bootstrap and `join_delay_ms` passed. Each copy counts in the receiver's
+//! `marekvs_bootstraps_completed_total`, and its records enter the receiver's ring.
+
+use std::collections::BTreeSet;
+
+use super::Cluster;
+use super::member::{NodePhase, PeerState};
+use super::placement::{candidates, owners_of, read_order};
+
+impl Cluster {
+    /// The partitions member `key` owns (sorted): none while Joining.
+    pub(crate) fn owned(&mut self, key: &str) -> Vec<u32> {
+        let partitions = self.settings.partitions;
+        let m = self.members.get_mut(key).expect("member exists");
+        if let Some(o) = &m.owned {
+            return o.clone();
+        }
+        let owned: Vec<u32> = if m.phase == NodePhase::Joining {
+            Vec::new()
+        } else {
+            let cands = candidates(&m.view);
+            (0..partitions)
+                .filter(|pid| owners_of(&cands, m.replicas_n, *pid).contains(&m.node_id.as_str()))
+                .collect()
+        };
+        m.owned = Some(owned.clone());
+        owned
+    }
+
+    /// What member `key` would own: what it owns, or while Joining what it would own Active.
+    fn would_own(&mut self, key: &str) -> BTreeSet<u32> {
+        let m = &self.members[key];
+        if m.phase != NodePhase::Joining {
+            return self.owned(key).into_iter().collect();
+        }
+        let mut view = m.view.clone();
+        view.insert(
+            m.node_id.clone(),
+            PeerState {
+                phase: NodePhase::Active,
+            },
+        );
+        let cands = candidates(&view);
+        (0..self.settings.partitions)
+            .filter(|pid| owners_of(&cands, m.replicas_n, *pid).contains(&m.node_id.as_str()))
+            .collect()
+    }
+
+    /// After a view or phase change: recompute placement and queue the bootstraps it calls for.
+    pub(crate) fn refresh_placement(&mut self, key: &str) {
+        if !self.members[key].placement_dirty {
+            return;
+        }
+        let m = self.members.get_mut(key).expect("member exists");
+        m.placement_dirty = false;
+        m.owned = None;
+        self.availability_dirty = true;
+        let would = self.would_own(key);
+        let m = &self.members[key];
+        let volume = &self.volumes[&m.volume];
+        let gained: Vec<u32> = would
+            .difference(&m.would_own)
+            .copied()
+            .filter(|pid| !m.returning && volume.is_empty(*pid))
+            .collect();
+        let m = self.members.get_mut(key).expect("member exists");
+        m.bootstrap.retain(|pid| would.contains(pid));
+        m.bootstrap.extend(gained);
+        m.would_own = would;
+        self.mark_held(key);
+    }
+
+    /// Bootstrap what member `key` has queued, within its copy budget.
+    pub(crate) fn run_bootstrap(&mut self, key: &str, dt: f64) {
+        let m = &self.members[key];
+        let rate = m
+            .faults
+            .copy_rate_per_sec
+            .unwrap_or(self.settings.copy_rate_per_sec)
+            .max(0.0);
+        if m.bootstrap.is_empty() {
+            let m = self.members.get_mut(key).expect("member exists");
+            m.copy_budget = 0.0;
+            return;
+        }
+        let mut budget = m.copy_budget + rate * dt;
+        let queue: Vec<u32> = m.bootstrap.iter().copied().collect();
+        let mut blocked_cost = 0.0f64;
+        let mut done = false;
+        for pid in queue {
+            if budget < 1.0 {
+                break;
+            }
+            let Some(source) = self.bootstrap_source(key, pid) else {
+                continue;
+            };
+            let Some(source) = source else {
+                // Nobody else owns it: nothing to copy.
+                self.members
+                    .get_mut(key)
+                    .expect("member exists")
+                    .bootstrap
+                    .remove(&pid);
+                done = true;
+                continue;
+            };
+            let src_volume = &self.volumes[&self.members[&source].volume];
+            let bytes = src_volume.data.get(&pid).map_or(0, |d| d.bytes);
+            let cost = 1.0 + bytes as f64 / self.settings.copy_bytes_per_unit.max(1) as f64;
+            if budget < cost {
+                blocked_cost = cost;
+                break;
+            }
+            budget -= cost;
+            let records: Vec<_> = src_volume
+                .data
+                .get(&pid)
+                .map(|d| {
+                    d.entries
+                        .iter()
+                        .map(|(k, e)| (k.clone(), e.clone()))
+                        .collect()
+                })
+                .unwrap_or_default();
+            for (k, e) in records {
+                self.apply_received(key, pid, &k, e);
+            }
+            let m = self.members.get_mut(key).expect("member exists");
+            m.bootstrap.remove(&pid);
+            m.counters.bootstraps_completed += 1;
+            done = true;
+        }
+        let m = self.members.get_mut(key).expect("member exists");
+        // No banking of budget beyond a second (or the partition waiting), so a later
+        // bootstrap is not copied in a burst.
+        m.copy_budget = budget.min(rate.max(1.0).max(blocked_cost));
+        if done {
+            self.mark_held(key);
+        }
+    }
+
+    /// The member to bootstrap `pid` from: `Some(None)` when no other owner exists in the view
+    /// (nothing to copy), `None` while every other owner is unreachable.
+    fn bootstrap_source(&self, key: &str, pid: u32) -> Option<Option<String>> {
+        let m = &self.members[key];
+        let mut view = m.view.clone();
+        if m.phase == NodePhase::Joining {
+            view.insert(
+                m.node_id.clone(),
+                PeerState {
+                    phase: NodePhase::Active,
+                },
+            );
+        }
+        let others: Vec<&str> = read_order(&view, m.replicas_n, pid)
+            .into_iter()
+            .filter(|o| *o != m.node_id)
+            .collect();
+        if others.is_empty() {
+            return Some(None);
+        }
+        others
+            .iter()
+            .find_map(|o| self.up_member_by_id(o))
+            .map(|k| Some(k.to_string()))
+    }
+
+    /// Owned partitions not waiting for a bootstrap count as held on its volume.
+    fn mark_held(&mut self, key: &str) {
+        let owned = self.owned(key);
+        let m = &self.members[key];
+        let volume = self.volumes.get_mut(&m.volume).expect("volume exists");
+        for pid in owned {
+            if !m.bootstrap.contains(&pid) && !volume.held[pid as usize] {
+                volume.held[pid as usize] = true;
+                self.existed[pid as usize] = true;
+            }
+        }
+    }
+
+    /// A Joining member whose gate is empty (and whose start delay passed) turns Active.
+    pub(crate) fn maybe_activate(&mut self, key: &str, now_ms: u64) {
+        let m = &self.members[key];
+        if !m.is_up()
+            || m.phase != NodePhase::Joining
+            || m.faults.hold_join
+            || now_ms < m.started_ms + self.settings.join_delay_ms
+            || !m.bootstrap.is_empty()
+            || m.placement_dirty
+        {
+            return;
+        }
+        self.set_phase(key, now_ms, NodePhase::Active);
+        let m = self.members.get_mut(key).expect("member exists");
+        m.activated = true;
+    }
+}
