@@ -187,10 +187,13 @@ pub fn metric(text: &str, name: &str) -> Option<f64> {
         .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
 }
 
-/// Wait until re-replication is quiet on every one of `members`: no replication-ring backlog
-/// (`marekvs_ring_ops` 0 where reported) and the repair and bootstrap counters unchanged for
-/// `settle`. A raw delete of a member's volume loses what only that member holds (on real
-/// marekvs, writes still in its ring); anyone deleting a volume by hand waits for this first.
+/// Wait until every one of `members` has handed on what it holds, as the operator's hand-off
+/// gate judges it: each began the anti-entropy rounds the gate counts
+/// (`marekvs_core::handoff::rounds_needed`, counted from this call: its last client write is
+/// before it) and the repair and bootstrap counters, summed, stood still for `settle`. On
+/// marekvs 0.2 nothing else says that a member's writes reached the other owners (its ring
+/// figure is occupancy, not backlog): a raw delete of a member's volume loses what only that
+/// member holds, so anyone deleting a volume by hand waits for this first.
 pub async fn wait_replication_quiet(
     pods: &Api<Pod>,
     members: &[&str],
@@ -198,18 +201,33 @@ pub async fn wait_replication_quiet(
     timeout: Duration,
 ) -> anyhow::Result<()> {
     let start = Instant::now();
+    // Each member's rounds when counting began (again, after a restart).
+    let mut from: Vec<Option<u64>> = vec![None; members.len()];
     // Counter sum, and since when it has stood still.
     let mut still: Option<(f64, Instant)> = None;
     loop {
+        let mut waiting = Vec::new();
         match replication_counters(pods, members).await {
-            Ok(sum) => match still {
-                Some((prev, since)) if prev == sum => {
-                    if since.elapsed() >= settle {
-                        return Ok(());
+            Ok(read) => {
+                for (i, (m, rounds, _)) in read.iter().enumerate() {
+                    let at = *from[i].get_or_insert(*rounds);
+                    if *rounds < at {
+                        from[i] = Some(*rounds);
+                        waiting.push(format!("{m} restarted"));
+                    } else if *rounds < marekvs_core::handoff::rounds_needed(at) {
+                        waiting.push(format!("{m} at round {rounds} of {}", marekvs_core::handoff::rounds_needed(at)));
                     }
                 }
-                _ => still = Some((sum, Instant::now())),
-            },
+                let sum: f64 = read.iter().map(|(_, _, c)| c).sum();
+                match still {
+                    Some((prev, since)) if prev == sum => {
+                        if since.elapsed() >= settle && waiting.is_empty() {
+                            return Ok(());
+                        }
+                    }
+                    _ => still = Some((sum, Instant::now())),
+                }
+            }
             Err(e) => {
                 still = None;
                 if start.elapsed() > timeout {
@@ -219,30 +237,33 @@ pub async fn wait_replication_quiet(
         }
         anyhow::ensure!(
             start.elapsed() <= timeout,
-            "re-replication not quiet after {timeout:?}: the repair counters kept moving"
+            "re-replication not quiet after {timeout:?}: the repair counters kept moving, or anti-entropy did not come round ({})",
+            waiting.join(", ")
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
 }
 
-/// The repair and bootstrap counters summed over `members`; an error while any member still
-/// has a replication-ring backlog or cannot be read.
-async fn replication_counters(pods: &Api<Pod>, members: &[&str]) -> anyhow::Result<f64> {
-    let mut sum = 0.0;
+/// Per member, its anti-entropy rounds (`marekvs_ae_rounds_total`) and its repair and
+/// bootstrap counters summed; an error while any member cannot be read or does not report
+/// its rounds.
+async fn replication_counters(
+    pods: &Api<Pod>,
+    members: &[&str],
+) -> anyhow::Result<Vec<(String, u64, f64)>> {
+    let mut out = Vec::new();
     for m in members {
         let pod = pods.get(m).await?;
         let ip = pod_ip(&pod).with_context(|| format!("no pod IP for {m}"))?;
         let (code, text) = member_get(ip, "/metrics").await?;
         anyhow::ensure!(code == 200, "{m} /metrics answered {code}");
-        if let Some(ring) = metric(&text, "marekvs_ring_ops")
-            && ring > 0.0
-        {
-            bail!("{m} still has {ring} operations in its replication ring");
-        }
-        sum += metric(&text, "marekvs_ae_repair_ops_total").unwrap_or(0.0)
+        let rounds = metric(&text, "marekvs_ae_rounds_total")
+            .with_context(|| format!("{m} reports no marekvs_ae_rounds_total"))?;
+        let counters = metric(&text, "marekvs_ae_repair_ops_total").unwrap_or(0.0)
             + metric(&text, "marekvs_bootstraps_completed_total").unwrap_or(0.0);
+        out.push((m.to_string(), rounds as u64, counters));
     }
-    Ok(sum)
+    Ok(out)
 }
 
 /// The simulator's control API, present only on the local control plane.

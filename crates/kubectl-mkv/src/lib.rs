@@ -48,8 +48,14 @@ pub(crate) mod fixture {
             .extend(spec.as_object().unwrap().clone());
         let mut demo0 = member("demo-0", "Active", true, Some([3, 0, 0]));
         demo0["countersChangedAt"] = json!("2026-11-25T09:58:45Z");
-        // demo-0's ring is empty; demo-1's node does not report it.
-        demo0["metrics"]["ringOps"] = json!(0);
+        // demo-0 quiet for 75 s, 12 rounds begun since; demo-1's node does not report its
+        // rounds.
+        demo0["metrics"]["ringOps"] = json!(262_144);
+        demo0["metrics"]["aeRoundsTotal"] = json!(40);
+        demo0["quietSince"] = json!("2026-11-25T09:58:45Z");
+        demo0["roundsAtQuiet"] = json!(28);
+        let mut demo1 = member("demo-1", "Active", true, Some([2, 4, 1]));
+        demo1["quietSince"] = json!("2026-11-25T09:58:30Z");
         serde_json::from_value(json!({
             "apiVersion": "marekvs.io/v1alpha1", "kind": "MarekvsCluster",
             "metadata": {"name": "demo", "namespace": "ns", "resourceVersion": "42", "uid": "u-1"},
@@ -67,7 +73,7 @@ pub(crate) mod fixture {
                     condition("RemovalChoices", "True", "Valid", ""),
                     condition("Autoscaling", "False", "Idle", ""),
                 ],
-                "members": [demo0, member("demo-1", "Active", true, Some([2, 4, 1])),
+                "members": [demo0, demo1,
                             member("demo-2", "Unready", false, None)],
                 "keptVolumes": [
                     {"name": "data-demo-3", "member": "demo-3",

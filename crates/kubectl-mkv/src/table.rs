@@ -85,12 +85,12 @@ pub fn condition_lines(s: &MarekvsClusterStatus) -> Vec<String> {
 }
 
 /// What holds the next scale-down step and the repairs that hold nothing, with their ages:
-/// `HandoffHold: LeaverBacklog (ReplicationRing on demo-3, backlog 1200 ops, for 95s): …`.
+/// `HandoffHold: LeaverBacklog (ClientTraffic on demo-3 at 800.0 writes/s, for 95s): …`.
 pub fn hold_lines(s: &MarekvsClusterStatus, now_ms: i64) -> Vec<String> {
     let mut lines = Vec::new();
     if let Some(h) = &s.handoff_hold {
         let rate = match (h.moving, h.rate_per_second) {
-            (Moving::ReplicationRing, Some(r)) => format!(", backlog {r:.0} ops"),
+            (Moving::ClientTraffic, Some(r)) => format!(" at {r:.1} writes/s"),
             (_, Some(r)) => format!(" at {r:.1}/s"),
             (_, None) => String::new(),
         };
@@ -132,7 +132,7 @@ pub fn members_table(s: &MarekvsClusterStatus, births: &VolumeBirths, now_ms: i6
         "VIEW",
         "UNDERREP",
         "JOIN-PENDING",
-        "RING",
+        "QUIET",
         "LAST-REPAIR",
         "VOLUME-AGE",
     ];
@@ -169,15 +169,29 @@ fn member_row(m: &MemberStatus, want: i64, births: &VolumeBirths, now_ms: i64) -
         view,
         figure(|x| x.underreplicated_partitions),
         figure(|x| x.join_gate_pending),
-        // Its writes not yet on every owner; `?` when its node does not report it.
-        m.metrics.as_ref().map_or("-".into(), |x| {
-            x.ring_ops.map_or("?".into(), |r| r.to_string())
-        }),
+        quiet(m, now_ms),
         m.counters_changed_at
             .as_ref()
             .map_or("-".into(), |t| format!("{} ago", since(millis(t), now_ms))),
         volume_age,
     ]
+}
+
+/// Since when the member has been quiet (no client input, restart or view change) and how many
+/// anti-entropy rounds it began since: what the hand-off gate counts. `?` rounds when its
+/// node does not report them.
+fn quiet(m: &MemberStatus, now_ms: i64) -> String {
+    let Some(at) = &m.quiet_since else {
+        return "-".into();
+    };
+    let rounds = match (
+        m.metrics.as_ref().and_then(|x| x.ae_rounds_total),
+        m.rounds_at_quiet,
+    ) {
+        (Some(now), Some(then)) => (now - then).max(0).to_string(),
+        _ => "?".into(),
+    };
+    format!("{} ({rounds} rounds)", since(millis(at), now_ms))
 }
 
 fn kept_volumes_table(s: &MarekvsClusterStatus, now_ms: i64) -> String {
@@ -262,10 +276,10 @@ demo: Blocked, 2/3 ready (spec.nodes 3), blocked: Underreplicated, paused
   HandoffHold: Underreplicated (Other on demo-1, for 95s): 4 partitions under-replicated
   BackgroundRepair: demo-0, demo-1 at 12.5/s for 30s (holds nothing)
 
-NAME     PHASE     READY   VIEW         UNDERREP   JOIN-PENDING   RING   LAST-REPAIR   VOLUME-AGE
-demo-0   Active    yes     3            0          0              0      75s ago       5d
-demo-1   Active    yes     2 (want 3)   4          1              ?      -             60m
-demo-2   Unready   no      -            -          -              -      -             -
+NAME     PHASE     READY   VIEW         UNDERREP   JOIN-PENDING   QUIET             LAST-REPAIR   VOLUME-AGE
+demo-0   Active    yes     3            0          0              75s (12 rounds)   75s ago       5d
+demo-1   Active    yes     2 (want 3)   4          1              90s (? rounds)    -             60m
+demo-2   Unready   no      -            -          -              -                 -             -
 
 Kept volumes (not members):
 PVC           MEMBER   AWAY   REUSABLE
@@ -279,17 +293,17 @@ Pod    demo-5   demo-5   not controlled by demo
         assert_eq!(status_text(&cr, &births, now), want);
     }
 
-    /// The leaver's ring backlog and a stuck hold on repairs read as such.
+    /// A client still writing to the leaver and a stuck hold on repairs read as such.
     #[test]
-    fn a_hold_on_the_leavers_ring_or_stuck_on_repairs() {
+    fn a_hold_on_a_client_writing_to_the_leaver_or_stuck_on_repairs() {
         let mut cr = cluster(json!({"nodes": 3}));
         let now = t("2026-11-25T10:00:00Z");
         let status = cr.status.as_mut().unwrap();
         status.handoff_hold = Some(
             serde_json::from_value(
-                json!({"reason": "LeaverBacklog", "moving": "ReplicationRing",
+                json!({"reason": "LeaverBacklog", "moving": "ClientTraffic",
                 "members": ["demo-2"], "ratePerSecond": 1200.0, "since": "2026-11-25T09:58:00Z",
-                "message": "demo-2 still holds 1200 writes"}),
+                "message": "demo-2 still receives client commands"}),
             )
             .unwrap(),
         );
@@ -297,7 +311,7 @@ Pod    demo-5   demo-5   not controlled by demo
         assert_eq!(
             hold_lines(status, now),
             [
-                "HandoffHold: LeaverBacklog (ReplicationRing on demo-2, backlog 1200 ops, for 2m): demo-2 still holds 1200 writes"
+                "HandoffHold: LeaverBacklog (ClientTraffic on demo-2 at 1200.0 writes/s, for 2m): demo-2 still receives client commands"
             ]
         );
         status.handoff_hold = Some(

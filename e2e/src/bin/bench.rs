@@ -1136,8 +1136,8 @@ async fn load(percents: &[u64], bound_seconds: u64) -> anyhow::Result<()> {
     );
     let gap_rate = 5.0 * ring;
     println!(
-        "# ring-gap rate of 5 members: {gap_rate:.0} SET/s (R = {ring:.0}/s, anti-entropy {}/s a member)",
-        settings["ae_ops_per_sec"]
+        "# ring-gap rate of 5 members: {gap_rate:.0} SET/s (R = {ring:.0}/s; anti-entropy every {} ms + up to {} ms)",
+        settings["ae_interval_ms"], settings["ae_jitter_ms"]
     );
     for pct in percents {
         load_once(*pct, gap_rate, Duration::from_secs(bound_seconds)).await?;
