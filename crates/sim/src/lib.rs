@@ -14,6 +14,8 @@
 //! - [`operator_pod`]: the operator image's pods, run as the local operator binary.
 //! - [`provisioner`]: binds PVCs of the harness StorageClass to PVs it creates.
 //! - [`control`]: the loopback control API tests use to read state and inject faults.
+//! - [`trace`]: recorded traces of real marekvs clusters (`marekvs-trace`) and the properties
+//!   checked over them.
 #![forbid(unsafe_code)]
 
 pub mod container_state;
@@ -26,4 +28,5 @@ pub mod podlet;
 pub mod provisioner;
 pub mod real_node;
 pub mod resp;
+pub mod trace;
 pub mod world;
