@@ -71,7 +71,8 @@
 //! at most one member is disrupted by the operator (drained, or its pod deleted by it); a
 //! removal never leaves fewer than replicationFactor + 1 members, and none starts with
 //! replicationFactor 1; a PVC is deleted only when every partition on it is held by another
-//! member's volume; in a mass failure (replicationFactor or more members down,
+//! member's volume that can serve it again (a running pod's, or one not stale: a stale volume
+//! is never mounted again, so a removal victim's kept stale volume is no copy); in a mass failure (replicationFactor or more members down,
 //! `mass_failure`) the operator only re-creates pods on their own volumes; no drain, pod or
 //! volume deletion, and no new removal or restart, while the ready members' views disagree by
 //! identity or a suspected partition is reported; no pod is ever (re)created on a volume away
@@ -1172,16 +1173,27 @@ impl World {
             Action::DeletePvc(o) => {
                 self.delete_unique(o, members, now)?;
                 if let Some(v) = self.vols.get(&o) {
-                    // Every partition on it must be on another current member's volume.
+                    // Every partition on it must be on another current member's volume that
+                    // can serve it again: a running pod's, or one within the stale-volume
+                    // grace (a stale volume is never mounted again: its copy is none).
+                    let stale = |m: &u32| {
+                        self.vols[m]
+                            .absent_since
+                            .is_some_and(|since| now - since > self.stale_grace_ms)
+                    };
                     for p in 0..PARTITIONS {
-                        if v.data[p]
-                            && !members
+                        let elsewhere = |m: &u32| {
+                            *m != o && self.holds(*m, p) && (self.running(*m) || !stale(m))
+                        };
+                        if v.data[p] && !members.iter().chain(self.pods.keys()).any(elsewhere) {
+                            let on: Vec<u32> = self
+                                .vols
                                 .iter()
-                                .chain(self.pods.keys())
-                                .any(|m| *m != o && self.holds(*m, p))
-                        {
+                                .filter(|(m, w)| **m != o && w.data[p])
+                                .map(|(m, _)| *m)
+                                .collect();
                             return Err(format!(
-                                "deleted data-{o} holding the last copy of partition {p}"
+                                "deleted data-{o} holding the last copy of partition {p} (other copies only on stale volumes or none: {on:?})"
                             ));
                         }
                     }

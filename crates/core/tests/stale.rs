@@ -263,3 +263,54 @@ fn a_restart_before_the_hand_off_is_not_made_on_a_stale_volume() {
     );
     assert!(stale_note(&d).is_some());
 }
+
+/// A removal past its hand-off counts on one surviving owner per partition until it settles:
+/// a member that went away meanwhile (here fenced, then unfenced past the grace) may hold the
+/// only copy of what the victim handed off, the victim's volume being stale too. Its volume is
+/// not replaced while the removal is unsettled (DST seed 3559: partitions held by demo-1 and
+/// demo-4 alone were lost with data-demo-1).
+#[test]
+fn a_stale_volume_is_not_replaced_while_a_removal_past_its_hand_off_is_unsettled() {
+    let mut memory = active(&[0, 1, 2, 3, 4]);
+    memory.phases.insert(4, MemberPhase::Leaving);
+    let settling = Removal {
+        ordinal: 4,
+        reason: VictimReason::HighestOrdinal,
+        step: RemovalStep::Settling,
+        started_at: NOW - 4 * GRACE,
+        step_started_at: NOW - 3 * GRACE,
+    };
+    memory.disruption = Some(Disruption::Removal(settling.clone()));
+    let mut observed: BTreeMap<u32, MemberObs> = [0, 2, 3]
+        .into_iter()
+        .map(|o| (o, member(true, None)))
+        .collect();
+    observed.insert(1, member(false, Some(NOW - 2 * GRACE)));
+    observed.insert(4, member(false, Some(NOW - 3 * GRACE)));
+    let d = decide_at(&spec(4, 2), &memory, &observed);
+    assert!(d.mass_failure.is_none());
+    assert!(
+        !d.actions.contains(&Action::DeletePvc(1)),
+        "{:?}",
+        d.actions
+    );
+    assert!(stale_note(&d).is_none());
+    let progress = d.progress.unwrap_or_default();
+    assert!(
+        progress.contains(
+            "the volume of demo-1 is stale; it is not replaced while the removal of demo-4 is unsettled"
+        ),
+        "{progress}"
+    );
+    assert_eq!(
+        d.memory.disruption,
+        Some(Disruption::Removal(settling)),
+        "the removal waits for demo-1"
+    );
+    // Once the removal completed (or before its hand-off), the others' gate decides.
+    let mut done = active(&[0, 1, 2, 3]);
+    done.disruption = None;
+    observed.remove(&4);
+    let d = decide_at(&spec(4, 2), &done, &observed);
+    assert_eq!(d.actions, [Action::DeletePvc(1)]);
+}

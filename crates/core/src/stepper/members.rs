@@ -247,6 +247,20 @@ impl Pass<'_> {
         if new_member {
             return true;
         }
+        // The member of a removal or restart past its pod's deletion handed its data to the
+        // others, one surviving owner per partition being enough (`handoff::rounds_needed`):
+        // until that step's own gate passes (views without it, every member ready again), a
+        // partition it held may be on this member's volume alone, and its own volume counts
+        // for nothing (it is stale too, or never mounted again). The gate below cannot see
+        // that (the gauges are membership counts): the volume waits for the step to settle,
+        // which needs this member back, so the user decides, as in a mass failure.
+        if let Some((v, what)) = self.handed_off_disruption().filter(|(v, _)| *v != o) {
+            self.progress.push(format!(
+                "the volume of {name} is stale; it is not replaced while the {what} of {} is unsettled: what it handed off may be on {name} alone (keep the data by removing the annotation marekvs.io/absent-since, or delete data-{name})",
+                self.spec.member_name(v)
+            ));
+            return false;
+        }
         // Another member away on a stale volume holds nothing the gate can count on and is
         // in no view: the others are those that can hold the data (two members unfenced or
         // back after the grace would otherwise wait on each other for ever).
@@ -266,6 +280,18 @@ impl Pass<'_> {
                 ));
                 false
             }
+        }
+    }
+
+    /// The member of the removal or restart in progress once its data was handed off (its pod
+    /// deleted after the hand-off gate passed), with what the step is called.
+    fn handed_off_disruption(&self) -> Option<(u32, &'static str)> {
+        match &self.disruption {
+            Some(Disruption::Removal(r)) if r.step >= RemovalStep::Deleting => {
+                Some((r.ordinal, "removal"))
+            }
+            Some(Disruption::Roll(r)) if r.handed_off_pvc.is_some() => Some((r.ordinal, "restart")),
+            _ => None,
         }
     }
 
