@@ -23,6 +23,9 @@ pub struct Settings {
     pub flush_backlog_max_ms: u64,
     /// A (re)started member stays Joining at least this long.
     pub join_delay_ms: u64,
+    /// ... and, while its view holds other members but none of them Active (a cold start of
+    /// the cluster), until this long after its start (the node's cold-start settle, 6 s).
+    pub cold_start_settle_ms: u64,
     /// Whole partitions one member bootstraps per second.
     pub copy_rate_per_sec: f64,
     /// Bootstrapping a partition costs one unit of the copy budget plus one per this many
@@ -68,6 +71,7 @@ impl Default for Settings {
             flush_ms: 2000,
             flush_backlog_max_ms: 7000,
             join_delay_ms: 2000,
+            cold_start_settle_ms: 6000,
             copy_rate_per_sec: 2048.0,
             copy_bytes_per_unit: 64 * 1024,
             load_ops_per_sec: 0.0,

@@ -700,6 +700,37 @@ fn resp_opens_only_once_active_after_every_start() {
     assert!(!c.resp_open(&member(0)), "closed again after a restart");
 }
 
+/// marekvs-repl `join_ready`: with other members in its view but none Active (a cold start),
+/// the gate holds until 6 s after the start (`COLD_START_SETTLE`); alone, or with an Active
+/// peer, only the 2 s sleep and bootstrap hold it. Real traces: a cold cluster of 2 or 3 reads
+/// ready 6.5-7 s after starting, a member restarting among Active peers 2.4 s after.
+#[test]
+fn a_cold_start_stays_joining_six_seconds_a_start_among_active_peers_two() {
+    let mut c = Cluster::new(exact(), 3);
+    for i in 0..3 {
+        c.start_member(secs(0.0), spec(i, 2));
+    }
+    run(&mut c, 0.0, 5.9);
+    for i in 0..3 {
+        assert!(!c.resp_open(&member(i)), "cold: still Joining at 5.9 s");
+        assert!(!figure(&c, 5.9, i).ready);
+    }
+    run(&mut c, 6.0, 6.5);
+    for i in 0..3 {
+        assert!(c.resp_open(&member(i)), "cold: Active once 6 s passed");
+    }
+    c.terminate(secs(20.0), &member(1));
+    run(&mut c, 6.6, 40.0);
+    c.start_member(secs(40.0), spec(1, 2));
+    run(&mut c, 40.0, 42.5);
+    assert!(c.resp_open(&member(1)), "among Active peers: after the 2 s sleep");
+    // Alone: nobody to settle with.
+    let mut alone = Cluster::new(exact(), 3);
+    alone.start_member(secs(0.0), spec(0, 1));
+    run(&mut alone, 0.0, 2.5);
+    assert!(alone.resp_open(&member(0)));
+}
+
 #[test]
 fn myid_is_the_node_id_in_40_hex_digits() {
     assert_eq!(node_myid("3"), format!("{:040x}", 3));
