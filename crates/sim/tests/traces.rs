@@ -4,6 +4,7 @@
 //! of a real trace (the old model's assumptions: a ring that drains to 0, a drain that moves
 //! partitions, gauges right from the first scrape, ...).
 
+use std::collections::BTreeSet;
 use std::path::PathBuf;
 
 use marekvs_sim::trace::format::{Member, Trace, What};
@@ -407,4 +408,487 @@ fn keys_lost_with_a_drained_member_fail() {
         *found -= 12;
     }
     fails(props::drained_exit_loses_nothing(&t));
+}
+
+// ----- the simulator model, driven through the same scenarios -----
+//
+// Each scenario runs on `ModelBackend` (the simulator's model in virtual time, fixed seed)
+// through the same scenario code and recorder as the real traces, at full scale: the gap
+// scenario's 180,000 SETs of 1 KiB cost about 3 s of CPU and 270 MB in a debug build, so it
+// needs no shrinking (which would also have left the 128 MiB ring cap of the properties
+// unreached). Every property that holds on the real trace must hold on the model's, with the
+// same checker and thresholds; a headline comparison per scenario follows.
+
+use std::sync::OnceLock;
+
+use marekvs_sim::trace::model::{ModelBackend, ModelConfig};
+use marekvs_sim::trace::recorder::Recorder;
+use marekvs_sim::trace::scenario;
+
+/// Model seed: fixed, so every run of a scenario is the same.
+const SEED: u64 = 1;
+
+fn run_model(name: &str) -> Trace {
+    let plan = scenario::plan(name).expect("a scenario");
+    let mut cfg = ModelConfig::new(plan.members, plan.replicas_n);
+    cfg.seed = SEED;
+    let backend = ModelBackend::new(cfg);
+    let mut rec = Recorder::new(backend, name, plan.deadline_ms);
+    for m in 0..plan.members {
+        let ip = rec.backend.ip(m);
+        rec.set_member_ip(m, ip);
+    }
+    let t0 = std::time::Instant::now();
+    let outcome = futures::executor::block_on(scenario::run(&mut rec, name));
+    let trace = futures::executor::block_on(rec.finish());
+    eprintln!(
+        "model {name}: {} ms of scenario time in {:?}",
+        trace.end(),
+        t0.elapsed()
+    );
+    outcome.unwrap_or_else(|e| panic!("model {name}: {e:#}"));
+    trace
+}
+
+/// The model's trace of scenario `name`, run once per test binary.
+fn model(name: &str) -> &'static Trace {
+    static RUNS: [OnceLock<Trace>; 5] = [const { OnceLock::new() }; 5];
+    let i = scenario::SCENARIOS
+        .iter()
+        .position(|s| *s == name)
+        .expect("a scenario");
+    RUNS[i].get_or_init(|| run_model(name))
+}
+
+/// Properties that hold on the real trace but are not meaningful at the model's scale, with
+/// why: (scenario, property, reason). Each is printed when skipped, never passed silently.
+const NOT_AT_MODEL_SCALE: &[(&str, &str, &str)] = &[];
+
+/// Every property that holds on the real trace of `name` holds on the model's; none fails there.
+fn model_matches_real_properties(name: &str) {
+    let real = props::check_all(&load(name));
+    let sim = props::check_all(model(name));
+    let mut bad = Vec::new();
+    for (r, m) in real.iter().zip(&sim) {
+        assert_eq!(r.name, m.name);
+        if let Some((_, _, why)) = NOT_AT_MODEL_SCALE
+            .iter()
+            .find(|(s, p, _)| *s == name && *p == r.name)
+        {
+            println!("{name}: {} not checked on the model: {why}", r.name);
+            continue;
+        }
+        let must_hold = r.verdict == Verdict::Holds;
+        if m.verdict == Verdict::Fails || (must_hold && m.verdict != Verdict::Holds) {
+            bad.push(format!("real:\n{r}\nmodel:\n{m}"));
+        }
+    }
+    println!("{name} on the model:\n{}", show(&sim));
+    assert!(bad.is_empty(), "{name}:\n{}", bad.join("\n"));
+}
+
+#[test]
+fn model_writes_shows_the_real_properties() {
+    model_matches_real_properties("writes");
+}
+
+#[test]
+fn model_drain_shows_the_real_properties() {
+    model_matches_real_properties("drain");
+}
+
+#[test]
+fn model_gap_shows_the_real_properties() {
+    model_matches_real_properties("gap");
+}
+
+#[test]
+fn model_restart_shows_the_real_properties() {
+    model_matches_real_properties("restart");
+}
+
+#[test]
+fn model_idle_start_shows_the_real_properties() {
+    model_matches_real_properties("idle-start");
+}
+
+// ----- headline figures: the real trace and the model's, against the same tolerances -----
+
+/// The answered values of series `name` of member `m`: `(t, value)`.
+fn series(t: &Trace, m: usize, name: &str) -> Vec<(u64, u64)> {
+    t.members[m].points(name)
+}
+
+/// The first value at or after `from`.
+fn value_from(t: &Trace, m: usize, name: &str, from: u64) -> Option<(u64, u64)> {
+    series(t, m, name).into_iter().find(|(ts, _)| *ts >= from)
+}
+
+/// The last value at or before `until`.
+fn value_until(t: &Trace, m: usize, name: &str, until: u64) -> Option<(u64, u64)> {
+    series(t, m, name).into_iter().rfind(|(ts, _)| *ts <= until)
+}
+
+/// `(begun, ended, acked)` of the scenario's one burst of writes.
+fn burst(t: &Trace) -> (u64, u64, u32) {
+    let begun = event_time(t, |w| matches!(w, What::WritesBegun { .. }));
+    let (ended, acked) = t
+        .events
+        .iter()
+        .find_map(|e| match e.what {
+            What::WritesEnded { acked, .. } => Some((e.t, acked)),
+            _ => None,
+        })
+        .expect("writes ended");
+    (begun, ended, acked)
+}
+
+/// Whether `ring_ops` of member `m` never decreases within any life.
+fn ring_never_decreases(t: &Trace, m: usize) -> bool {
+    t.lives(m).into_iter().all(|(s, e)| {
+        let e = e.unwrap_or(u64::MAX);
+        let pts: Vec<u64> = series(t, m, "ring_ops")
+            .into_iter()
+            .filter(|(ts, _)| *ts >= s && *ts <= e)
+            .map(|x| x.1)
+            .collect();
+        pts.windows(2).all(|w| w[1] >= w[0])
+    })
+}
+
+/// Intervals (ms) between successive anti-entropy rounds of member `m` (times of the samples
+/// first showing each), leaving out those overlapping `[from, to]`.
+fn round_spacing(t: &Trace, m: usize, (from, to): (u64, u64)) -> Vec<u64> {
+    let pts = series(t, m, "ae_rounds_total");
+    let incs: Vec<u64> = pts
+        .windows(2)
+        .filter(|w| w[1].1 > w[0].1)
+        .map(|w| w[1].0)
+        .collect();
+    incs.windows(2)
+        .filter(|w| w[1] < from || w[0] > to)
+        .map(|w| w[1] - w[0])
+        .collect()
+}
+
+/// Rounds every 5 s + 0-2 s, seen by 500 ms samples: 5-7 s, one sample either way.
+const ROUND_SPACING_MS: (u64, u64) = (4_500, 7_500);
+
+/// The delay from SIGTERM to exit and the exit code.
+fn exit_after_sigterm(t: &Trace) -> (u64, Option<i32>) {
+    let ts = event_time(t, |w| matches!(w, What::Sigterm { .. }));
+    t.events
+        .iter()
+        .find_map(|e| match e.what {
+            What::Exit { code, .. } if e.t >= ts => Some((e.t - ts, code)),
+            _ => None,
+        })
+        .expect("an exit after SIGTERM")
+}
+
+/// The reads events: `(t, m, checked, missing)`.
+fn reads(t: &Trace) -> Vec<(u64, usize, u32, u32)> {
+    t.events
+        .iter()
+        .filter_map(|e| match e.what {
+            What::Reads {
+                m,
+                checked,
+                missing,
+                ..
+            } => Some((e.t, m, checked, missing)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Check `figures` (name, pass, shown) of the real trace and of the model's.
+fn compare(name: &str, figures: impl Fn(&Trace) -> Vec<(&'static str, bool, String)>) {
+    let mut bad = Vec::new();
+    for (who, t) in [("real", &load(name)), ("model", model(name))] {
+        for (what, pass, shown) in figures(t) {
+            println!("{name} {who:5} {what}: {shown}");
+            if !pass {
+                bad.push(format!("{who}: {what}: {shown}"));
+            }
+        }
+    }
+    assert!(bad.is_empty(), "{name}:\n{}", bad.join("\n"));
+}
+
+#[test]
+fn writes_headlines_real_and_model() {
+    compare("writes", |t| {
+        let (begun, ended, n) = burst(t);
+        let n = u64::from(n);
+        let origin = value_from(t, 0, "ring_ops", ended + 4_000);
+        let receiver = series(t, 1, "ring_ops")
+            .into_iter()
+            .find(|(ts, v)| *ts >= ended && *ts <= ended + 20_000 && *v >= n);
+        let applied = value_until(t, 1, "repl_ops_applied_total", ended + 2_000);
+        let spacing: Vec<u64> = (0..2)
+            .flat_map(|m| round_spacing(t, m, (begun, ended + 10_000)))
+            .collect();
+        let late_missing: Vec<u32> = reads(t)
+            .into_iter()
+            .filter(|r| r.0 >= ended + 5_000)
+            .map(|r| r.3)
+            .collect();
+        vec![
+            (
+                "origin ring_ops >= N 4 s after N writes",
+                origin.is_some_and(|o| o.1 >= n),
+                format!("{origin:?}, N {n}"),
+            ),
+            (
+                "receiver ring_ops >= N within 20 s",
+                receiver.is_some(),
+                format!("{:?}", receiver.map(|r| (r.0 - ended, r.1))),
+            ),
+            (
+                "ring_ops never decreasing on both",
+                (0..2).all(|m| ring_never_decreases(t, m)),
+                String::new(),
+            ),
+            (
+                "receiver applied 99-100 % of the writes 2 s after them (replication, not AE)",
+                applied.is_some_and(|a| a.1 * 100 >= n * 99 && a.1 <= n),
+                format!("{applied:?} of {n}"),
+            ),
+            (
+                "AE round spacing 5-7 s (+-500 ms) away from the writes",
+                !spacing.is_empty()
+                    && spacing
+                        .iter()
+                        .all(|s| (ROUND_SPACING_MS.0..=ROUND_SPACING_MS.1).contains(s)),
+                format!("{spacing:?}"),
+            ),
+            (
+                "no key missing through the receiver from 5 s after the writes",
+                !late_missing.is_empty() && late_missing.iter().all(|m| *m == 0),
+                format!("{late_missing:?}"),
+            ),
+        ]
+    });
+}
+
+#[test]
+fn drain_headlines_real_and_model() {
+    compare("drain", |t| {
+        let drain = event_time(t, |w| matches!(w, What::Drain { .. }));
+        let (delay, code) = exit_after_sigterm(t);
+        let exit = event_time(t, |w| matches!(w, What::Exit { .. }));
+        let owned: Vec<usize> = (0..3)
+            .map(|m| {
+                series(t, m, "cluster_owned_partitions")
+                    .into_iter()
+                    .filter(|(ts, _)| *ts >= drain && *ts <= exit)
+                    .map(|x| x.1)
+                    .collect::<BTreeSet<u64>>()
+                    .len()
+            })
+            .collect();
+        let dropped: Vec<Option<u64>> = (0..2)
+            .map(|m| {
+                series(t, m, "cluster_members")
+                    .into_iter()
+                    .find(|(ts, v)| *ts > exit && *v == 2)
+                    .map(|x| x.0 - exit)
+            })
+            .collect();
+        let took_over: Vec<Option<u64>> = (0..2)
+            .map(|m| series(t, m, "cluster_owned_partitions").last().map(|x| x.1))
+            .collect();
+        let last = reads(t).last().copied();
+        vec![
+            (
+                "owned partitions unchanged between /drain and exit, every member",
+                owned.iter().all(|n| *n == 1),
+                format!("distinct values {owned:?}"),
+            ),
+            (
+                "exit 2-9.5 s after SIGTERM, code 0",
+                (2_000..=9_500).contains(&delay) && code == Some(0),
+                format!("{delay} ms, {code:?}"),
+            ),
+            (
+                "survivors count 2 members 1-20 s after the exit",
+                dropped
+                    .iter()
+                    .all(|d| d.is_some_and(|d| (1_000..=20_000).contains(&d))),
+                format!("{dropped:?}"),
+            ),
+            (
+                "survivors own all 4096 partitions in the end",
+                took_over.iter().all(|o| *o == Some(4096)),
+                format!("{took_over:?}"),
+            ),
+            (
+                "last read through a survivor finds every key",
+                last.is_some_and(|r| r.3 == 0 && r.2 == 5_000),
+                format!("{last:?}"),
+            ),
+        ]
+    });
+}
+
+#[test]
+fn gap_headlines_real_and_model() {
+    compare("gap", |t| {
+        let (begun, ended, n) = burst(t);
+        let n = u64::from(n);
+        let origin_ops = value_from(t, 0, "ring_ops", ended + 4_000);
+        let origin_bytes = value_from(t, 0, "ring_bytes", ended + 4_000);
+        let end = t.end();
+        let receivers: Vec<Option<u64>> = (1..3)
+            .map(|m| value_until(t, m, "ring_ops", end).map(|x| x.1))
+            .collect();
+        let rs = reads(t);
+        let (first, last) = (rs.first().copied(), rs.last().copied());
+        let repairs = |at: u64| -> u64 {
+            (0..3)
+                .filter_map(|m| value_until(t, m, "ae_repair_ops_total", at).map(|x| x.1))
+                .sum()
+        };
+        let repaired = repairs(end) - repairs(ended);
+        let spacing: Vec<u64> = (0..3)
+            .flat_map(|m| round_spacing(t, m, (begun, ended + 10_000)))
+            .collect();
+        vec![
+            (
+                "origin ring full (>= 99 % of 128 MiB) and below N (evicted) after the writes",
+                origin_bytes.is_some_and(|b| b.1 >= props::RING_FULL_BYTES)
+                    && origin_ops.is_some_and(|o| o.1 < n),
+                format!("ring_ops {origin_ops:?}, ring_bytes {origin_bytes:?}, N {n}"),
+            ),
+            (
+                "receivers' ring_ops at the end at least half the origin's",
+                receivers
+                    .iter()
+                    .all(|r| r.zip(origin_ops).is_some_and(|(r, o)| r * 2 >= o.1)),
+                format!("{receivers:?}"),
+            ),
+            (
+                "more than 10 % of the sampled keys missing right after the writes, fewer at the last read",
+                first
+                    .zip(last)
+                    .is_some_and(|(f, l)| f.3 * 10 > f.2 && l.3 < f.3),
+                format!("first {first:?}, last {last:?}"),
+            ),
+            (
+                "anti-entropy repaired at least 10,000 records after the writes",
+                repaired >= 10_000,
+                format!("{repaired}"),
+            ),
+            (
+                "AE round spacing 5-7 s (+-500 ms) away from the writes",
+                !spacing.is_empty()
+                    && spacing
+                        .iter()
+                        .all(|s| (ROUND_SPACING_MS.0..=ROUND_SPACING_MS.1).contains(s)),
+                format!("{spacing:?}"),
+            ),
+        ]
+    });
+}
+
+#[test]
+fn restart_headlines_real_and_model() {
+    compare("restart", |t| {
+        let (delay, code) = exit_after_sigterm(t);
+        let tr = event_time(t, |w| matches!(w, What::Restart { .. }));
+        let boots: BTreeSet<u64> = series(t, 1, "bootstraps_completed_total")
+            .into_iter()
+            .filter(|(ts, _)| *ts >= tr)
+            .map(|x| x.1)
+            .collect();
+        let s = &t.members[1].samples;
+        let ready = (0..s.len())
+            .find(|i| s.t[*i] >= tr && s.ready[*i] == 200)
+            .map(|i| s.t[i] - tr);
+        let uptime = value_from(t, 1, "uptime_seconds", tr).map(|x| x.1);
+        let last = reads(t).last().copied();
+        vec![
+            (
+                "exit 2-9.5 s after SIGTERM, code 0",
+                (2_000..=9_500).contains(&delay) && code == Some(0),
+                format!("{delay} ms, {code:?}"),
+            ),
+            (
+                "returning member's bootstraps stay 0",
+                boots.iter().all(|b| *b == 0) && !boots.is_empty(),
+                format!("{boots:?}"),
+            ),
+            (
+                "returning member ready 2-4 s after its restart (among Active peers)",
+                ready.is_some_and(|r| (2_000..=4_000).contains(&r)),
+                format!("{ready:?}"),
+            ),
+            (
+                "uptime at most 3 s at its first scrape",
+                uptime.is_some_and(|u| u <= 3),
+                format!("{uptime:?}"),
+            ),
+            (
+                "last read through it finds every key",
+                last.is_some_and(|r| r.1 == 1 && r.3 == 0 && r.2 == 3_000),
+                format!("{last:?}"),
+            ),
+        ]
+    });
+}
+
+#[test]
+fn idle_start_headlines_real_and_model() {
+    compare("idle-start", |t| {
+        let readies: Vec<Option<u64>> = (0..3)
+            .map(|m| {
+                let s = &t.members[m].samples;
+                let start = t.lives(m)[0].0;
+                (0..s.len())
+                    .find(|i| s.ready[*i] == 200)
+                    .map(|i| s.t[i] - start)
+            })
+            .collect();
+        let full: Vec<Option<u64>> = (0..3)
+            .map(|m| {
+                let start = t.lives(m)[0].0;
+                series(t, m, "cluster_members")
+                    .into_iter()
+                    .find(|x| x.1 == 3)
+                    .map(|x| x.0 - start)
+            })
+            .collect();
+        let first_round: Vec<Option<u64>> = (0..3)
+            .map(|m| {
+                let start = t.lives(m)[0].0;
+                series(t, m, "ae_rounds_total")
+                    .into_iter()
+                    .find(|x| x.1 >= 1)
+                    .map(|x| x.0 - start)
+            })
+            .collect();
+        vec![
+            (
+                "cold start: ready 6-8 s after the start (join gate settle)",
+                readies
+                    .iter()
+                    .all(|r| r.is_some_and(|r| (6_000..=8_000).contains(&r))),
+                format!("{readies:?}"),
+            ),
+            (
+                "full views in the gauges 2-4 s after the start (first refresh)",
+                full.iter()
+                    .all(|f| f.is_some_and(|f| (2_000..=4_000).contains(&f))),
+                format!("{full:?}"),
+            ),
+            (
+                "first AE round seen 5-7.5 s after the start",
+                first_round
+                    .iter()
+                    .all(|f| f.is_some_and(|f| (5_000..=7_500).contains(&f))),
+                format!("{first_round:?}"),
+            ),
+        ]
+    });
 }

@@ -2,7 +2,8 @@
 //! (would) own(s) that are empty on its volume, unless it is a returning member (back on its
 //! own volume within the grace: it trusts its data and waits for anti-entropy). A Joining
 //! member bootstraps what it would own once Active, and turns Active once nothing is left to
-//! bootstrap and `join_delay_ms` passed. Each copy counts in the receiver's
+//! bootstrap and `join_delay_ms` passed; on a cold start (its view holds other members but
+//! none Active) not before `cold_start_settle_ms` after its start. Each copy counts in the receiver's
 //! `marekvs_bootstraps_completed_total`, and its records enter the receiver's ring.
 
 use std::collections::BTreeSet;
@@ -191,6 +192,16 @@ impl Cluster {
             || now_ms < m.started_ms + self.settings.join_delay_ms
             || !m.bootstrap.is_empty()
             || m.placement_dirty
+        {
+            return;
+        }
+        let others = m.view.iter().filter(|(id, _)| **id != m.node_id);
+        let (mut any_other, mut active_other) = (false, false);
+        for (_, state) in others {
+            any_other = true;
+            active_other |= state.phase == NodePhase::Active;
+        }
+        if any_other && !active_other && now_ms < m.started_ms + self.settings.cold_start_settle_ms
         {
             return;
         }

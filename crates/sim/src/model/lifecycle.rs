@@ -78,7 +78,10 @@ impl Cluster {
             placement_dirty: true,
             bootstrap: BTreeSet::new(),
             copy_budget: 0.0,
-            ring: Ring::new(self.settings.ring_ops_per_sec.max(0.0)),
+            ring: Ring::new(
+                self.settings.ring_ops_per_sec.max(0.0),
+                self.settings.ring_ship_bytes_per_sec.max(0.0),
+            ),
             ae_round: 0,
             next_ae_ms,
             gauges: None,

@@ -6,10 +6,10 @@
 //! `marekvs_ring_bytes` are its occupancy: after one write they never read 0 again until
 //! the process restarts.
 //!
-//! Shipping is apart: the sender walks the ring at most `ring_ops_per_sec` originated entries a
-//! second and ships each entry this member originated to the owners of its partition in its
-//! view (and, when it is the partition's primary, to non-owners holding a live read lease on
-//! the key). Received entries are never relayed. Each connected peer has a cursor: a peer
+//! Shipping is apart: the sender walks the ring at most `ring_ops_per_sec` originated entries
+//! and `ring_ship_bytes_per_sec` of their bytes a second, and ships each entry this member
+//! originated to the owners of its partition in its view (and, when it is the partition's
+//! primary, to non-owners holding a live read lease on the key). Received entries are never relayed. Each connected peer has a cursor: a peer
 //! not connected keeps its place and catches up when it is back; a cursor behind the oldest
 //! retained entry jumps over what was evicted (a ring gap), and a small fraction of entries
 //! is silently skipped for a peer (`ring_skip_fraction`). Gaps and skips reach that peer only
@@ -39,10 +39,12 @@ pub(crate) struct Ring {
     /// Peer node id → the last sequence number walked for it.
     cursors: BTreeMap<String, u64>,
     tokens: f64,
+    /// The byte bucket beside the ops bucket.
+    byte_tokens: f64,
 }
 
 impl Ring {
-    pub fn new(tokens: f64) -> Self {
+    pub fn new(tokens: f64, byte_tokens: f64) -> Self {
         Ring {
             entries: VecDeque::new(),
             first_seq: 1,
@@ -50,6 +52,7 @@ impl Ring {
             sent: 0,
             cursors: BTreeMap::new(),
             tokens,
+            byte_tokens,
         }
     }
 
@@ -133,10 +136,17 @@ impl Cluster {
     pub(crate) fn ship(&mut self, key: &str, dt: f64) {
         let peers = self.connected_peers(key);
         let rate = self.settings.ring_ops_per_sec;
+        let byte_rate = self.settings.ring_ship_bytes_per_sec;
         let m = self.members.get_mut(key).expect("member exists");
         let ring = &mut m.ring;
         ring.tokens = if rate > 0.0 {
             (ring.tokens + rate * dt).min(rate.max(1.0))
+        } else {
+            f64::INFINITY
+        };
+        let byte_cap = byte_rate.max(1.0);
+        ring.byte_tokens = if byte_rate > 0.0 {
+            (ring.byte_tokens + byte_rate * dt).min(byte_cap)
         } else {
             f64::INFINITY
         };
@@ -159,12 +169,17 @@ impl Cluster {
         }
         let mut sent = ring.sent;
         while sent < head {
-            let is_origin = ring.get(sent + 1).is_some_and(|e| e.origin.is_some());
-            if is_origin {
-                if ring.tokens < 1.0 {
+            let origin_bytes = ring
+                .get(sent + 1)
+                .filter(|e| e.origin.is_some())
+                .map(|e| e.bytes as f64);
+            if let Some(bytes) = origin_bytes {
+                // An entry above a whole second's bytes goes once the bucket is full.
+                if ring.tokens < 1.0 || ring.byte_tokens < bytes.min(byte_cap) {
                     break;
                 }
                 ring.tokens -= 1.0;
+                ring.byte_tokens -= bytes;
             }
             sent += 1;
             for (id, _) in &peers {

@@ -23,6 +23,9 @@ pub struct Settings {
     pub flush_backlog_max_ms: u64,
     /// A (re)started member stays Joining at least this long.
     pub join_delay_ms: u64,
+    /// ... and, while its view holds other members but none of them Active (a cold start of
+    /// the cluster), until this long after its start (the node's cold-start settle, 6 s).
+    pub cold_start_settle_ms: u64,
     /// Whole partitions one member bootstraps per second.
     pub copy_rate_per_sec: f64,
     /// Bootstrapping a partition costs one unit of the copy budget plus one per this many
@@ -35,6 +38,12 @@ pub struct Settings {
     /// one second of it). Writes above it wait in the ring (the backlog SIGTERM waits for);
     /// past the ring's capacity the oldest are evicted unshipped: a ring gap. 0: unlimited.
     pub ring_ops_per_sec: f64,
+    /// ... and at most this many of their ring bytes (key + value + 32) per second (a bucket
+    /// of one second too), so large values ship slower than small ones. 0: unlimited.
+    /// Measured on marekvs 0.2 (crates/sim/tests/traces): 2,000 to 5,000 writes of 16 B
+    /// reached the other owners within 0.5-1 s; during a burst of 1 KiB writes about
+    /// 4,500 entries a second (some 4.7 MB/s) went out.
+    pub ring_ship_bytes_per_sec: f64,
     /// Ring capacity: entries are evicted oldest first past this many ...
     pub ring_capacity_ops: u64,
     /// ... or this many bytes (each entry counts key + value + 32).
@@ -68,10 +77,12 @@ impl Default for Settings {
             flush_ms: 2000,
             flush_backlog_max_ms: 7000,
             join_delay_ms: 2000,
+            cold_start_settle_ms: 6000,
             copy_rate_per_sec: 2048.0,
             copy_bytes_per_unit: 64 * 1024,
             load_ops_per_sec: 0.0,
-            ring_ops_per_sec: 400.0,
+            ring_ops_per_sec: 20_000.0,
+            ring_ship_bytes_per_sec: 4_500_000.0,
             ring_capacity_ops: 262_144,
             ring_capacity_bytes: 128 << 20,
             ring_skip_fraction: 9.0 / 2000.0,

@@ -224,6 +224,37 @@ fn load_above_the_ship_rate_waits_in_the_ring_and_gaps_past_its_capacity() {
     assert_eq!(reached(&c), 100);
 }
 
+/// The real node's pace (crates/sim/tests/traces): 2,000 SETs of 16 B were applied on the
+/// other owner within 0.5 s of the writes; a burst of 1 KiB SETs shipped about 4,500 entries a
+/// second.
+#[test]
+fn the_default_ship_pace_is_the_measured_one() {
+    let mut c = boot(2, 2);
+    for i in 0..2_000 {
+        let k = format!("key:{i}");
+        c.set(secs(20.0), &member(0), k.as_bytes(), b"0123456789abcdef")
+            .unwrap();
+    }
+    run(&mut c, 20.1, 20.5);
+    assert_eq!(
+        figure(&c, 20.5, 1).repl_ops_applied_total,
+        2_000,
+        "small: at once"
+    );
+    let v = vec![b'x'; 1024];
+    for i in 0..20_000 {
+        let k = format!("big:{i}");
+        c.set(secs(21.0), &member(0), k.as_bytes(), &v).unwrap();
+    }
+    // The byte bucket holds a second's worth: 1 s of bucket, then 4 s of pace.
+    run(&mut c, 21.1, 25.0);
+    let shipped = figure(&c, 25.0, 1).repl_ops_applied_total - 2_000;
+    assert!(
+        (4_000 * 4..=4_800 * 5).contains(&shipped),
+        "about 4,500 1 KiB entries a second: {shipped} in 4 s"
+    );
+}
+
 #[test]
 fn a_silently_skipped_write_is_readable_through_an_owner_only_after_an_ae_round() {
     let mut c = boot_with(
@@ -698,6 +729,40 @@ fn resp_opens_only_once_active_after_every_start() {
     c.kill(secs(3.0), &member(0));
     c.start_member(secs(4.0), spec(0, 1));
     assert!(!c.resp_open(&member(0)), "closed again after a restart");
+}
+
+/// marekvs-repl `join_ready`: with other members in its view but none Active (a cold start),
+/// the gate holds until 6 s after the start (`COLD_START_SETTLE`); alone, or with an Active
+/// peer, only the 2 s sleep and bootstrap hold it. Real traces: a cold cluster of 2 or 3 reads
+/// ready 6.5-7 s after starting, a member restarting among Active peers 2.4 s after.
+#[test]
+fn a_cold_start_stays_joining_six_seconds_a_start_among_active_peers_two() {
+    let mut c = Cluster::new(exact(), 3);
+    for i in 0..3 {
+        c.start_member(secs(0.0), spec(i, 2));
+    }
+    run(&mut c, 0.0, 5.9);
+    for i in 0..3 {
+        assert!(!c.resp_open(&member(i)), "cold: still Joining at 5.9 s");
+        assert!(!figure(&c, 5.9, i).ready);
+    }
+    run(&mut c, 6.0, 6.5);
+    for i in 0..3 {
+        assert!(c.resp_open(&member(i)), "cold: Active once 6 s passed");
+    }
+    c.terminate(secs(20.0), &member(1));
+    run(&mut c, 6.6, 40.0);
+    c.start_member(secs(40.0), spec(1, 2));
+    run(&mut c, 40.0, 42.5);
+    assert!(
+        c.resp_open(&member(1)),
+        "among Active peers: after the 2 s sleep"
+    );
+    // Alone: nobody to settle with.
+    let mut alone = Cluster::new(exact(), 3);
+    alone.start_member(secs(0.0), spec(0, 1));
+    run(&mut alone, 0.0, 2.5);
+    assert!(alone.resp_open(&member(0)));
 }
 
 #[test]

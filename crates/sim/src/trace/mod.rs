@@ -4,6 +4,7 @@
 //! - [`backend`]: what a scenario drives ([`backend::Backend`]), and the parsers of what a
 //!   member answers (`/metrics`, `CLUSTER NODES`).
 //! - [`real`]: the backend over real server processes on loopback.
+//! - [`model`]: the backend over the simulator's model, in virtual time.
 //! - [`client`]: a small pipelining RESP client.
 //! - [`recorder`]: samples members while a scenario runs and logs its events.
 //! - [`scenario`]: the scenarios.
@@ -14,6 +15,7 @@
 pub mod backend;
 pub mod client;
 pub mod format;
+pub mod model;
 pub mod props;
 pub mod real;
 pub mod recorder;
