@@ -215,7 +215,10 @@ pub async fn wait_replication_quiet(
                         from[i] = Some(*rounds);
                         waiting.push(format!("{m} restarted"));
                     } else if *rounds < marekvs_core::handoff::rounds_needed(at) {
-                        waiting.push(format!("{m} at round {rounds} of {}", marekvs_core::handoff::rounds_needed(at)));
+                        waiting.push(format!(
+                            "{m} at round {rounds} of {}",
+                            marekvs_core::handoff::rounds_needed(at)
+                        ));
                     }
                 }
                 let sum: f64 = read.iter().map(|(_, _, c)| c).sum();

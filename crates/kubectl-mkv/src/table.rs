@@ -300,11 +300,9 @@ Pod    demo-5   demo-5   not controlled by demo
         let now = t("2026-11-25T10:00:00Z");
         let status = cr.status.as_mut().unwrap();
         status.handoff_hold = Some(
-            serde_json::from_value(
-                json!({"reason": "LeaverBacklog", "moving": "ClientTraffic",
+            serde_json::from_value(json!({"reason": "LeaverBacklog", "moving": "ClientTraffic",
                 "members": ["demo-2"], "ratePerSecond": 1200.0, "since": "2026-11-25T09:58:00Z",
-                "message": "demo-2 still receives client commands"}),
-            )
+                "message": "demo-2 still receives client commands"}))
             .unwrap(),
         );
         status.background_repair = None;
