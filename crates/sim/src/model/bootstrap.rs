@@ -183,11 +183,14 @@ impl Cluster {
         }
     }
 
-    /// A Joining member whose gate is empty (and whose start delay passed) turns Active.
+    /// A member not yet activated whose gate is empty (and whose start delay passed) turns
+    /// Active. A drain that came while it was joining is lost then: the node's join gate sets
+    /// Active whatever the phase (`marekvs-server/src/main.rs`), and its RESP port opens.
     pub(crate) fn maybe_activate(&mut self, key: &str, now_ms: u64) {
         let m = &self.members[key];
         if !m.is_up()
-            || m.phase != NodePhase::Joining
+            || m.activated
+            || !matches!(m.phase, NodePhase::Joining | NodePhase::Leaving)
             || m.faults.hold_join
             || now_ms < m.started_ms + self.settings.join_delay_ms
             || !m.bootstrap.is_empty()

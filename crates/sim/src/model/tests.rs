@@ -716,6 +716,19 @@ fn connection_counters_belong_to_one_process() {
 
 // 9. RESP only once Active; topology.
 
+/// A drain while joining is lost once the join gate opens, as on the node: the member turns
+/// Active and serves RESP (a drain that never let it open would hold every read of its view).
+#[test]
+fn a_drain_while_joining_is_lost_when_the_member_turns_active() {
+    let mut c = Cluster::new(exact(), 3);
+    c.start_member(secs(0.0), spec(0, 1));
+    run(&mut c, 0.0, 0.5);
+    assert!(c.drain(secs(0.5), &member(0)));
+    assert!(!c.resp_open(&member(0)), "still joining");
+    run(&mut c, 0.5, 10.0);
+    assert!(c.resp_open(&member(0)), "its join gate opened");
+}
+
 #[test]
 fn resp_opens_only_once_active_after_every_start() {
     let mut c = Cluster::new(exact(), 3);
