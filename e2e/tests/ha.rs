@@ -98,9 +98,13 @@ async fn a_standby_takes_over_within_the_lease_and_a_deposed_leader_stops_at_onc
 }
 
 /// Chaos: the operator is killed with SIGKILL again and again (every 1.5–4 s, at whatever step it
-/// is in) through a scale-down from 5 to 3 combined with a rolling update. At no poll may two
-/// members be down at once; every key written before reads back afterwards (and the simulator,
-/// where it runs, counts no lost partition); the end state is the spec.
+/// is in, [`KILLS`] times) through a scale-down from 5 to 3 combined with a rolling update, then
+/// left to finish. At no poll may two members be down at once; every key written before reads
+/// back afterwards (and the simulator, where it runs, counts no lost partition); the end state
+/// is the spec. The kills end because a restarted operator has no earlier reading of the
+/// leaver's RESP input (the ledger lives in its memory): it counts the leaver's anti-entropy
+/// rounds again from there (docs/scale-down.md), so under kills every few seconds no hand-off
+/// can finish; safe, not live.
 async fn kill_9_the_operator_again_and_again_through_a_scale_down_and_a_rollout()
 -> anyhow::Result<()> {
     let sim = Sim::from_env();
@@ -160,7 +164,7 @@ async fn kill_9_the_operator_again_and_again_through_a_scale_down_and_a_rollout(
             s.removal,
             s.rollout
         );
-        if Instant::now() >= next_kill {
+        if kills < KILLS && Instant::now() >= next_kill {
             op.kill().await?;
             op.restart()?;
             kills += 1;
@@ -185,6 +189,9 @@ async fn kill_9_the_operator_again_and_again_through_a_scale_down_and_a_rollout(
     }
     env.cleanup().await
 }
+
+/// How many times the chaos test kills the operator.
+const KILLS: u32 = 25;
 
 fn main() -> std::process::ExitCode {
     harness::run(marekvs_e2e::cases![
