@@ -291,7 +291,11 @@ async fn the_next_step_waits_while_data_is_still_copying_although_every_gauge_re
         // nothing: the next leaver's own rounds hand on what it holds.
         let repairs: u64 = members
             .iter()
-            .map(|m| m["figures"]["bootstraps_completed_total"].as_u64().unwrap_or(0))
+            .map(|m| {
+                m["figures"]["bootstraps_completed_total"]
+                    .as_u64()
+                    .unwrap_or(0)
+            })
             .sum();
         let gauges_zero = members.iter().all(|m| {
             m["figures"]["underreplicated_partitions"] == 0
