@@ -245,7 +245,41 @@ pub fn render_metrics(f: &MemberFigures) -> String {
         let _ = writeln!(out, "# TYPE {name} {kind}");
         let _ = writeln!(out, "{name} {value}");
     };
-    let gauges: [(&str, &str, u64); 14] = [
+    for (name, help, value) in gauges(f) {
+        one(name, help, "gauge", value.to_string());
+    }
+    for (name, help, value) in counters(f) {
+        one(name, help, "counter", value.to_string());
+    }
+    one(
+        "marekvs_uptime_seconds",
+        "Process uptime.",
+        "gauge",
+        format!("{:.3}", f.uptime_seconds),
+    );
+    let _ = writeln!(out, "# HELP marekvs_commands_total Commands executed.");
+    let _ = writeln!(out, "# TYPE marekvs_commands_total counter");
+    for (cmd, n) in &f.commands {
+        let _ = writeln!(out, "marekvs_commands_total{{cmd=\"{cmd}\"}} {n}");
+    }
+    let phase = match f.phase {
+        Some(NodePhase::Joining) => "joining",
+        Some(NodePhase::Active) => "active",
+        Some(NodePhase::Leaving) => "leaving",
+        None => "stopped",
+    };
+    let _ = writeln!(
+        out,
+        "# HELP marekvs_sim_phase Simulator only: the node's phase."
+    );
+    let _ = writeln!(out, "# TYPE marekvs_sim_phase gauge");
+    let _ = writeln!(out, "marekvs_sim_phase{{phase=\"{phase}\"}} 1");
+    out
+}
+
+/// The gauges a node exports: name, help, value.
+fn gauges(f: &MemberFigures) -> [(&'static str, &'static str, u64); 14] {
+    [
         (
             "marekvs_cluster_underreplicated_partitions",
             "Partitions with fewer than REPLICAS_N candidate owners in this node's view.",
@@ -312,11 +346,12 @@ pub fn render_metrics(f: &MemberFigures) -> String {
             "1 when writes are refused at the disk high-water mark.",
             u64::from(f.disk_write_stopped),
         ),
-    ];
-    for (name, help, value) in gauges {
-        one(name, help, "gauge", value.to_string());
-    }
-    let counters: [(&str, &str, u64); 8] = [
+    ]
+}
+
+/// The counters a node exports (per command, apart): name, help, value.
+fn counters(f: &MemberFigures) -> [(&'static str, &'static str, u64); 8] {
+    [
         (
             "marekvs_bootstraps_completed_total",
             "Partition bootstraps finished.",
@@ -357,34 +392,7 @@ pub fn render_metrics(f: &MemberFigures) -> String {
             "Client connections closed.",
             f.connections_closed_total,
         ),
-    ];
-    for (name, help, value) in counters {
-        one(name, help, "counter", value.to_string());
-    }
-    one(
-        "marekvs_uptime_seconds",
-        "Process uptime.",
-        "gauge",
-        format!("{:.3}", f.uptime_seconds),
-    );
-    let _ = writeln!(out, "# HELP marekvs_commands_total Commands executed.");
-    let _ = writeln!(out, "# TYPE marekvs_commands_total counter");
-    for (cmd, n) in &f.commands {
-        let _ = writeln!(out, "marekvs_commands_total{{cmd=\"{cmd}\"}} {n}");
-    }
-    let phase = match f.phase {
-        Some(NodePhase::Joining) => "joining",
-        Some(NodePhase::Active) => "active",
-        Some(NodePhase::Leaving) => "leaving",
-        None => "stopped",
-    };
-    let _ = writeln!(
-        out,
-        "# HELP marekvs_sim_phase Simulator only: the node's phase."
-    );
-    let _ = writeln!(out, "# TYPE marekvs_sim_phase gauge");
-    let _ = writeln!(out, "marekvs_sim_phase{{phase=\"{phase}\"}} 1");
-    out
+    ]
 }
 
 #[cfg(test)]
