@@ -15,12 +15,7 @@ impl Cluster {
         self.availability_dirty = false;
         let p = self.settings.partitions as usize;
         let mut owned = vec![false; p];
-        let keys: Vec<String> = self
-            .members
-            .iter()
-            .filter(|(_, m)| m.is_up())
-            .map(|(k, _)| k.clone())
-            .collect();
+        let keys = self.running_keys();
         for key in keys {
             for pid in self.owned(&key) {
                 owned[pid as usize] = true;

@@ -9,6 +9,15 @@ use super::{Cluster, ms};
 
 impl Cluster {
     /// Advance the model to `now`.
+    /// The members whose process is up, by key.
+    pub(crate) fn running_keys(&self) -> Vec<String> {
+        self.members
+            .iter()
+            .filter(|(_, m)| m.is_up())
+            .map(|(k, _)| k.clone())
+            .collect()
+    }
+
     pub fn tick(&mut self, now: Duration) {
         let now_ms = ms(now);
         let dt = self
@@ -16,12 +25,7 @@ impl Cluster {
             .map(|t| now_ms.saturating_sub(t) as f64 / 1000.0)
             .unwrap_or(0.0);
         self.last_tick_ms = Some(now_ms);
-        let keys: Vec<String> = self
-            .members
-            .iter()
-            .filter(|(_, m)| m.is_up())
-            .map(|(k, _)| k.clone())
-            .collect();
+        let keys = self.running_keys();
 
         for key in &keys {
             self.deliver_gossip(key, now_ms);

@@ -171,6 +171,24 @@ impl RealBackend {
         Ok(self.data[m].as_mut().expect("just set"))
     }
 
+    /// `count` pipelined requests on member `m`'s data connection; a failed one drops the
+    /// connection (the next call opens a new one).
+    async fn pipelined(
+        &mut self,
+        m: usize,
+        req: &[u8],
+        count: usize,
+    ) -> anyhow::Result<Vec<Reply>> {
+        let conn = self.data_conn(m).await?;
+        match conn.pipeline(req, count, BATCH_TIMEOUT).await {
+            Ok(r) => Ok(r),
+            Err(e) => {
+                self.data[m] = None;
+                Err(e)
+            }
+        }
+    }
+
     async fn resp_view(&mut self, m: usize) -> Option<RespView> {
         for _attempt in 0..2 {
             if self.observers[m].is_none() {
@@ -310,14 +328,7 @@ impl Backend for RealBackend {
             let value = value_of(i, value_bytes);
             req.extend(encode_command(&[b"SET".as_slice(), key.as_bytes(), &value]));
         }
-        let conn = self.data_conn(m).await?;
-        let replies = match conn.pipeline(&req, count, BATCH_TIMEOUT).await {
-            Ok(r) => r,
-            Err(e) => {
-                self.data[m] = None;
-                return Err(e);
-            }
-        };
+        let replies = self.pipelined(m, &req, count).await?;
         Ok(replies
             .iter()
             .filter(|r| matches!(r, Reply::Simple(s) if s == "OK"))
@@ -329,14 +340,7 @@ impl Backend for RealBackend {
         for i in keys {
             req.extend(encode_command(&["GET".to_string(), key_of(*i)]));
         }
-        let conn = self.data_conn(m).await?;
-        let replies = match conn.pipeline(&req, keys.len(), BATCH_TIMEOUT).await {
-            Ok(r) => r,
-            Err(e) => {
-                self.data[m] = None;
-                return Err(e);
-            }
-        };
+        let replies = self.pipelined(m, &req, keys.len()).await?;
         Ok(replies
             .iter()
             .map(|r| matches!(r, Reply::Bulk(_)))
