@@ -52,6 +52,10 @@ finish() {
 # Nothing when no test ran (the setup failed): a line of zeros would read as a clean run.
 summary() {
   grep -q '^test result:' "$log_file" || { log "no test ran"; return 0; }
+  # Each failed test's own message again, last: CI shows the end of the output, and the
+  # message is otherwise buried above the teardown.
+  awk '/^---- .* ----$/ { show = 1; n = 0 } /^failures:$/ && show { show = 0 }
+       show && n++ < 30 { print "[failed] " $0 }' "$log_file" >&2
   awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i; if ($(i+1) ~ /^ignored/) s += $i } }
        END { printf "e2e: %d passed, %d failed, %d skipped\n", p, f, s }' "$log_file"
 }

@@ -65,8 +65,8 @@ pub struct GateHold {
     pub blocked: Blocked,
     pub moving: Moving,
     pub members: Vec<u32>,
-    /// Summed repairs per second (`Repairs`), or the leaver's ring backlog in ops
-    /// (`ReplicationRing`).
+    /// Summed repairs per second (`Repairs`), or the leaver's write commands per second
+    /// (`ClientTraffic`).
     pub rate_per_sec: Option<f64>,
 }
 
@@ -123,13 +123,27 @@ impl HandoffGate<'_> {
 
     /// G1: every gated pod Ready and scraped.
     fn check_pods(&self) -> Result<(), GateHold> {
-        let not_ready: Vec<u32> = self
+        let unready: Vec<&(u32, &MemberObs)> = self
             .members
             .iter()
             .filter(|(_, m)| !m.pod.as_ref().is_some_and(|p| p.ready && !p.terminating))
-            .map(|(o, _)| *o)
             .collect();
+        let not_ready: Vec<u32> = unready.iter().map(|(o, _)| *o).collect();
         if !not_ready.is_empty() {
+            // Said as joining when every unready member is still bootstrapping: its join gate
+            // is what keeps it unready, and the figure says how far it has to go.
+            let pending: Option<Vec<String>> = unready
+                .iter()
+                .map(|(o, m)| {
+                    let n = m.scrape.as_ref()?.join_pending;
+                    (n > 0).then(|| format!("{}-{o} ({n} partitions)", self.name))
+                })
+                .collect();
+            if let Some(pending) = pending {
+                let message = format!("still joining: {}", pending.join(", "));
+                let reason = BlockReason::JoinPending;
+                return hold(reason, message, Moving::Bootstraps, not_ready, None);
+            }
             let message = format!("not ready: {}", self.who(&not_ready));
             return hold(
                 BlockReason::NotAllReady,
@@ -153,7 +167,7 @@ impl HandoffGate<'_> {
         Ok(())
     }
 
-    /// G2 and G3 by count: gauges at 0, views of the expected size.
+    /// G2 and G3 by count: under-replication at 0, views of the expected size.
     fn check_gauges(&self, scrapes: &[(u32, &Scrape)]) -> Result<(), GateHold> {
         let under: Vec<u32> = scrapes
             .iter()
@@ -174,16 +188,10 @@ impl HandoffGate<'_> {
                 None,
             );
         }
-        let joining: Vec<u32> = scrapes
-            .iter()
-            .filter(|(_, s)| s.join_pending > 0)
-            .map(|(o, _)| *o)
-            .collect();
-        if !joining.is_empty() {
-            let message = format!("still bootstrapping partitions: {}", self.who(&joining));
-            let reason = BlockReason::JoinPending;
-            return hold(reason, message, Moving::Bootstraps, joining, None);
-        }
+        // The join-gate gauge of a ready member holds nothing: a ready node is past its join
+        // gate, and what it counts then are bootstraps asked after a later view change, some
+        // of which no donor ever answers (the gauge can stay above 0 for good). Data they would
+        // bring is the leaver's rounds' to push (G5), and a copy that does arrive moves G4.
         let diverged: Vec<(u32, u64)> = scrapes
             .iter()
             .filter(|(_, s)| s.view_members != self.expected_view)
@@ -810,12 +818,24 @@ mod tests {
             Some(BlockReason::Underreplicated)
         );
 
-        let mut joining = ok.clone();
-        joining[0].scrape.as_mut().unwrap().join_pending = 4;
+        // Unready while its join gate still counts partitions: said as joining.
+        let mut joining = unready.clone();
+        joining[1].scrape.as_mut().unwrap().join_pending = 4;
+        let held = check(&joining, &samples, 3, None, 10_000).unwrap_err();
+        assert_eq!(held.reason, BlockReason::JoinPending);
+        assert!(held.message.contains("-1 (4 partitions)"), "{held:?}");
+        // Two unready, one of them not joining: just not ready.
+        let mut both = joining.clone();
+        both[2].pod.as_mut().unwrap().ready = false;
         assert_eq!(
-            reason(check(&joining, &samples, 3, None, 10_000)),
-            Some(BlockReason::JoinPending)
+            reason(check(&both, &samples, 3, None, 10_000)),
+            Some(BlockReason::NotAllReady)
         );
+        // A ready member's join-gate figure holds nothing (a real node's can stay above 0
+        // after a later view change: bootstraps no donor answers).
+        let mut stuck = ok.clone();
+        stuck[0].scrape.as_mut().unwrap().join_pending = 67;
+        assert_eq!(check(&stuck, &samples, 3, None, 10_000), Ok(()));
 
         // One view still holds the member that left.
         let diverged = numbered(vec![member(3), member(4), member(3)]);

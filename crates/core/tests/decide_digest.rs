@@ -104,7 +104,14 @@ const LOAD_PCT: u64 = 40;
 ///   `Scrape::default` reads a settled member (1,000 rounds, up for long) while `Sample::new`
 ///   is quiet at round 0. With the load generator at 0 % the run stops on branches never
 ///   reached (the hand-off's passing branches need the fourth generator, as under gate v2).
-const DIGEST: u64 = 0x917f_f0af_a68c_d789;
+/// - `0x917f_f0af_a68c_d789` → `0x8b0e_88e7_7631_0d42`: the join-gate figure of a ready member
+///   holds nothing (a real node's stays above 0 after a later view change when a donor never
+///   answers); `JoinPending` now names unready members that are all still joining, instead of
+///   `NotAllReady`.
+/// - `0x8b0e_88e7_7631_0d42` → `0x182f_9255_c6f8_7c28`: a fresh-volume restart past its hand-off keeps the
+///   old volume while another member that held data has no ready pod (DST seed 6734), and a
+///   stale volume of that restart's own member is gated over every other member.
+const DIGEST: u64 = 0x182f_9255_c6f8_7c28;
 
 /// What the generator draws beyond `SplitMix64`'s own.
 trait Draws {

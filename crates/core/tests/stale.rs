@@ -314,3 +314,46 @@ fn a_stale_volume_is_not_replaced_while_a_removal_past_its_hand_off_is_unsettled
     let d = decide_at(&spec(4, 2), &done, &observed);
     assert_eq!(d.actions, [Action::DeletePvc(1)]);
 }
+
+/// A fresh-volume restart past its hand-off replaces the old volume only while every other
+/// member that held data has a ready pod: one away since (here fenced right after the hand-off,
+/// its volume stale by now) may hold the only other copy of what the member handed off (DST
+/// seed 6734: partition 3, on data-demo-1 and data-demo-4 alone, was lost with data-demo-4).
+#[test]
+fn a_restart_past_its_hand_off_keeps_the_old_volume_while_another_member_is_away() {
+    let mut memory = active(&[0, 1, 2, 3, 4]);
+    memory.phases.insert(4, MemberPhase::Updating);
+    let roll = Roll {
+        ordinal: 4,
+        reason: RollReason::VolumeRequested { pvc: "v".into() },
+        step: RollStep::Rejoining,
+        handed_off_pvc: Some("v".into()),
+        started_at: NOW - 3 * GRACE,
+        step_started_at: NOW - 2 * GRACE,
+    };
+    memory.disruption = Some(Disruption::Roll(roll));
+    let mut observed: BTreeMap<u32, MemberObs> = [0, 2, 3]
+        .into_iter()
+        .map(|o| (o, member(true, None)))
+        .collect();
+    observed.insert(1, member(false, Some(NOW - 2 * GRACE)));
+    observed.insert(4, member(false, Some(NOW - 2 * GRACE)));
+    let d = decide_at(&spec(5, 2), &memory, &observed);
+    assert!(d.mass_failure.is_none(), "{:?}", d.mass_failure);
+    assert!(
+        !d.actions.iter().any(|a| matches!(a, Action::DeletePvc(_))),
+        "{:?}",
+        d.actions
+    );
+    let progress = d.progress.unwrap_or_default();
+    assert!(
+        progress.contains(
+            "keeping the old volume of demo-4 while demo-1 has no ready pod: what demo-4 handed off may be there alone"
+        ),
+        "{progress}"
+    );
+    // demo-1 back within the grace, ready: the old volume of demo-4 goes.
+    observed.insert(1, member(true, None));
+    let d = decide_at(&spec(5, 2), &memory, &observed);
+    assert!(d.actions.contains(&Action::DeletePvc(4)), "{:?}", d.actions);
+}

@@ -1486,7 +1486,6 @@ fn no_unsafe_step(
                 prop_assert!(m.pod.as_ref().is_some_and(|p| p.ready && !p.terminating));
                 let sc = m.scrape.as_ref().expect("scraped");
                 prop_assert_eq!(sc.underreplicated, 0);
-                prop_assert_eq!(sc.join_pending, 0);
                 prop_assert_eq!(sc.view_members, d.memory.members.len() as u64);
             }
         }

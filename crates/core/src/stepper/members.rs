@@ -263,13 +263,16 @@ impl Pass<'_> {
         }
         // Another member away on a stale volume holds nothing the gate can count on and is
         // in no view: the others are those that can hold the data (two members unfenced or
-        // back after the grace would otherwise wait on each other for ever).
+        // back after the grace would otherwise wait on each other for ever). Not so for the
+        // member whose own hand-off is in progress: what it handed off may be on such a
+        // member alone, so every other member counts, and the user decides.
+        let handed_off = self.handed_off_disruption().is_some_and(|(v, _)| v == o);
         let others: Vec<u32> = self
             .memory
             .members
             .iter()
             .copied()
-            .filter(|m| *m != o && !self.away_on_a_stale_volume(*m))
+            .filter(|m| *m != o && (handed_off || !self.away_on_a_stale_volume(*m)))
             .collect();
         match self.gate(others.iter().copied(), others.len(), None) {
             Ok(()) => true,

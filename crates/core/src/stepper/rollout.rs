@@ -242,6 +242,22 @@ impl Pass<'_> {
                 .is_some_and(|v| self.leaves_volume(r, v))
     }
 
+    /// The other members that held data and have no ready pod now.
+    pub(super) fn away_since_hand_off(&self, o: u32) -> Vec<u32> {
+        self.members
+            .iter()
+            .copied()
+            .filter(|m| *m != o && self.memory.phases.get(m) != Some(&MemberPhase::Joining))
+            .filter(|m| {
+                !self
+                    .obs(*m)
+                    .pod
+                    .as_ref()
+                    .is_some_and(|p| p.ready && !p.terminating)
+            })
+            .collect()
+    }
+
     /// Its pod is gone: replace its volume if its data was handed off, else wait for the pod
     /// to be re-created on it.
     fn rejoin_without_pod(&mut self, r: &Roll, name: &str) {
@@ -252,7 +268,17 @@ impl Pass<'_> {
                     && !v.terminating
                     && r.handed_off_pvc.as_deref() == Some(v.uid.as_str()) =>
             {
-                if !self.hold(format!("replacing the volume of {name}")) {
+                // What it handed off went to members that stayed; one of them away since (a
+                // fence, a crash) may be the only other holder, its volume perhaps stale.
+                let away = self.away_since_hand_off(r.ordinal);
+                if !away.is_empty() {
+                    let who: Vec<String> = away.iter().map(|o| self.spec.member_name(*o)).collect();
+                    let has = if away.len() == 1 { "has" } else { "have" };
+                    self.progress.push(format!(
+                        "keeping the old volume of {name} while {} {has} no ready pod: what {name} handed off may be there alone",
+                        who.join(", ")
+                    ));
+                } else if !self.hold(format!("replacing the volume of {name}")) {
                     self.actions.insert(Action::DeletePvc(r.ordinal));
                     self.progress
                         .push(format!("replacing the volume of {name}"));

@@ -5,12 +5,32 @@
 //! bootstrap and `join_delay_ms` passed; on a cold start (its view holds other members but
 //! none Active) not before `cold_start_settle_ms` after its start. Each copy counts in the receiver's
 //! `marekvs_bootstraps_completed_total`, and its records enter the receiver's ring.
+//!
+//! A copy is asked of the partition's first other owner by the asker's own view (rendezvous
+//! order), which answers only when it is up, connected, and an owner by its own view; else
+//! nothing comes back (`marekvs-repl/src/lib.rs`: a non-owner refuses without a reply, a send
+//! to an unconnected peer is dropped). The asker asks again after 5, 10, then 20 s, but only
+//! while the partition is still empty on its volume: once anti-entropy or a client write put
+//! anything there, the request stays pending, and counted by the join-gate gauge, until
+//! ownership moves or the process restarts. An Active member's gauge can so stay above 0.
 
 use std::collections::BTreeSet;
 
 use super::Cluster;
 use super::member::{NodePhase, PeerState};
-use super::placement::{candidates, owners_of, read_order};
+use super::placement::{candidates, owners_of};
+
+/// The node's first wait before asking again for a copy nobody answered.
+const BOOTSTRAP_RETRY_MS: u64 = 5_000;
+
+/// Who answers a request for a copy.
+enum Donor {
+    /// No other owner in the asker's view: nothing to copy.
+    Nobody,
+    /// The first other owner, which is down, not connected, or no owner by its own view.
+    Unanswered,
+    Answers(String),
+}
 
 impl Cluster {
     /// The partitions member `key` owns (sorted): none while Joining.
@@ -70,13 +90,14 @@ impl Cluster {
             .collect();
         let m = self.members.get_mut(key).expect("member exists");
         m.bootstrap.retain(|pid| would.contains(pid));
+        m.asked.retain(|pid, _| would.contains(pid));
         m.bootstrap.extend(gained);
         m.would_own = would;
         self.mark_held(key);
     }
 
     /// Bootstrap what member `key` has queued, within its copy budget.
-    pub(crate) fn run_bootstrap(&mut self, key: &str, dt: f64) {
+    pub(crate) fn run_bootstrap(&mut self, key: &str, dt: f64, now_ms: u64) {
         let m = &self.members[key];
         let rate = m
             .faults
@@ -96,18 +117,23 @@ impl Cluster {
             if budget < 1.0 {
                 break;
             }
-            let Some(source) = self.bootstrap_source(key, pid) else {
+            if !self.may_ask(key, pid, now_ms) {
                 continue;
-            };
-            let Some(source) = source else {
-                // Nobody else owns it: nothing to copy.
-                self.members
-                    .get_mut(key)
-                    .expect("member exists")
-                    .bootstrap
-                    .remove(&pid);
-                done = true;
-                continue;
+            }
+            let source = match self.donor(key, pid) {
+                Donor::Nobody => {
+                    // Nobody else owns it: nothing to copy.
+                    let m = self.members.get_mut(key).expect("member exists");
+                    m.bootstrap.remove(&pid);
+                    m.asked.remove(&pid);
+                    done = true;
+                    continue;
+                }
+                Donor::Unanswered => {
+                    self.unanswered(key, pid, now_ms);
+                    continue;
+                }
+                Donor::Answers(source) => source,
             };
             let src_volume = &self.volumes[&self.members[&source].volume];
             let bytes = src_volume.data.get(&pid).map_or(0, |d| d.bytes);
@@ -132,6 +158,7 @@ impl Cluster {
             }
             let m = self.members.get_mut(key).expect("member exists");
             m.bootstrap.remove(&pid);
+            m.asked.remove(&pid);
             m.counters.bootstraps_completed += 1;
             done = true;
         }
@@ -144,30 +171,45 @@ impl Cluster {
         }
     }
 
-    /// The member to bootstrap `pid` from: `Some(None)` when no other owner exists in the view
-    /// (nothing to copy), `None` while every other owner is unreachable.
-    fn bootstrap_source(&self, key: &str, pid: u32) -> Option<Option<String>> {
+    /// Whether member `key` asks for `pid` now: the first time, or once its wait is over and
+    /// only while the partition is still empty on its volume.
+    fn may_ask(&self, key: &str, pid: u32, now_ms: u64) -> bool {
         let m = &self.members[key];
-        let mut view = m.view.clone();
-        if m.phase == NodePhase::Joining {
-            view.insert(
-                m.node_id.clone(),
-                PeerState {
-                    phase: NodePhase::Active,
-                },
-            );
-        }
-        let others: Vec<&str> = read_order(&view, m.replicas_n, pid)
+        m.asked.get(&pid).is_none_or(|(again_ms, _)| {
+            now_ms >= *again_ms && self.volumes[&m.volume].is_empty(pid)
+        })
+    }
+
+    /// A request no donor answered: asked again after 5, 10, then 20 s.
+    fn unanswered(&mut self, key: &str, pid: u32, now_ms: u64) {
+        let m = self.members.get_mut(key).expect("member exists");
+        let asked = m.asked.get(&pid).map_or(0, |(_, n)| *n);
+        let wait = BOOTSTRAP_RETRY_MS << asked.min(2);
+        m.asked.insert(pid, (now_ms + wait, asked + 1));
+    }
+
+    /// Who is asked to copy `pid` to member `key`: its first other owner by `key`'s own view
+    /// (itself not counted while Joining), answering when up, connected to `key`, and an
+    /// owner by its own view.
+    fn donor(&mut self, key: &str, pid: u32) -> Donor {
+        let m = &self.members[key];
+        let owners = owners_of(&candidates(&m.view), m.replicas_n, pid);
+        let Some(first) = owners.into_iter().find(|o| *o != m.node_id) else {
+            return Donor::Nobody;
+        };
+        let first = first.to_string();
+        let Some((_, donor)) = self
+            .connected_peers(key)
             .into_iter()
-            .filter(|o| *o != m.node_id)
-            .collect();
-        if others.is_empty() {
-            return Some(None);
+            .find(|(id, _)| *id == first)
+        else {
+            return Donor::Unanswered;
+        };
+        if self.owned(&donor).contains(&pid) {
+            Donor::Answers(donor)
+        } else {
+            Donor::Unanswered
         }
-        others
-            .iter()
-            .find_map(|o| self.up_member_by_id(o))
-            .map(|k| Some(k.to_string()))
     }
 
     /// Owned partitions not waiting for a bootstrap count as held on its volume.

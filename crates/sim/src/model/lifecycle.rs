@@ -77,6 +77,7 @@ impl Cluster {
             would_own: BTreeSet::new(),
             placement_dirty: true,
             bootstrap: BTreeSet::new(),
+            asked: BTreeMap::new(),
             copy_budget: 0.0,
             ring: Ring::new(
                 self.settings.ring_ops_per_sec.max(0.0),

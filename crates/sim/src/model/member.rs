@@ -106,8 +106,12 @@ pub struct Member {
     pub(crate) would_own: BTreeSet<u32>,
     /// Placement must be recomputed (view or phase changed).
     pub(crate) placement_dirty: bool,
-    /// Partitions it still has to bootstrap.
+    /// Partitions it still has to bootstrap (the join-gate gauge counts them).
     pub(crate) bootstrap: BTreeSet<u32>,
+    /// Bootstraps asked for that no donor answered: when it may ask again, and how often it
+    /// asked. Asked again only while the partition is still empty on its volume; once
+    /// something else filled it, the entry stays in `bootstrap` (and the gauge) for good.
+    pub(crate) asked: BTreeMap<u32, (u64, u32)>,
     pub(crate) copy_budget: f64,
     pub(crate) ring: Ring,
     pub(crate) ae_round: u64,

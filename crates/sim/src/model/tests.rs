@@ -962,3 +962,46 @@ fn large_cluster_rounds_stay_cheap() {
     eprintln!("rounds: {per_member:?}");
     assert!(quiet < Duration::from_secs(5), "{quiet:?}");
 }
+
+#[test]
+fn an_active_members_unanswered_bootstrap_stays_in_its_join_gauge_once_its_partition_fills() {
+    let mut c = boot(4, 2);
+    // demo-2 stops; one second later demo-3 too. When demo-0's view drops demo-2 it asks for
+    // what it gains, some of it of demo-3, down but still in its view: nobody answers.
+    c.kill(secs(20.0), &member(2));
+    run(&mut c, 20.1, 21.0);
+    c.kill(secs(21.0), &member(3));
+    let mut unanswered = None;
+    let mut t = 21.1;
+    while unanswered.is_none() && t < 40.0 {
+        c.tick(secs(t));
+        unanswered = c.members[&member(0)].asked.keys().next().copied();
+        t += 0.1;
+    }
+    let pid = unanswered.expect("demo-0 asked demo-3, down, for a partition");
+    // A client write fills that partition on demo-0 before it asks again: it never does.
+    let key = (0..)
+        .map(|i| format!("fill-{i}"))
+        .find(|k| partition_of(k.as_bytes(), c.settings.partitions) == pid)
+        .expect("a key of the partition");
+    c.set(secs(t), &member(0), key.as_bytes(), b"v").unwrap();
+    run(&mut c, t, 120.0);
+    let f = figure(&c, 120.0, 0);
+    assert!(f.ready, "{f:?}");
+    assert!(f.join_gate_pending_pids > 0, "{f:?}");
+    assert_eq!(
+        f.view_members, 2,
+        "both gone from its view: ownership settled"
+    );
+    assert!(c.members[&member(0)].bootstrap.contains(&pid));
+    assert_eq!(
+        c.members[&member(0)].asked[&pid].1,
+        1,
+        "asked once, never again"
+    );
+    // A restart clears it: the gauge counts only this process's requests.
+    c.kill(secs(120.0), &member(0));
+    c.start_member(secs(121.0), spec(0, 2));
+    run(&mut c, 121.0, 160.0);
+    assert_eq!(figure(&c, 160.0, 0).join_gate_pending_pids, 0);
+}

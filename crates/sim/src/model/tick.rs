@@ -32,7 +32,7 @@ impl Cluster {
         }
         for key in &keys {
             self.refresh_placement(key);
-            self.run_bootstrap(key, dt);
+            self.run_bootstrap(key, dt, now_ms);
             self.maybe_activate(key, now_ms);
             self.refresh_placement(key);
         }
