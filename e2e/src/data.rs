@@ -213,7 +213,12 @@ pub struct DataSet {
     reader: String,
     /// The RESP password (`None`: `MAREKVS_E2E_REQUIREPASS`, if set).
     password: Option<String>,
+    /// Bytes of each value.
+    value_len: usize,
 }
+
+/// Bytes of a value unless asked otherwise.
+const VALUE_LEN: usize = 64;
 
 /// What a successful check counted.
 #[derive(Clone, Debug)]
@@ -269,6 +274,18 @@ impl DataSet {
         Self::write_with_password(pods, members, reader, n, label, None).await
     }
 
+    /// [`DataSet::write`] with values of `value_len` bytes.
+    pub async fn write_sized(
+        pods: &Api<Pod>,
+        members: &[&str],
+        reader: &str,
+        n: usize,
+        label: &str,
+        value_len: usize,
+    ) -> anyhow::Result<DataSet> {
+        Self::write_inner(pods, members, reader, n, label, None, value_len).await
+    }
+
     /// [`DataSet::write`] to members that want `password` (kept for the reads too).
     pub async fn write_with_password(
         pods: &Api<Pod>,
@@ -277,6 +294,18 @@ impl DataSet {
         n: usize,
         label: &str,
         password: Option<String>,
+    ) -> anyhow::Result<DataSet> {
+        Self::write_inner(pods, members, reader, n, label, password, VALUE_LEN).await
+    }
+
+    async fn write_inner(
+        pods: &Api<Pod>,
+        members: &[&str],
+        reader: &str,
+        n: usize,
+        label: &str,
+        password: Option<String>,
+        value_len: usize,
     ) -> anyhow::Result<DataSet> {
         let writers: Vec<&str> = members.iter().copied().filter(|m| *m != reader).collect();
         anyhow::ensure!(
@@ -293,6 +322,7 @@ impl DataSet {
             written_through: BTreeMap::new(),
             reader: reader.to_string(),
             password,
+            value_len,
         };
         for (m, member) in writers.iter().enumerate() {
             let mine: Vec<&String> = set.keys.iter().skip(m).step_by(writers.len()).collect();
@@ -345,6 +375,21 @@ impl DataSet {
             written_through: BTreeMap::new(),
             reader: reader.to_string(),
             password: None,
+            value_len: VALUE_LEN,
+        }
+    }
+
+    /// A set of no keys with this one's label, nonce, reader and value length.
+    #[cfg(test)]
+    fn clone_empty(&self) -> DataSet {
+        DataSet {
+            label: self.label.clone(),
+            nonce: self.nonce,
+            keys: Vec::new(),
+            written_through: BTreeMap::new(),
+            reader: self.reader.clone(),
+            password: self.password.clone(),
+            value_len: self.value_len,
         }
     }
 
@@ -374,15 +419,21 @@ impl DataSet {
         self
     }
 
+    /// The member the keys will be read back through.
+    pub fn reader(&self) -> &str {
+        &self.reader
+    }
+
     /// Keys acknowledged through each member.
     pub fn written_through(&self) -> &BTreeMap<String, usize> {
         &self.written_through
     }
 
-    /// The value written for `key`: the key, a checksum of key and nonce, padding to 64 bytes.
+    /// The value written for `key`: the key, a checksum of key and nonce, padding to the
+    /// set's value length (64 bytes unless [`DataSet::write_sized`]).
     fn value_of(&self, key: &str) -> String {
         let v = format!("{key}|{:016x}|", checksum(self.nonce, key));
-        format!("{v:.<64}")
+        format!("{v:.<width$}", width = self.value_len)
     }
 
     pub fn len(&self) -> usize {
@@ -518,9 +569,15 @@ mod tests {
             written_through: BTreeMap::new(),
             reader: "demo-0".into(),
             password: None,
+            value_len: VALUE_LEN,
         };
         let v = set.value_of("e2e:t:1");
         assert_eq!(v.len(), 64);
+        let kib = DataSet {
+            value_len: 1024,
+            ..set.clone_empty()
+        };
+        assert_eq!(kib.value_of("e2e:t:1").len(), 1024);
         assert!(v.starts_with("e2e:t:1|"));
         assert_ne!(v, set.value_of("e2e:t:2"));
         let other = DataSet { nonce: 8, ..set };

@@ -125,8 +125,13 @@ impl Writer {
         while !stop.load(Ordering::Relaxed) {
             if resolved.is_none_or(|t| t.elapsed() >= RESOLVE_EVERY) {
                 // On an API error keep the last endpoints: a client keeps its last answer too.
+                // Never through the member the keys will be read back through: a real member
+                // keeps a copy of what was written through it, which would hide a loss.
                 if let Ok(e) = resolve(&self.pods, &self.services, &self.target).await {
-                    endpoints = e;
+                    endpoints = e
+                        .into_iter()
+                        .filter(|(m, _)| m != self.set.reader())
+                        .collect();
                 }
                 resolved = Some(Instant::now());
             }

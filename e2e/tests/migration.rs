@@ -405,7 +405,10 @@ async fn a_statefulset_left_by_marekvs_own_operator_is_adopted_without_a_restart
     read_back(&env, &data).await?;
 
     // Resuming rolls the adopted members onto this operator's pod spec, behind the gate; then
-    // a scale-down of this operator's own removes one.
+    // a scale-down of this operator's own removes one. Keys written just before, through every
+    // member but demo-2, are read back through demo-2, which neither wrote nor read any of
+    // them (demo-0 just read the first set back: it holds a copy of each now).
+    let rolled_data = write_keys(&env, &MEMBERS, "demo-2", "migration-roll").await?;
     patch_spec(&api, "demo", json!({"paused": false})).await?;
     wait_healthy(&api, "demo", &MEMBERS, Duration::from_secs(600)).await?;
     let rolled = pod_lives(&pods).await?;
@@ -417,7 +420,7 @@ async fn a_statefulset_left_by_marekvs_own_operator_is_adopted_without_a_restart
     }
     patch_spec(&api, "demo", json!({"nodes": 3})).await?;
     wait_healthy(&api, "demo", &MEMBERS[..3], T).await?;
-    read_back(&env, &data).await?;
+    read_back(&env, &rolled_data).await?;
     env.cleanup().await
 }
 

@@ -988,6 +988,8 @@ async fn a_look_alike_pod_is_reported_and_never_adopted_drained_or_deleted() -> 
     patch_spec(&api, "demo", json!({"nodes": 4})).await?;
     let grown = ["demo-0", "demo-1", "demo-2", "demo-4"];
     wait_healthy(&api, "demo", &grown, T).await?;
+    // Keys written through demo-4 (the member the scale-down removes) among others.
+    let grown_data = write_keys(&env, &grown, "demo-0", "lookalike-grown").await?;
 
     // A scale-down is held while it is there: no removal starts, the cluster says why.
     patch_spec(&api, "demo", json!({"nodes": 3})).await?;
@@ -1030,6 +1032,7 @@ async fn a_look_alike_pod_is_reported_and_never_adopted_drained_or_deleted() -> 
     )
     .await?;
     read_back(&env, &data).await?;
+    read_back(&env, &grown_data).await?;
     assert_no_loss(&sim, &ns).await?;
     env.cleanup().await
 }
@@ -1798,6 +1801,7 @@ async fn hostile_members_never_crash_the_operator_nor_stall_other_clusters() -> 
                 })
         })
     };
+    let mut good_grown = Vec::new();
     for (i, (what, member, fault, reason)) in faults.into_iter().enumerate() {
         sim.set_faults(&ns, member, fault).await?;
         if i == 0 {
@@ -1827,6 +1831,11 @@ async fn hostile_members_never_crash_the_operator_nor_stall_other_clusters() -> 
         let t = Instant::now();
         patch_spec(&good, "good", json!({"nodes": want.len()})).await?;
         wait_healthy(&good, "good", want, T).await?;
+        if want.len() == 4 {
+            // Keys written through good-3 too, which the next step removes.
+            let label = format!("good-grown-{i}");
+            good_grown.push(write_keys(&env, want, "good-0", &label).await?);
+        }
         eprintln!(
             "{what} ({member}): bad held on {reason}; good scaled to {} in {:.1}s; operator RSS {:?} KiB",
             want.len(),
@@ -1850,6 +1859,9 @@ async fn hostile_members_never_crash_the_operator_nor_stall_other_clusters() -> 
     }
     wait_healthy(&bad, "bad", &["bad-0", "bad-1", "bad-2"], T).await?;
     read_back(&env, &good_data).await?;
+    for data in &good_grown {
+        read_back(&env, data).await?;
+    }
     read_back(&env, &bad_data).await?;
     assert_eq!(op.exit_code(), None);
     assert_no_loss(&Some(sim), &ns).await?;
@@ -2250,7 +2262,11 @@ async fn hibernation_and_fencing_keep_every_volume_and_a_fence_holds_the_scale_d
         None => None,
     };
 
-    // Fence demo-1: its pod goes, not re-created; a scale-down waits with the reason.
+    // Fence demo-1: its pod goes, not re-created; a scale-down waits with the reason. Keys
+    // written just before, through demo-1 and the member the scale-down removes among others,
+    // are read back through demo-2, which neither wrote nor read any of them (demo-0 read the
+    // first set back: it holds a copy of each now).
+    let fenced_data = write_keys(&env, &four, "demo-2", "fence").await?;
     patch_spec(&api, "demo", json!({"fencedMembers": ["demo-1"]})).await?;
     wait_until("the pod of demo-1 gone", T, || async {
         Ok((!pod_names(&env).await?.iter().any(|p| p == "demo-1")).then_some(()))
@@ -2284,7 +2300,7 @@ async fn hibernation_and_fencing_keep_every_volume_and_a_fence_holds_the_scale_d
         uids[1],
         "its own volume"
     );
-    read_back(&env, &data).await?;
+    read_back(&env, &fenced_data).await?;
     if let (Some(sim), Some(before)) = (&sim, unavailable_while_stopped) {
         assert_eq!(
             sim.lost_partitions(&ns).await?,

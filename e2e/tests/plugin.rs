@@ -334,6 +334,9 @@ async fn kubectl_mkv_hibernate_wake_fence_and_unfence_stop_and_bring_back_member
         "demo-9 is not a member",
     )
     .await?;
+    // Keys written just before, through demo-1 among others, read back through demo-2, which
+    // neither wrote nor read any of them (demo-0 read the first set back: it holds them now).
+    let fenced_data = write_keys(&env, &all, "demo-2", "mkv-fence").await?;
     let out = done(&env, &["fence", "demo", "demo-1"]).await?;
     assert!(out.starts_with("demo: fenced demo-1"), "{out}");
     assert_eq!(spec().await?.fenced_members, ["demo-1"]);
@@ -370,7 +373,7 @@ async fn kubectl_mkv_hibernate_wake_fence_and_unfence_stop_and_bring_back_member
         volumes,
         "unfenced on its own volume"
     );
-    read_back(&env, &data).await?;
+    read_back(&env, &fenced_data).await?;
     env.cleanup().await
 }
 

@@ -21,6 +21,13 @@
 //!                                             ring-gap rate (default 0,25,50,100,150): time
 //!                                             to complete (or held, why, after N s, default
 //!                                             120), keys written, keys lost
+//!   bench trap     [--rf R] [--keys N] [--bound-seconds N]
+//!                                             the hand-off trap: N keys of 1 KiB (default
+//!                                             200,000) written through the two members a
+//!                                             5 → 3 removes, then the 5 → 3; every key read
+//!                                             back through a survivor that wrote none: keys
+//!                                             lost, write, scale-down and read times. Meant
+//!                                             for real members (MAREKVS_BIN); not in `all`
 //!
 //! Every figure is printed as a line starting with `RESULT` (tab-separated), for the table in
 //! docs/benchmarks.md.
@@ -96,6 +103,14 @@ async fn main() -> anyhow::Result<()> {
         "scale" => scale_with_args().await,
         "failover" => failover_with_args().await,
         "load" => load(&percents(&args), arg(&args, "--bound-seconds", 120)).await,
+        "trap" => {
+            trap(
+                arg(&args, "--rf", 2) as u32,
+                arg(&args, "--keys", 200_000) as usize,
+                Duration::from_secs(arg(&args, "--bound-seconds", 1800)),
+            )
+            .await
+        }
         "all" => {
             steps(arg(&args, "--runs", 3)).await?;
             replace(arg(&args, "--runs", 20)).await?;
@@ -105,7 +120,7 @@ async fn main() -> anyhow::Result<()> {
         }
         other => {
             anyhow::bail!(
-                "unknown benchmark {other:?}: steps, replace, scale, failover, load or all"
+                "unknown benchmark {other:?}: steps, replace, scale, failover, load, trap or all"
             )
         }
     }
@@ -1197,16 +1212,15 @@ async fn load_once(pct: u64, gap_rate: f64, bound: Duration) -> anyhow::Result<(
     let written = report.data.len();
     let achieved = report.rate();
     let failed = report.failed;
+    // Read back through bench-0, which the writer skipped and the scale-down keeps.
     let c = api.get("bench").await?;
-    let reader = status_of(&c)
-        .instance_names
-        .first()
-        .cloned()
-        .context("a survivor")?;
+    anyhow::ensure!(
+        status_of(&c).instance_names.iter().any(|m| m == "bench-0"),
+        "bench-0 was removed"
+    );
     let pods: Api<Pod> = env.api();
     let lost = match report
         .data
-        .read_through(&reader)
         .verify_within(&pods, Duration::from_secs(60))
         .await
     {
@@ -1218,6 +1232,56 @@ async fn load_once(pct: u64, gap_rate: f64, bound: Duration) -> anyhow::Result<(
     };
     println!(
         "RESULT\tload_5_to_4\tload={pct}%\trate={rate:.0}/s\tachieved={achieved:.0}/s\t{outcome}\twritten={written}\tfailed={failed}\tlost={lost}"
+    );
+    env.cleanup().await
+}
+
+// ---------------------------------------------------------------------------------------------
+// The hand-off trap: everything written through the two members a 5 → 3 removes.
+
+/// `keys` keys of 1 KiB written through trap-3 and trap-4 (the highest ordinals, which a 5 → 3
+/// removes), then the 5 → 3, then every key read back through trap-0, which wrote none.
+async fn trap(rf: u32, keys: usize, bound: Duration) -> anyhow::Result<()> {
+    let env = TestEnv::new("bench-trap").await?;
+    let ns = env.namespace.clone();
+    let log = std::env::var("BENCH_OPERATOR_LOG").unwrap_or_else(|_| "warn".into());
+    let _op = Operator::start_with(&ns, &[("RUST_LOG", log.as_str())])?;
+    let mut cluster = spec(5);
+    cluster["replicationFactor"] = json!(rf);
+    let api = create(&env, "trap", cluster).await?;
+    let five = ["trap-0", "trap-1", "trap-2", "trap-3", "trap-4"];
+    wait_healthy(&api, "trap", &five, T).await?;
+    let pods: Api<Pod> = env.api();
+    let written = Instant::now();
+    let data =
+        data::DataSet::write_sized(&pods, &["trap-3", "trap-4"], "trap-0", keys, "trap", 1024)
+            .await?;
+    let write_s = written.elapsed().as_secs_f64();
+    println!(
+        "# trap rf {rf}: {} keys of 1 KiB written through {:?} in {write_s:.1}s",
+        data.len(),
+        data.written_through()
+    );
+    let started = Instant::now();
+    patch_spec(&api, "trap", json!({"nodes": 3})).await?;
+    let scaled = wait_healthy(&api, "trap", &five[..3], bound).await;
+    let scale_s = started.elapsed().as_secs_f64();
+    if let Err(e) = &scaled {
+        println!("# trap rf {rf}: the 5 → 3 did not complete within {bound:?}: {e:#}");
+    }
+    let reading = Instant::now();
+    let lost = match data.verify_within(&pods, data::bound()).await {
+        Ok(_) => 0,
+        Err(e) => match e.downcast_ref::<data::Lost>() {
+            Some(l) => l.missing.len(),
+            None => return Err(e),
+        },
+    };
+    let read_s = reading.elapsed().as_secs_f64();
+    let outcome = if scaled.is_ok() { "completed" } else { "held" };
+    println!(
+        "RESULT\ttrap\trf={rf}\tkeys={}\tlost={lost}\t5to3={outcome}\tscale_s={scale_s:.1}\twrite_s={write_s:.1}\tread_s={read_s:.1}",
+        data.len()
     );
     env.cleanup().await
 }
