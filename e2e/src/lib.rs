@@ -648,6 +648,17 @@ pub async fn write_keys(
     DataSet::write(&env.api(), members, reader, data::default_keys(), label).await
 }
 
+/// `MAREKVS_CLUSTER` of a member pod's marekvs container, if set.
+pub fn gossip_env(pod: &Pod) -> Option<String> {
+    pod.spec
+        .as_ref()?
+        .containers
+        .iter()
+        .flat_map(|c| c.env.iter().flatten())
+        .find(|e| e.name == "MAREKVS_CLUSTER")
+        .and_then(|e| e.value.clone())
+}
+
 /// The data check's second half: every key read back through its reader.
 pub async fn read_back(env: &TestEnv, data: &DataSet) -> anyhow::Result<()> {
     data.verify(&env.api()).await.map(|_| ())

@@ -417,7 +417,11 @@ async fn a_statefulset_left_by_marekvs_own_operator_is_adopted_without_a_restart
             before[m].0, rolled[m].0,
             "{m} was not moved to this operator's pod spec"
         );
+        // Still the server's default gossip name: old and new members hear each other.
+        assert_eq!(gossip_env(&pods.get(m).await?), None, "{m}");
     }
+    let recorded = status_of(&api.get("demo").await?).gossip_cluster;
+    assert_eq!(recorded.as_deref(), Some("marekvs"));
     patch_spec(&api, "demo", json!({"nodes": 3})).await?;
     wait_healthy(&api, "demo", &MEMBERS[..3], T).await?;
     read_back(&env, &rolled_data).await?;

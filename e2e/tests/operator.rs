@@ -62,6 +62,10 @@ async fn creates_members_then_scales_3_5_3_removing_the_chosen_member_first() ->
     let ps = pod.spec.as_ref().unwrap();
     assert_eq!(ps.hostname.as_deref(), Some("demo-1"));
     assert_eq!(ps.subdomain.as_deref(), Some("demo-headless"));
+    // Its own gossip cluster name, recorded before the pods were built with it.
+    let own = format!("{}/demo", env.namespace);
+    assert_eq!(s.gossip_cluster.as_deref(), Some(own.as_str()));
+    assert_eq!(gossip_env(&pod), Some(own), "MAREKVS_CLUSTER of demo-1");
     let headless: Service = env.api().get("demo-headless").await?;
     assert_eq!(
         headless.spec.as_ref().unwrap().publish_not_ready_addresses,

@@ -649,6 +649,12 @@ pub struct MarekvsClusterStatus {
     /// wake (refused past the stale-volume grace) from members lost one by one.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub hibernated: bool,
+    /// The gossip cluster name the members run with (`MAREKVS_CLUSTER`): `<namespace>/<name>`
+    /// for a cluster this operator created, `marekvs` (the server's default, no variable set)
+    /// for one that already ran before it was recorded. Recorded once, before any pod is
+    /// built with it; never changed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gossip_cluster: Option<String>,
 }
 
 /// `opsPerSecond` as this operator writes it (an integer) or as marekvs's own operator did (a

@@ -335,6 +335,23 @@ fn topology_spread(cr: &MarekvsCluster) -> Vec<TopologySpreadConstraint> {
     ]
 }
 
+/// The variable naming the gossip cluster (a node refuses gossip from another name).
+const GOSSIP_CLUSTER: &str = "MAREKVS_CLUSTER";
+
+/// `MAREKVS_CLUSTER` for the members: the name recorded in status (before any pod is built,
+/// `reconcile.rs`), or, if none is, what would be recorded (a cluster with members keeps the
+/// server's default). `None` for the server's default: no variable, pods unchanged.
+fn gossip_env_value(cr: &MarekvsCluster) -> Option<String> {
+    let status = cr.status.as_ref();
+    let recorded = status.and_then(|s| s.gossip_cluster.clone());
+    let name = recorded.unwrap_or_else(|| {
+        let has_members = status.is_some_and(|s| !s.instance_names.is_empty());
+        let ns = cr.namespace().unwrap_or_default();
+        marekvs_core::gossip::first_name(&ns, &cr.name_any(), has_members, false)
+    });
+    marekvs_core::gossip::env_value(&name).map(str::to_string)
+}
+
 /// A member's pod spec: the same hostname and subdomain a StatefulSet would give it, so DNS
 /// names and node ids are unchanged; probes and the preStop hook are HTTP.
 pub fn pod_spec(cr: &MarekvsCluster, ordinal: u32, cluster_domain: &str) -> PodSpec {
@@ -350,6 +367,11 @@ pub fn pod_spec(cr: &MarekvsCluster, ordinal: u32, cluster_domain: &str) -> PodS
         env_var("MAREKVS_ADVERTISE_IP", "auto".into()),
         env_var("MAREKVS_DATA_DIR", "/data".into()),
     ];
+    let user_named = spec.extra_env.contains_key(GOSSIP_CLUSTER)
+        || spec.env.iter().any(|e| e.name == GOSSIP_CLUSTER);
+    if !user_named && let Some(gossip) = gossip_env_value(cr) {
+        env.push(env_var(GOSSIP_CLUSTER, gossip));
+    }
     env.extend(spec.extra_env.iter().map(|(k, v)| env_var(k, v.clone())));
     // The password, whichever way it was given, is added once below.
     env.extend(spec.env.iter().filter(|e| e.name != REQUIREPASS).cloned());
@@ -703,6 +725,7 @@ mod tests {
                 "MAREKVS_REPLICAS_N",
                 "MAREKVS_ADVERTISE_IP",
                 "MAREKVS_DATA_DIR",
+                "MAREKVS_CLUSTER",
                 "RUST_LOG",
                 "TOKEN",
                 "MODE",
@@ -710,8 +733,8 @@ mod tests {
             ]
         );
         let v = serde_json::to_value(&p.containers[0].env).unwrap();
-        assert_eq!(v[6]["valueFrom"]["configMapKeyRef"]["name"], "cm");
-        assert_eq!(v[5]["valueFrom"]["secretKeyRef"]["key"], "t");
+        assert_eq!(v[7]["valueFrom"]["configMapKeyRef"]["name"], "cm");
+        assert_eq!(v[6]["valueFrom"]["secretKeyRef"]["key"], "t");
     }
 
     #[test]
@@ -889,6 +912,47 @@ mod tests {
         let mut cr = MarekvsCluster::new("demo", serde_json::from_value(spec).unwrap());
         cr.metadata.namespace = Some("ns".into());
         pod_spec(&cr, 0, "cluster.local")
+    }
+
+    #[test]
+    fn members_gossip_under_their_clusters_own_name_unless_it_ran_with_the_default() {
+        use marekvs_api::MarekvsClusterStatus;
+        let gossip = |status: Option<MarekvsClusterStatus>, spec: Value| {
+            let mut cr = MarekvsCluster::new("demo", serde_json::from_value(spec).unwrap());
+            cr.metadata.namespace = Some("ns".into());
+            cr.status = status;
+            let env = pod_spec(&cr, 0, "cluster.local").containers[0]
+                .env
+                .clone()
+                .unwrap_or_default();
+            env.iter()
+                .filter(|e| e.name == "MAREKVS_CLUSTER")
+                .map(|e| e.value.clone().unwrap_or_default())
+                .collect::<Vec<_>>()
+        };
+        let image = json!({"image": "x"});
+        let recorded = |name: &str| MarekvsClusterStatus {
+            gossip_cluster: Some(name.into()),
+            instance_names: vec!["demo-0".into()],
+            ..Default::default()
+        };
+        // New (nothing recorded yet, no members): its own name, as the first pass records.
+        assert_eq!(gossip(None, image.clone()), ["ns/demo"]);
+        assert_eq!(
+            gossip(Some(recorded("ns/demo")), image.clone()),
+            ["ns/demo"]
+        );
+        // Ran with the server's default (recorded so, or members from before it was
+        // recorded): no variable, so its pods are unchanged.
+        assert!(gossip(Some(recorded("marekvs")), image.clone()).is_empty());
+        let legacy = MarekvsClusterStatus {
+            instance_names: vec!["demo-0".into()],
+            ..Default::default()
+        };
+        assert!(gossip(Some(legacy), image).is_empty());
+        // The user's own name wins, once.
+        let own = json!({"image": "x", "extraEnv": {"MAREKVS_CLUSTER": "prod-kv"}});
+        assert_eq!(gossip(Some(recorded("ns/demo")), own), ["prod-kv"]);
     }
 
     fn resources_of(spec: &PodSpec) -> Value {

@@ -40,6 +40,13 @@ pub enum Error {
         #[source]
         source: serde_json::Error,
     },
+    /// Reading objects outside the watch caches.
+    #[error("reading {what}: {source}")]
+    Observe {
+        what: String,
+        #[source]
+        source: kube::Error,
+    },
     /// The cluster object has no name or uid, so its children cannot name it as their owner
     /// (an object read from the API always has both).
     #[error("{0} has no uid: its children cannot reference it as their owner")]
@@ -51,7 +58,8 @@ impl Error {
         match self {
             Error::Apply { source, .. }
             | Error::Record { source, .. }
-            | Error::Act { source, .. } => Some(source),
+            | Error::Act { source, .. }
+            | Error::Observe { source, .. } => Some(source),
             Error::InvalidSpec(_)
             | Error::NotSynced
             | Error::Serialize { .. }

@@ -121,6 +121,16 @@ pub async fn pass(cr: &MarekvsCluster, ctx: &Ctx) -> Result<Next, Error> {
         // Decide nothing on the look-alikes they were: the next pass sees them as members.
         return Ok(Next::LookAgainIn(Duration::from_millis(200)));
     }
+    // Name the gossip cluster before any pod is built with it, in a write of its own.
+    if cr
+        .status
+        .as_ref()
+        .and_then(|s| s.gossip_cluster.as_ref())
+        .is_none()
+    {
+        record::gossip_cluster(ctx, cr, !children.pods.is_empty()).await?;
+        return Ok(Next::LookAgainIn(Duration::from_millis(200)));
+    }
     act::stamp_volumes(ctx, cr, &children).await;
     let prev = cr.status.clone().unwrap_or_default();
     let memory = memory_from_status(&name, &prev);

@@ -1,13 +1,14 @@
 //! Record: the status write that precedes every action of a pass.
 
-use kube::api::{Api, Patch, PatchParams};
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::{Client, ResourceExt};
 use marekvs_api::conditions::{READY, REASON_INVALID_SPEC, set_condition};
 use marekvs_api::{MarekvsCluster, MarekvsClusterStatus};
 use serde_json::json;
 use tracing::warn;
 
-use crate::build::MANAGER;
+use crate::build::{LABEL_INSTANCE, MANAGER};
 use crate::error::Error;
 use crate::reconcile::Ctx;
 
@@ -75,6 +76,40 @@ async fn clear_foreign_status(api: &Api<MarekvsCluster>, cr: &MarekvsCluster) {
 }
 
 /// A spec the operator cannot act on: say so in the Ready condition, and touch nothing else.
+/// Record the gossip cluster name of a cluster that has none recorded (`marekvs_core::gossip`):
+/// its own, unless it has members, pods or volumes already (they ran with the server's
+/// default). Pods and volumes not yet labelled for this operator count too (read past the
+/// watch caches): a StatefulSet's orphans are labelled only after the operator first sees the
+/// object ([migration](../../docs/migration.md)).
+pub async fn gossip_cluster(ctx: &Ctx, cr: &MarekvsCluster, has_pods: bool) -> Result<(), Error> {
+    let mut status = cr.status.clone().unwrap_or_default();
+    let has_pods = has_pods || ran_before(ctx, cr).await?;
+    let has_members = !status.instance_names.is_empty();
+    let ns = cr.namespace().unwrap_or_default();
+    let name = marekvs_core::gossip::first_name(&ns, &cr.name_any(), has_members, has_pods);
+    status.gossip_cluster = Some(name);
+    write_status(&ctx.client, cr, &status).await
+}
+
+/// Whether a pod `<name>-*` or a PVC `data-<name>-*` labelled with the cluster's instance
+/// exists, whoever manages it.
+async fn ran_before(ctx: &Ctx, cr: &MarekvsCluster) -> Result<bool, Error> {
+    let (ns, name) = (cr.namespace().unwrap_or_default(), cr.name_any());
+    let lp = ListParams::default().labels(&format!("{LABEL_INSTANCE}={name}"));
+    let observe = |what: &str| {
+        let what = format!("the {what} of {ns}/{name} (gossip cluster name)");
+        move |source| Error::Observe { what, source }
+    };
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+    let pods = pods.list_metadata(&lp).await.map_err(observe("pods"))?;
+    let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
+    let pvcs = pvcs.list_metadata(&lp).await.map_err(observe("volumes"))?;
+    let member = format!("{name}-");
+    let volume = format!("data-{name}-");
+    Ok(pods.items.iter().any(|p| p.name_any().starts_with(&member))
+        || pvcs.items.iter().any(|p| p.name_any().starts_with(&volume)))
+}
+
 pub async fn invalid_spec(ctx: &Ctx, cr: &MarekvsCluster, why: &str) -> Result<(), Error> {
     let mut status = cr.status.clone().unwrap_or_default();
     let now = crate::status::to_time(crate::reconcile::now_ms());

@@ -388,6 +388,7 @@ pub fn status_from(input: &StatusInput) -> MarekvsClusterStatus {
         kept_volumes: kept_volumes(input),
         look_alikes: look_alikes_status(&name, input.children),
         hibernated: d.memory.hibernated,
+        gossip_cluster: input.prev.gossip_cluster.clone(),
     };
     load_and_autoscale(input, &mut st, &t);
     st

@@ -368,7 +368,11 @@ fn applied<K: serde::Serialize + serde::de::DeserializeOwned>(
     serde_json::from_value(value).unwrap()
 }
 
-fn cluster(replication_factor: i32, status: Value) -> MarekvsCluster {
+fn cluster(replication_factor: i32, mut status: Value) -> MarekvsCluster {
+    // The gossip cluster name is recorded in a pass of its own first (tested alone below).
+    if status.get("gossipCluster").is_none() && status.is_object() {
+        status["gossipCluster"] = json!("marekvs");
+    }
     serde_json::from_value(json!({
         "apiVersion": "marekvs.io/v1alpha1", "kind": "MarekvsCluster",
         "metadata": {"name": NAME, "namespace": NS, "uid": "uid-demo", "resourceVersion": "41",
@@ -826,4 +830,28 @@ async fn pods_are_labelled_for_client_traffic_before_the_client_service_selects_
         .pass(&cr, vec![Step::Scrapes, status_write(answer(&cr))])
         .await;
     result.unwrap();
+}
+
+/// A cluster without a recorded gossip cluster name (here one that already runs, from before
+/// it was recorded): one status write recording the name its members run with (the server's
+/// default), nothing else (no scrape, no action), then the pass looks again.
+#[tokio::test]
+async fn the_gossip_cluster_name_is_recorded_alone_before_anything_else() {
+    let mut status = healthy_status();
+    status["gossipCluster"] = Value::Null;
+    let cr = cluster(2, status);
+    assert_eq!(cr.status.as_ref().unwrap().gossip_cluster, None);
+    let world = World::start(&cr, &[]).await;
+    let (result, sent) = world.pass(&cr, vec![status_write(answer(&cr))]).await;
+    assert_eq!(
+        result.unwrap(),
+        Next::LookAgainIn(Duration::from_millis(200))
+    );
+    let written = written_status(&sent);
+    assert_eq!(written["gossipCluster"], "marekvs");
+    let mut rest = written.clone();
+    rest.as_object_mut().unwrap().remove("gossipCluster");
+    let before = serde_json::to_value(cr.status.as_ref().unwrap()).unwrap();
+    assert_eq!(rest, before, "everything else as it was");
+    assert_eq!(world.events(), Vec::<String>::new());
 }

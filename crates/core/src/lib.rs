@@ -4,6 +4,7 @@
 
 pub mod adoption;
 pub mod autoscale;
+pub mod gossip;
 pub mod handoff;
 pub mod input;
 pub mod mass;
