@@ -413,12 +413,6 @@ impl DataSet {
         *self.written_through.entry(member.to_string()).or_default() += 1;
     }
 
-    /// Read back through `reader` instead (a survivor known only after the disruption).
-    pub fn read_through(mut self, reader: &str) -> DataSet {
-        self.reader = reader.to_string();
-        self
-    }
-
     /// The member the keys will be read back through.
     pub fn reader(&self) -> &str {
         &self.reader

@@ -62,7 +62,7 @@ pub struct SteadyLoad {
 
 impl SteadyLoad {
     /// Start writing `rate` keys a second to `target` in namespace of `pods`, labelled
-    /// `label`, to be read back through `reader` (changeable with [`DataSet::read_through`]).
+    /// `label`, to be read back through `reader`, which it never writes through.
     pub fn start(
         client: kube::Client,
         namespace: &str,
