@@ -2,7 +2,8 @@
 # `make bench`: brings up the `bench` cluster (its own ports, beside demo and test) and the
 # simulator, runs the benchmarks of e2e/src/bin/bench.rs against them and tears everything
 # down. Reported numbers, not pass/fail; results go to stdout and to $OUT (default
-# target/bench/results.tsv). Arguments go to the bench binary (default: all).
+# target/bench/results.tsv), the last run's logs to logs/ beside it. Arguments go to the bench
+# binary (default: all).
 #
 #   hack/bench.sh                     # steps, replace, scale (200 × 8), failover (200 × 8), load
 #   hack/bench.sh steps --runs 5
@@ -20,6 +21,8 @@ finish() {
   local rc=$?
   # The cluster's state goes with it; an audit log (APISERVER_AUDIT=1) is kept.
   if [ -f "$STATE/logs/audit.log" ]; then cp "$STATE/logs/audit.log" "$(dirname "$out")/audit.log"; fi
+  # So are the operators' and the members' logs (the members' under pods/).
+  if [ -d "$STATE/logs" ]; then rm -rf "$(dirname "$out")/logs" && cp -r "$STATE/logs" "$(dirname "$out")/logs"; fi
   "$here/cluster-down.sh" bench >/dev/null 2>&1 || true
   exit $rc
 }

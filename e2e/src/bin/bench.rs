@@ -1273,7 +1273,23 @@ async fn trap(rf: u32, keys: usize, bound: Duration) -> anyhow::Result<()> {
     let lost = match data.verify_within(&pods, data::bound()).await {
         Ok(_) => 0,
         Err(e) => match e.downcast_ref::<data::Lost>() {
-            Some(l) => l.missing.len(),
+            Some(l) => {
+                println!("# trap rf {rf}: {l}");
+                for k in &l.missing {
+                    eprintln!("trap lost key: {k}");
+                }
+                // Where the lost keys are: a survivor's own store, read without read-through.
+                for (member, held) in data.local_holders(&pods, &five[..3], &l.missing).await {
+                    match held {
+                        Ok(n) => println!(
+                            "# trap rf {rf}: {member} holds {n} of the {} lost keys",
+                            l.missing.len()
+                        ),
+                        Err(e) => println!("# trap rf {rf}: {member}: {e:#}"),
+                    }
+                }
+                l.missing.len()
+            }
             None => return Err(e),
         },
     };
