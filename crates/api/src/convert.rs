@@ -42,7 +42,7 @@ same_variants!(BlockReason <=> BlockReason {
     LeaverBacklog, SingleCopy,
 });
 same_variants!(QuietReset <=> QuietReset {
-    FirstSeen, ClientInput, Restarted, ViewChanged, Unknown,
+    FirstSeen, ClientInput, Restarted, Shipping, ViewChanged, Unknown,
 });
 
 impl From<Moving> for marekvs_core::Moving {
@@ -51,6 +51,7 @@ impl From<Moving> for marekvs_core::Moving {
             // Stored by an older operator: its hold is evaluated again on the next pass.
             Moving::ReplicationRing | Moving::AntiEntropy => marekvs_core::Moving::AntiEntropy,
             Moving::ClientTraffic => marekvs_core::Moving::ClientTraffic,
+            Moving::Shipping => marekvs_core::Moving::Shipping,
             Moving::Bootstraps => marekvs_core::Moving::Bootstraps,
             Moving::Repairs => marekvs_core::Moving::Repairs,
             Moving::Views => marekvs_core::Moving::Views,
@@ -64,6 +65,7 @@ impl From<marekvs_core::Moving> for Moving {
         match x {
             marekvs_core::Moving::AntiEntropy => Moving::AntiEntropy,
             marekvs_core::Moving::ClientTraffic => Moving::ClientTraffic,
+            marekvs_core::Moving::Shipping => Moving::Shipping,
             marekvs_core::Moving::Bootstraps => Moving::Bootstraps,
             marekvs_core::Moving::Repairs => Moving::Repairs,
             marekvs_core::Moving::Views => Moving::Views,
@@ -132,6 +134,7 @@ mod tests {
             marekvs_core::QuietReset::FirstSeen,
             marekvs_core::QuietReset::ClientInput,
             marekvs_core::QuietReset::Restarted,
+            marekvs_core::QuietReset::Shipping,
             marekvs_core::QuietReset::ViewChanged,
             marekvs_core::QuietReset::Unknown,
         ] {

@@ -869,6 +869,13 @@ pub struct MemberMetrics {
     /// 262,144 and stays (absent: not reported). Shown only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ring_ops: Option<i64>,
+    /// `marekvs_repl_ops_sent_total`: ring entries shipped to peers since the node started. A
+    /// leaver whose count still moves still ships the writes it took (absent: not reported).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repl_ops_sent_total: Option<i64>,
+    /// `marekvs_repl_inflight_bytes`: bytes shipped to peers and not yet acknowledged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repl_inflight_bytes: Option<i64>,
 }
 
 /// Why a member's quiet time (the hand-off gate's count of its anti-entropy rounds) last
@@ -879,6 +886,8 @@ pub enum QuietReset {
     /// RESP input beyond the operator's own reads: a client wrote (or may have).
     ClientInput,
     Restarted,
+    /// Its replication ring still shipped the writes it took.
+    Shipping,
     /// The members its view holds changed.
     ViewChanged,
     /// A figure the count needs was not read.
@@ -1125,6 +1134,8 @@ pub enum Moving {
     AntiEntropy,
     /// The client Service still routes to the leaver, or clients still send it commands.
     ClientTraffic,
+    /// The leaver's replication ring still ships the writes it took.
+    Shipping,
     /// Partition bootstraps keep completing.
     Bootstraps,
     /// Anti-entropy repairs keep being applied.

@@ -519,6 +519,8 @@ fn member_status(input: &StatusInput, o: u32, t: &Time) -> MemberStatus {
             write_commands_total: s.write_commands as i64,
             ae_rounds_total: s.ae_rounds.map(|r| r as i64),
             ring_ops: s.ring_ops.map(|r| r as i64),
+            repl_ops_sent_total: s.repl_sent.map(|r| r as i64),
+            repl_inflight_bytes: s.repl_inflight_bytes.map(|r| r as i64),
         }),
         None => prev_m.and_then(|pm| pm.metrics.clone()),
     };
@@ -1042,6 +1044,8 @@ mod tests {
                 write_commands_total: 0,
                 ae_rounds_total: Some(at / 6_000),
                 ring_ops: Some(at),
+                repl_ops_sent_total: Some(0),
+                repl_inflight_bytes: Some(0),
             }),
             ..MemberStatus::default()
         };
@@ -1082,7 +1086,7 @@ mod tests {
                         quiet_reset: [
                             QuietReset::FirstSeen,
                             QuietReset::ClientInput,
-                            QuietReset::Restarted,
+                            QuietReset::Shipping,
                             QuietReset::ViewChanged,
                         ][o as usize],
                         rounds_at_quiet: (o != 2).then_some(30 + u64::from(o)),
@@ -1142,6 +1146,7 @@ mod tests {
                 let s = m.scrape.as_mut().unwrap();
                 s.repairs_total = u64::from(o);
                 s.ae_rounds = Some(40 + u64::from(o));
+                s.repl_sent = (o != 3).then_some(500 + u64::from(o));
                 s.write_commands = 100 * u64::from(o);
                 (o, m)
             })

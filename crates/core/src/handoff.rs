@@ -343,6 +343,15 @@ impl HandoffGate<'_> {
                 );
                 backlog(message, Moving::ClientTraffic, Some(rate))
             }
+            Coverage::Shipping => {
+                let s = m.scrape.as_ref();
+                let message = format!(
+                    "{name} still ships the writes it took to their owners ({} bytes not yet acknowledged, marekvs_repl_ops_sent_total {}): its anti-entropy rounds count once every byte is",
+                    s.and_then(|s| s.repl_inflight_bytes).unwrap_or(0),
+                    s.and_then(|s| s.repl_sent).unwrap_or(0),
+                );
+                backlog(message, Moving::Shipping, None)
+            }
             Coverage::Rounds { begun, needed } => {
                 let message = format!(
                     "{name} has begun {begun} of the {needed} anti-entropy rounds that hand on what it holds, counted since {} {:.1}s ago (marekvs_ae_rounds_total {rounds})",
@@ -385,6 +394,8 @@ pub enum Coverage {
     Covered,
     /// Its last quiet reset was client input: clients still send it commands.
     ClientInput,
+    /// Its last quiet reset was its ring shipping: it still ships what it took.
+    Shipping,
     /// Quiet, but too few rounds begun since (`begun` of `needed`, counted from the reset).
     Rounds {
         begun: u64,
@@ -404,8 +415,12 @@ pub fn covered(sample: &Sample, rounds: u64) -> Coverage {
     if rounds >= needed {
         return Coverage::Covered;
     }
-    if sample.quiet_reset == QuietReset::ClientInput && sample.sampled_at == sample.quiet_since {
-        return Coverage::ClientInput;
+    if sample.sampled_at == sample.quiet_since {
+        match sample.quiet_reset {
+            QuietReset::ClientInput => return Coverage::ClientInput,
+            QuietReset::Shipping => return Coverage::Shipping,
+            _ => {}
+        }
     }
     Coverage::Rounds {
         begun: rounds.saturating_sub(at),
@@ -571,13 +586,24 @@ fn quiet_reset(p: &Sample, s: &Scrape, m: &MemberObs, now: Millis) -> Option<Qui
     if went_back || younger {
         return Some(QuietReset::Restarted);
     }
-    let (Some(input), Some(_), Some(_), Some(view)) =
-        (m.client_input, s.ae_rounds, s.uptime_ms, m.view.as_ref())
-    else {
+    let (Some(input), Some(_), Some(_), Some(view), Some(inflight)) = (
+        m.client_input,
+        s.ae_rounds,
+        s.uptime_ms,
+        m.view.as_ref(),
+        s.repl_inflight_bytes,
+    ) else {
         return Some(QuietReset::Unknown);
     };
     if input > 0 {
         return Some(QuietReset::ClientInput);
+    }
+    // Bytes its ring shipped that a peer has not acknowledged: behind a full window it ships
+    // a backlog (the writes it took: received entries are never relayed), its exchanges wait
+    // on the same connections, and a node exits after at most 7 s of waiting for it. A
+    // trickle (expiry tombstones) is acknowledged between two readings of the 2 s gauge.
+    if inflight > 0 {
+        return Some(QuietReset::Shipping);
     }
     if p.view_digest.is_some_and(|d| d != view_digest(view)) {
         return Some(QuietReset::ViewChanged);
@@ -1199,6 +1225,67 @@ mod tests {
         assert_eq!(
             (cut.quiet_since, cut.quiet_reset),
             (12_000, QuietReset::Unknown)
+        );
+    }
+
+    #[test]
+    fn a_ring_still_shipping_restarts_the_count_and_holds_the_leaver() {
+        let (observed, first) = seen();
+        let shipping = next(&observed, &first, 12_000, |m| {
+            m.scrape.as_mut().unwrap().ae_rounds = Some(21);
+            m.scrape.as_mut().unwrap().repl_inflight_bytes = Some(4_263_490);
+        });
+        assert_eq!(
+            (
+                shipping.quiet_since,
+                shipping.quiet_reset,
+                shipping.rounds_at_quiet
+            ),
+            (12_000, QuietReset::Shipping, Some(21))
+        );
+        // Unread: unknown, not quiet.
+        let unread = next(&observed, &first, 12_000, |m| {
+            m.scrape.as_mut().unwrap().repl_inflight_bytes = None;
+        });
+        assert_eq!(unread.quiet_reset, QuietReset::Unknown);
+        // A trickle acknowledged between readings moves the sent count only: still quiet.
+        let trickle = next(&observed, &first, 12_000, |m| {
+            m.scrape.as_mut().unwrap().ae_rounds = Some(21);
+            m.scrape.as_mut().unwrap().repl_sent = Some(9_000);
+        });
+        assert_eq!(
+            (trickle.quiet_since, trickle.rounds_at_quiet),
+            (10_000, Some(20))
+        );
+        // The leaver whose rounds were well covered holds while its ring ships, naming the
+        // bytes, and its rounds count again from the first reading at 0.
+        let (mut ms, mut samples) = quiet_cluster(3, 2);
+        ms[2].scrape.as_mut().unwrap().repl_inflight_bytes = Some(4_263_490);
+        samples = update_samples(&samples, &(0u32..).zip(ms.iter().cloned()).collect(), NOW);
+        let held = evaluate(&ms, &samples, leaving(2), Some(0));
+        assert_eq!(
+            moving(held.clone()),
+            Some((BlockReason::LeaverBacklog, Moving::Shipping, vec![2]))
+        );
+        assert!(
+            held.unwrap_err()
+                .blocked
+                .message
+                .contains("4263490 bytes not yet acknowledged")
+        );
+        ms[2].scrape.as_mut().unwrap().repl_inflight_bytes = Some(0);
+        let later = update_samples(
+            &samples,
+            &(0u32..).zip(ms.iter().cloned()).collect(),
+            NOW + 2_000,
+        );
+        assert_eq!(
+            later[&2].quiet_since, NOW,
+            "quiet since the last reading above 0"
+        );
+        assert_eq!(
+            moving(evaluate(&ms, &later, leaving(2), Some(0))),
+            Some((BlockReason::LeaverBacklog, Moving::AntiEntropy, vec![2]))
         );
     }
 

@@ -104,6 +104,9 @@ pub fn parse_scrape(text: &str) -> Option<Scrape> {
     // its hand-off, nothing else does.
     let mut rounds = Figure::new(Combine::Sum, true);
     let mut input = Figure::new(Combine::Sum, true);
+    // Strict too, for the leaver only: a ring still shipping holds its hand-off.
+    let mut sent = Figure::new(Combine::Sum, false);
+    let mut inflight = Figure::new(Combine::Max, true);
     let mut writes = Figure::new(Combine::Sum, false);
     let mut uptime = Figure::new(Combine::Min, false);
     for line in text.lines() {
@@ -140,6 +143,8 @@ pub fn parse_scrape(text: &str) -> Option<Scrape> {
             "marekvs_ring_ops" => &mut ring,
             "marekvs_ae_rounds_total" => &mut rounds,
             "marekvs_net_input_bytes_total" => &mut input,
+            "marekvs_repl_ops_sent_total" => &mut sent,
+            "marekvs_repl_inflight_bytes" => &mut inflight,
             _ => continue,
         };
         figure.add(value());
@@ -164,6 +169,8 @@ pub fn parse_scrape(text: &str) -> Option<Scrape> {
         client_input_bytes: input.read(),
         write_commands: writes.read().unwrap_or(0),
         uptime_ms: uptime.read(),
+        repl_sent: sent.read(),
+        repl_inflight_bytes: inflight.read(),
     })
 }
 
@@ -304,6 +311,8 @@ mod tests {
                 // `set x` is no command the node has.
                 write_commands: 0,
                 uptime_ms: Some(3500),
+                repl_sent: None,
+                repl_inflight_bytes: None,
             }
         );
     }
@@ -313,10 +322,13 @@ mod tests {
         let text = format!(
             "{TEXT}marekvs_ae_rounds_total 12\nmarekvs_net_input_bytes_total 4096\n\
              marekvs_commands_total{{cmd=\"set\"}} 30\nmarekvs_commands_total{{x=\"a=b,c\",cmd=\"del\"}} 2\n\
-             marekvs_commands_total{{cmd=\"cluster\"}} 9\nmarekvs_ring_ops 262144\n"
+             marekvs_commands_total{{cmd=\"cluster\"}} 9\nmarekvs_ring_ops 262144\n\
+             marekvs_repl_ops_sent_total 79599\nmarekvs_repl_inflight_bytes 4.2581e+06\n"
         );
         let s = parse_scrape(&text).unwrap();
         assert_eq!(s.ae_rounds, Some(12));
+        assert_eq!(s.repl_sent, Some(79_599));
+        assert_eq!(s.repl_inflight_bytes, Some(4_258_100));
         assert_eq!(s.client_input_bytes, Some(4096));
         assert_eq!(s.write_commands, 32, "set and del, not get or cluster");
         assert_eq!(s.commands_total, 56);

@@ -40,6 +40,13 @@ pub struct Scrape {
     pub write_commands: u64,
     /// `marekvs_uptime_seconds`, in milliseconds (rounded down). `None`: not reported.
     pub uptime_ms: Option<u64>,
+    /// `marekvs_repl_ops_sent_total`: ring entries shipped to peers since the process
+    /// started (shown only). `None`: unknown.
+    pub repl_sent: Option<u64>,
+    /// `marekvs_repl_inflight_bytes` (largest sample, rounded up): shipped bytes no peer has
+    /// acknowledged yet; above 0 at every reading while the ring ships a backlog behind its
+    /// full 4 MiB windows. `None`: unknown.
+    pub repl_inflight_bytes: Option<u64>,
 }
 
 impl Default for Scrape {
@@ -60,6 +67,8 @@ impl Default for Scrape {
             client_input_bytes: Some(0),
             write_commands: 0,
             uptime_ms: Some(1 << 40),
+            repl_sent: Some(0),
+            repl_inflight_bytes: Some(0),
         }
     }
 }
@@ -306,6 +315,9 @@ pub enum QuietReset {
     ClientInput,
     /// Its counters went back or its uptime is shorter than the time since the last sample.
     Restarted,
+    /// Its replication ring still shipped: bytes it shipped were not acknowledged yet
+    /// (`marekvs_repl_inflight_bytes` above 0).
+    Shipping,
     /// The members its view holds changed (another member left or came back).
     ViewChanged,
     /// A figure the count needs was not read (rounds, input bytes, the operator's own bytes,
@@ -319,6 +331,7 @@ impl QuietReset {
             QuietReset::FirstSeen => "first seen",
             QuietReset::ClientInput => "client input",
             QuietReset::Restarted => "a restart",
+            QuietReset::Shipping => "its ring shipping",
             QuietReset::ViewChanged => "a view change",
             QuietReset::Unknown => "an unknown reading",
         }
@@ -684,6 +697,9 @@ pub enum Moving {
     AntiEntropy,
     /// The leaver still gets client traffic (its pod is not labelled off yet).
     ClientTraffic,
+    /// The leaver's replication ring still ships what it took
+    /// (`marekvs_repl_ops_sent_total`, `marekvs_repl_inflight_bytes`).
+    Shipping,
     /// Partition bootstraps (`marekvs_bootstraps_completed_total`) keep completing.
     Bootstraps,
     /// Anti-entropy repairs (`marekvs_ae_repair_ops_total`) keep being applied.
@@ -699,6 +715,7 @@ impl Moving {
         match self {
             Moving::AntiEntropy => "AntiEntropy",
             Moving::ClientTraffic => "ClientTraffic",
+            Moving::Shipping => "Shipping",
             Moving::Bootstraps => "Bootstraps",
             Moving::Repairs => "Repairs",
             Moving::Views => "Views",

@@ -278,7 +278,7 @@ pub fn render_metrics(f: &MemberFigures) -> String {
 }
 
 /// The gauges a node exports: name, help, value.
-fn gauges(f: &MemberFigures) -> [(&'static str, &'static str, u64); 14] {
+fn gauges(f: &MemberFigures) -> [(&'static str, &'static str, u64); 15] {
     [
         (
             "marekvs_cluster_underreplicated_partitions",
@@ -319,6 +319,11 @@ fn gauges(f: &MemberFigures) -> [(&'static str, &'static str, u64); 14] {
             "marekvs_mesh_peers",
             "Live control connections to peers.",
             f.mesh_peers,
+        ),
+        (
+            "marekvs_repl_inflight_bytes",
+            "Replicated bytes sent and not yet acknowledged.",
+            f.repl_inflight_bytes,
         ),
         (
             "marekvs_interest_entries",
@@ -501,6 +506,7 @@ mod tests {
             "marekvs_connected_clients",
             "marekvs_connections_accepted_total",
             "marekvs_mesh_peers",
+            "marekvs_repl_inflight_bytes",
             "marekvs_repl_ops_applied_total",
             "marekvs_ring_ops",
             "marekvs_ring_bytes",

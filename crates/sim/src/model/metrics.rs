@@ -12,6 +12,9 @@ use super::member::NodePhase;
 use super::placement::candidates;
 use super::{Cluster, ms};
 
+/// A sender's unacknowledged bytes per peer, at most (marekvs 0.2).
+const REPL_WINDOW_BYTES: u64 = 4 << 20;
+
 /// Gauges as the stats task last computed them.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub(crate) struct Gauges {
@@ -24,6 +27,7 @@ pub(crate) struct Gauges {
     pub ring_ops: u64,
     pub ring_bytes: u64,
     pub mesh_peers: u64,
+    pub repl_inflight_bytes: u64,
     pub interest_entries: u64,
     pub db_total_bytes: u64,
 }
@@ -48,6 +52,9 @@ pub struct MemberFigures {
     pub mesh_peers: u64,
     pub repl_ops_applied_total: u64,
     pub repl_ops_sent_total: u64,
+    /// Shipped bytes not yet acknowledged (`marekvs_repl_inflight_bytes`), up to the 4 MiB
+    /// window per peer.
+    pub repl_inflight_bytes: u64,
     pub interest_entries: u64,
     /// Lowercase command name → commands served (`marekvs_commands_total{cmd}`).
     pub commands: BTreeMap<String, u64>,
@@ -93,6 +100,7 @@ impl Cluster {
             ring_ops: m.ring.ops(),
             ring_bytes: m.ring.bytes(),
             mesh_peers,
+            repl_inflight_bytes: m.ring.unsent_bytes(mesh_peers as usize, REPL_WINDOW_BYTES),
             interest_entries: m.interests.values().map(|s| s.len() as u64).sum(),
             db_total_bytes: self.volumes[&m.volume].bytes,
         };
@@ -131,6 +139,7 @@ impl Cluster {
             mesh_peers: g.mesh_peers,
             repl_ops_applied_total: c.repl_ops_applied,
             repl_ops_sent_total: c.repl_ops_sent,
+            repl_inflight_bytes: g.repl_inflight_bytes,
             interest_entries: g.interest_entries,
             commands: c
                 .commands

@@ -87,6 +87,18 @@ impl Ring {
         }
     }
 
+    /// Bytes of the entries this member originated that its sender has yet to walk, at most
+    /// `window` per connected peer: `marekvs_repl_inflight_bytes` while the sender keeps each
+    /// peer's window of unacknowledged bytes full.
+    pub fn unsent_bytes(&self, peers: usize, window: u64) -> u64 {
+        let unsent: u64 = (self.sent + 1..=self.head())
+            .filter_map(|seq| self.get(seq))
+            .filter(|e| e.origin.is_some())
+            .map(|e| e.bytes)
+            .sum();
+        unsent.min(window) * peers as u64
+    }
+
     /// What SIGTERM waits for: entries not yet walked for the connected peers.
     pub fn backlog(&self, connected: &[String]) -> u64 {
         let head = self.head();
