@@ -918,6 +918,11 @@ pub struct RemovalStatus {
     pub started_at: Time,
     /// When the current step began (the hand-off timeout counts from here).
     pub step_started_at: Time,
+    /// When the operator restarted the member on its own volume to close the client
+    /// connections it still took writes over after its client traffic was cut (at most once
+    /// per removal); absent if it did not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connections_cut_at: Option<Time>,
 }
 
 /// Each member's `marekvs_commands_total` at one instant.

@@ -18,7 +18,7 @@ use tracing::warn;
 
 use crate::build::{
     self, ANNOTATION_ABSENT_SINCE, ANNOTATION_CLUSTER_UID, ANNOTATION_DRAINED_AT,
-    ANNOTATION_DRAINED_RESTARTS, MANAGER,
+    ANNOTATION_DRAINED_RESTARTS, ANNOTATION_SERVED_SINCE, MANAGER,
 };
 use crate::error::Error;
 use crate::observe::{Children, restarts, volume};
@@ -308,11 +308,11 @@ fn ok_if(r: Result<(), kube::Error>, codes: &[u16]) -> Result<(), kube::Error> {
     }
 }
 
-/// Write the absence records the core asks for (`stale::absence_changes`) on the PVCs: when a
-/// member stopped serving, or nothing once it serves again. Only on those transitions: a
-/// cluster at rest writes none. Each patch names the uid observed, so a PVC re-created under
-/// the same name since is not stamped in its place (the API server refuses the patch). A
-/// failure is logged and does not stop the pass: the next one asks again.
+/// Write the volume records the core asks for (`stale::absence_changes`) on the PVCs: when a
+/// member stopped serving, or nothing once it serves again, and when a member first served
+/// from it. Only on those transitions: a cluster at rest writes none. One patch per PVC; each names the uid observed, so a PVC re-created under the same
+/// name since is not stamped in its place (the API server refuses the patch). A failure is
+/// logged and does not stop the pass: the next one asks again.
 pub async fn record_absences(
     ctx: &Ctx,
     cr: &MarekvsCluster,
@@ -322,31 +322,63 @@ pub async fn record_absences(
 ) {
     let api: Api<PersistentVolumeClaim> =
         Api::namespaced(ctx.client.clone(), &cr.namespace().unwrap_or_default());
-    for change in changes {
-        let (AbsenceChange::Stamp(o) | AbsenceChange::Clear(o)) = *change;
+    let ordinals: std::collections::BTreeSet<u32> = changes.iter().map(|c| c.ordinal()).collect();
+    for o in ordinals {
         let Some(pvc) = pvcs.get(&o) else {
             continue;
         };
-        let value = match change {
-            AbsenceChange::Stamp(_) => json!(to_timestamp(now).to_string()),
-            AbsenceChange::Clear(_) => serde_json::Value::Null,
-        };
-        let patch = json!({"metadata": {
-            "uid": pvc.uid(),
-            "annotations": {ANNOTATION_ABSENT_SINCE: value},
-        }});
+        let mine: Vec<AbsenceChange> = changes
+            .iter()
+            .copied()
+            .filter(|c| c.ordinal() == o)
+            .collect();
+        let annotations = absence_annotations(&mine, now);
+        let patch = json!({"metadata": {"uid": pvc.uid(), "annotations": annotations}});
         let name = pvc.name_any();
         match api
             .patch(&name, &PatchParams::default(), &Patch::Merge(patch))
             .await
         {
-            Ok(_) => ctx.metrics.actions.inc(match change {
-                AbsenceChange::Stamp(_) => "stamp_absence",
-                AbsenceChange::Clear(_) => "clear_absence",
-            }),
+            Ok(_) => {
+                for c in &mine {
+                    ctx.metrics.actions.inc(match c {
+                        AbsenceChange::Stamp(_) => "stamp_absence",
+                        AbsenceChange::Clear(_) => "clear_absence",
+                        AbsenceChange::FirstServed(_) => "stamp_served",
+                    })
+                }
+            }
             Err(e) => warn!(pvc = %name, "recording its absence: {e}"),
         }
     }
+}
+
+/// The annotations one PVC's changes set (`null` removes one).
+fn absence_annotations(
+    changes: &[AbsenceChange],
+    now: Millis,
+) -> serde_json::Map<String, serde_json::Value> {
+    let mut a = serde_json::Map::new();
+    for change in changes {
+        match change {
+            AbsenceChange::Stamp(_) => {
+                a.insert(
+                    ANNOTATION_ABSENT_SINCE.into(),
+                    json!(to_timestamp(now).to_string()),
+                );
+            }
+            AbsenceChange::Clear(_) => {
+                a.insert(ANNOTATION_ABSENT_SINCE.into(), serde_json::Value::Null);
+            }
+            AbsenceChange::FirstServed(_) => {
+                a.insert(
+                    ANNOTATION_SERVED_SINCE.into(),
+                    json!(to_timestamp(now).to_string()),
+                );
+            }
+        }
+    }
+    a
 }
 
 fn to_timestamp(ms: Millis) -> Timestamp {
@@ -506,5 +538,43 @@ mod tests {
         };
         assert_eq!(names(&cluster(false)), ["demo-0"]);
         assert_eq!(names(&cluster(true)), ["demo-0", "demo-3"]);
+    }
+}
+
+#[cfg(test)]
+mod absence_tests {
+    use super::*;
+
+    /// One PVC's changes in one merge patch: a stamp with a first service, a clear alone.
+    #[test]
+    fn absence_changes_become_one_patch_of_annotations_per_volume() {
+        let now: Millis = 1_795_000_000_250;
+        let at = json!(to_timestamp(now).to_string());
+        let a = absence_annotations(
+            &[AbsenceChange::Stamp(2), AbsenceChange::FirstServed(2)],
+            now,
+        );
+        assert_eq!(
+            serde_json::Value::Object(a),
+            json!({ANNOTATION_ABSENT_SINCE: at, ANNOTATION_SERVED_SINCE: at})
+        );
+        // Serving again drops the absence only: when it first served stays.
+        let a = absence_annotations(&[AbsenceChange::Clear(2)], now);
+        assert_eq!(
+            serde_json::Value::Object(a),
+            json!({ANNOTATION_ABSENT_SINCE: null})
+        );
+        // And what it writes is what the observation reads back.
+        let pvc: PersistentVolumeClaim = serde_json::from_value(json!({"metadata": {
+            "name": "data-demo-2",
+            "annotations": {ANNOTATION_SERVED_SINCE: at, ANNOTATION_ABSENT_SINCE: at}}}))
+        .unwrap();
+        let wish = marekvs_core::volumes::StorageWish {
+            size: "1Gi".into(),
+            class_name: None,
+        };
+        let obs = crate::observe::pvc_obs(&pvc, false, &wish);
+        assert_eq!(obs.served_since, Some(now));
+        assert_eq!(obs.absent_since, Some(now));
     }
 }

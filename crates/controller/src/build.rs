@@ -52,7 +52,11 @@ pub const ANNOTATION_RESTART: &str = "marekvs.io/restart";
 /// when it stops serving or is removed and dropped when it serves again (`core::stale`). A
 /// volume away longer than `storage.staleVolumeGraceSeconds` is never mounted again. Removing
 /// the annotation by hand accepts the volume as it is (it is stamped again from then).
-pub const ANNOTATION_ABSENT_SINCE: &str = "marekvs.io/absent-since";
+pub const ANNOTATION_ABSENT_SINCE: &str = marekvs_core::stale::ANNOTATION_ABSENT_SINCE;
+/// On a member's PVC: since when a member has served from it (RFC 3339), written once, the
+/// first time its member is seen ready on it. A stale volume whose member left before another
+/// member's volume first served is kept for the user instead of replaced (`core::stale`).
+pub const ANNOTATION_SERVED_SINCE: &str = marekvs_core::stale::ANNOTATION_SERVED_SINCE;
 /// On a member's PVC: the uid of the cluster object it was created for. PVCs have no owner
 /// reference (data outlives the object), so this is how the operator tells its own volumes
 /// from look-alikes (`marekvs_core::ownership`); a later object of the same name re-adopts a
@@ -490,8 +494,19 @@ pub fn pod(cr: &MarekvsCluster, ordinal: u32, cluster_domain: &str) -> Result<Po
     let mut labels = cr.spec.pod_labels.clone();
     labels.extend(metadata.labels.take().unwrap_or_default());
     // Not in the template hash (a label the core flips, never a reason to roll): a new
-    // member takes client traffic.
-    labels.insert(LABEL_CLIENT_TRAFFIC.into(), CLIENT_TRAFFIC_ON.into());
+    // member takes client traffic, the member being removed does not (its pod re-created mid
+    // removal: lost, or restarted to close its client connections) from its first moment.
+    let removing = cr
+        .status
+        .as_ref()
+        .and_then(|s| s.removal.as_ref())
+        .is_some_and(|r| u32::try_from(r.ordinal) == Ok(ordinal));
+    let traffic = if removing {
+        CLIENT_TRAFFIC_OFF
+    } else {
+        CLIENT_TRAFFIC_ON
+    };
+    labels.insert(LABEL_CLIENT_TRAFFIC.into(), traffic.into());
     metadata.labels = Some(labels);
     let mut annotations = cr.spec.pod_annotations.clone();
     annotations.insert(ANNOTATION_TEMPLATE_HASH.into(), hash);

@@ -127,6 +127,12 @@ pub async fn run(
         namespace = namespace.as_deref().unwrap_or("<all>"),
         "marekvs-operator running"
     );
+    // A change of the cluster object's spec (its generation), labels or annotations starts a
+    // pass; its status does not: the operator writes it every pass that changed a figure, and
+    // each write would start the next pass at once (back-to-back passes, a status write each,
+    // measured at 11 a second on real members mid hand-off). The pace between passes is the
+    // decision's own (`pace::next_look_ms`), and the children's watches wake it too.
+    let cr_stream = cr_stream.predicate_filter(spec_labels_or_annotations, Default::default());
     let m = metrics.clone();
     let cr_stream = cr_stream.inspect(move |r| {
         if let Ok(cr) = r {
@@ -172,6 +178,19 @@ pub async fn run(
         })
         .await;
     Ok(())
+}
+
+/// What of the cluster object starts a pass when it changes: its identity and generation (the
+/// spec), its labels and its annotations (the adoption opt-in, a user's hints). Not its status.
+fn spec_labels_or_annotations(cr: &MarekvsCluster) -> Option<u64> {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    cr.metadata.uid.hash(&mut h);
+    cr.metadata.generation.hash(&mut h);
+    cr.labels().hash(&mut h);
+    cr.annotations().hash(&mut h);
+    cr.metadata.deletion_timestamp.is_some().hash(&mut h);
+    Some(h.finish())
 }
 
 type Caches = (

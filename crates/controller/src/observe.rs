@@ -19,7 +19,7 @@ use marekvs_core::{MemberObs, Memory, PodObs, PvcObs, Scrape};
 use crate::build::{
     self, ANNOTATION_ABSENT_SINCE, ANNOTATION_CLUSTER_UID, ANNOTATION_DRAINED_AT,
     ANNOTATION_DRAINED_RESTARTS, ANNOTATION_REPLACE_VOLUME, ANNOTATION_RESTART,
-    ANNOTATION_TEMPLATE_HASH,
+    ANNOTATION_SERVED_SINCE, ANNOTATION_TEMPLATE_HASH,
 };
 use crate::error::Error;
 use crate::scrape::MemberClient;
@@ -336,20 +336,31 @@ pub fn pod_obs(p: &Pod, desired_hash: &str) -> PodObs {
     }
 }
 
-fn pvc_obs(p: &PersistentVolumeClaim, replace_volumes: bool, wish: &StorageWish) -> PvcObs {
+pub(crate) fn pvc_obs(
+    p: &PersistentVolumeClaim,
+    replace_volumes: bool,
+    wish: &StorageWish,
+) -> PvcObs {
     PvcObs {
         uid: p.uid().unwrap_or_default(),
         terminating: p.metadata.deletion_timestamp.is_some(),
         outdated: replace_volumes && !wish.fits_in_place(&volume(p)),
-        absent_since: absent_since(p),
+        absent_since: annotated_time(p, ANNOTATION_ABSENT_SINCE),
+        served_since: annotated_time(p, ANNOTATION_SERVED_SINCE),
     }
 }
 
 /// The absence recorded on a PVC. One that cannot be read counts as none: the volume is
 /// stamped again from now if its member is away (an under-estimate, said in docs/storage.md).
 pub fn absent_since(p: &PersistentVolumeClaim) -> Option<marekvs_core::Millis> {
+    annotated_time(p, ANNOTATION_ABSENT_SINCE)
+}
+
+/// A time recorded in one of the PVC's annotations; one that cannot be read counts as none
+/// (a served-since record unreadable holds a stale volume for the user: the safe side).
+fn annotated_time(p: &PersistentVolumeClaim, key: &str) -> Option<marekvs_core::Millis> {
     p.annotations()
-        .get(ANNOTATION_ABSENT_SINCE)?
+        .get(key)?
         .parse::<k8s_openapi::jiff::Timestamp>()
         .ok()
         .map(|t| t.as_millisecond())

@@ -135,6 +135,7 @@ pub fn memory_from_status(name: &str, status: &MarekvsClusterStatus) -> Memory {
             step: r.step.into(),
             started_at: from_time(&r.started_at),
             step_started_at: from_time(&r.step_started_at),
+            connections_cut_at: r.connections_cut_at.as_ref().map(from_time),
         })
     });
     let roll = status.rollout.as_ref().and_then(|r| {
@@ -362,6 +363,7 @@ pub fn status_from(input: &StatusInput) -> MarekvsClusterStatus {
             step: r.step.into(),
             started_at: to_time(r.started_at),
             step_started_at: to_time(r.step_started_at),
+            connections_cut_at: r.connections_cut_at.map(to_time),
         }),
         ops_per_second: None,
         load_sample: None,
@@ -944,6 +946,7 @@ mod tests {
             suspected_partition: None,
             hold: None,
             background_repair: None,
+            kept_stale: vec![],
         }
     }
 
@@ -1113,6 +1116,7 @@ mod tests {
                 step: RemovalStep::Settling,
                 started_at: now - 9_000,
                 step_started_at: now - 2_000,
+                connections_cut_at: None,
             })),
             ..base.clone()
         };
@@ -1289,6 +1293,7 @@ mod tests {
             step: RemovalStep::HandingOff,
             started_at: now - 9_000,
             step_started_at: now - 2_000,
+            connections_cut_at: None,
         };
         let roll = Roll {
             ordinal: 1,

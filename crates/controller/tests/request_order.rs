@@ -351,8 +351,10 @@ fn pvc(o: u32) -> PersistentVolumeClaim {
     serde_json::from_value(json!({
         "metadata": {"name": format!("data-{NAME}-{o}"), "namespace": NS,
             "uid": format!("uid-data-{NAME}-{o}"), "labels": labels(Some(o)),
-            // Stamped with the cluster object's uid, as the operator makes it.
-            "annotations": {"marekvs.io/cluster-uid": "uid-demo"}},
+            // Stamped with the cluster object's uid, as the operator makes it, and served
+            // from since its member first turned ready.
+            "annotations": {"marekvs.io/cluster-uid": "uid-demo",
+                "marekvs.io/served-since": "2026-01-01T00:00:00Z"}},
         "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "10Gi"}}},
         "status": {"capacity": {"storage": "10Gi"}}
     }))

@@ -189,6 +189,7 @@ mod tests {
                 step,
                 started_at: 0,
                 step_started_at: 0,
+                connections_cut_at: None,
             }))
         };
         mem.disruption = removal(RemovalStep::Settling);

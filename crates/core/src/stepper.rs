@@ -138,6 +138,8 @@ struct Pass<'a> {
     mass: Option<MassFailure>,
     /// What the mass failure holds back, in words.
     mass_held: Vec<String>,
+    /// Members whose stale volume is kept for the user (it may hold the last copy of some data).
+    kept_stale: Vec<u32>,
     /// How the ready members' views compare by identity, and since when they disagree.
     agreement: Agreement,
     views_split_since: Option<Millis>,
@@ -189,6 +191,7 @@ impl<'a> Pass<'a> {
             plan: Vec::new(),
             mass: mass_failure(input.spec, input.memory, input.observed),
             mass_held: Vec::new(),
+            kept_stale: Vec::new(),
             agreement,
             views_split_since,
             partition,

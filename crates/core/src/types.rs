@@ -161,6 +161,10 @@ pub struct PvcObs {
     /// away or not ready), as recorded on the volume; `None` while its member serves, or
     /// before the operator first saw it away (see `stale`).
     pub absent_since: Option<Millis>,
+    /// Since when a member has served from it (first seen ready on it), as recorded on the
+    /// volume once; `None` until then. A member whose volume first served after another
+    /// member left may lack what only that one's volume holds (see `stale`).
+    pub served_since: Option<Millis>,
 }
 
 /// Everything observed about one ordinal.
@@ -245,6 +249,10 @@ pub struct Removal {
     pub step: RemovalStep,
     pub started_at: Millis,
     pub step_started_at: Millis,
+    /// When the operator restarted the victim on its own volume to close the client
+    /// connections it still took writes over after its traffic was cut (at most once a
+    /// removal; see `stepper::removal`).
+    pub connections_cut_at: Option<Millis>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -687,6 +695,10 @@ pub struct Decision {
     /// Anti-entropy repair that does not hold anything (background repair of writes under
     /// load), reported so a user sees it (`status.backgroundRepair`).
     pub background_repair: Option<BackgroundRepair>,
+    /// Members away on a stale volume that is kept for the user instead of replaced: another
+    /// member's volume first served after it left, so it may hold the last copy of some data
+    /// (`stale::rebuilt_since_absence`). Reported in the progress message.
+    pub kept_stale: Vec<u32>,
 }
 
 /// What keeps a gate from passing.

@@ -24,22 +24,24 @@
 //!   every partition it holds but does not own to one random owner (push only). Exchanges are
 //!   delivered the next tick if both ends still run, and may be dropped (`AE_DROP`); an owner
 //!   that is down is skipped. Each record received moves the receiver's repair counter.
-//! - Bootstrap: a member that would own a partition copies it whole (base and every write the
-//!   source holds) from a running holder, only into a locally empty partition and never on a
-//!   member started on a volume with data (a returning member): `COPY_RATE` a tick, each
-//!   moving its bootstrap counter. A started node is Joining for at least 2 ticks, until its
-//!   bootstraps are done; its RESP port (client writes, views read over RESP) opens once Active.
-//!   An Active member asks the first other owner by its own view, which refuses without a
-//!   reply unless its own view makes it an owner holding the partition, and a request may get
-//!   no answer anyway (`ASK_LOST`): the request stays in
-//!   the join-gate gauge, asked again every `ASK_AGAIN_TICKS` while the partition is still
-//!   empty and kept (never asked again) once anti-entropy filled it, until ownership moves or
-//!   the process restarts. So a ready member's gauge can stay above 0 for good.
+//! - Bootstrap: a member that would own a partition asks its first other owner by its own view
+//!   (none: not asked) for a whole copy, only into a locally empty partition and never on a
+//!   returning member (its volume carries the heartbeat a node writes while Active or Leaving),
+//!   plus the copies its last join left unfinished (persisted on the volume until Active). The
+//!   donor answers only when running and an owner by its own view, with what it holds,
+//!   possibly nothing, and the partition is done; `COPY_RATE` answers a tick, each moving the
+//!   bootstrap counter. A request may get no answer anyway (`ASK_LOST`); one not answered is
+//!   asked again every `ASK_AGAIN_TICKS` while the partition is still empty, and an Active
+//!   member keeps one that anti-entropy filled meanwhile in its join-gate gauge (never asked
+//!   again) until ownership moves or the process restarts, so a ready member's gauge can stay
+//!   above 0 for good. A started node is Joining for at least 2 ticks, until nothing is left
+//!   to ask; its RESP port (client writes, views read over RESP) opens once Active.
 //! - SIGTERM (pod deleted): Leaving, 2 ticks, then the wait on the ring backlog (nothing is
 //!   pending at a tick's end: shipped writes are on their peers, the wait is blind to gaps and
 //!   skips), exit. Whatever only it held dies with it unless its volume comes back.
-//! - Non-owners drop a partition's base once every owner holds it (the adversarial case), never
-//!   a write they hold beyond it (a real node never evicts).
+//! - Non-owners drop a partition's base once every owner holds it on a volume not being
+//!   deleted (the adversarial case), never a write they hold beyond it (a real node never
+//!   evicts).
 //! - Metrics: gauges (members in view, under-replicated, join-gate pending, ring occupancy)
 //!   refreshed every 2 ticks, 0 before the first refresh after a start; counters (rounds,
 //!   RESP input bytes, write commands, repairs, bootstraps) reset on restart; uptime.
@@ -193,10 +195,16 @@ struct Pod {
     stopped_at: u64,
     /// When its process last started.
     started_at: u64,
-    /// Started on a volume holding data: it never bootstraps.
+    /// Started on a volume it served from before (the node's heartbeat `alive:last` is on
+    /// it): it bootstraps none of its empty partitions.
     returning: bool,
-    /// Bootstraps it asked for once Active that no donor answered, with the tick it may ask
-    /// again (the node's pending set after its join completed).
+    /// Bootstraps left unfinished on its volume by an earlier process (the node's persisted
+    /// join-pending set): asked again even into a partition that is no longer empty.
+    resume: BTreeSet<usize>,
+    /// Bootstraps a donor answered in this process (even empty-handed): never asked again.
+    done: BTreeSet<usize>,
+    /// Bootstraps it asked for that no donor answered, with the tick it may ask again (the
+    /// node's pending set).
     asked: BTreeMap<usize, u64>,
     /// Counters, reset when the process restarts.
     boots: u64,
@@ -236,6 +244,8 @@ impl Pod {
             stopped_at: 0,
             started_at: t,
             returning: false,
+            resume: BTreeSet::new(),
+            done: BTreeSet::new(),
             asked: BTreeMap::new(),
             boots: 0,
             repairs: 0,
@@ -258,12 +268,14 @@ impl Pod {
     }
 
     /// Its process (re)starts at `t`: Joining, undrained, counters at 0.
-    fn start(&mut self, t: u64, returning: bool, rng: &mut SplitMix64) {
+    fn start(&mut self, t: u64, vol: Option<&Vol>, rng: &mut SplitMix64) {
         self.crashed_until = None;
         self.phase = Phase::Joining;
         self.drained = false;
         self.started_at = t;
-        self.returning = returning;
+        self.returning = vol.is_some_and(|v| v.heartbeat);
+        self.resume = vol.map(|v| v.join_pending.clone()).unwrap_or_default();
+        self.done.clear();
         self.asked.clear();
         self.boots = 0;
         self.repairs = 0;
@@ -296,6 +308,14 @@ struct Vol {
     deleting: bool,
     /// Since when its member has been away (the PVC annotation the shell writes), in ms.
     absent_since: Option<Millis>,
+    /// When a member first served from it, in ms (the shell's `served-since` annotation).
+    served_since: Option<Millis>,
+    /// A node served from it (Active or Leaving at a refresh of its stats: the heartbeat
+    /// `alive:last` it writes then), so a node started on it is a returning member.
+    heartbeat: bool,
+    /// The bootstraps of a join in progress on it (the node persists them; cleared once the
+    /// node is Active).
+    join_pending: BTreeSet<usize>,
     /// A user discards it (a careful replacement): what only it holds is the user's choice.
     user_discarded: bool,
 }
@@ -510,11 +530,6 @@ impl World {
         self.holds(o, p) || self.batches[p].iter().any(|b| b.holders & bit(o) != 0)
     }
 
-    /// The volume holds any data at all.
-    fn volume_has_data(&self, o: u32) -> bool {
-        (0..PARTITIONS).any(|p| self.has_local(o, p))
-    }
-
     /// Partitions member `o` owns (or would own, joining) by its own view.
     fn wants(&self, o: u32) -> Vec<usize> {
         let mut cands = candidates(&self.view(o));
@@ -524,15 +539,27 @@ impl World {
             .collect()
     }
 
-    /// Partitions member `o` would bootstrap: wanted, locally empty, and it is not returning.
+    /// Partitions member `o` would ask a bootstrap of: wanted, not answered yet in this
+    /// process, and locally empty unless it is returning, or left unfinished by its last join;
+    /// one with no other owner by its view is not asked (there is no one to ask).
     fn pending(&self, o: u32) -> Vec<usize> {
-        if !self.born || self.pods.get(&o).is_none_or(|p| p.returning) {
+        let Some(pod) = self.pods.get(&o).filter(|_| self.born) else {
             return vec![];
-        }
+        };
         self.wants(o)
             .into_iter()
-            .filter(|p| !self.has_local(o, *p))
+            .filter(|p| !pod.done.contains(p))
+            .filter(|p| (!pod.returning && !self.has_local(o, *p)) || pod.resume.contains(p))
+            .filter(|p| self.first_other_owner(o, *p).is_some())
             .collect()
+    }
+
+    /// The first owner of `p` other than `o` by `o`'s own view (itself a candidate): whom it
+    /// asks for a bootstrap.
+    fn first_other_owner(&self, o: u32, p: usize) -> Option<u32> {
+        let mut mine = candidates(&self.view(o));
+        mine.insert(o);
+        self.owners(p, &mine).into_iter().find(|s| *s != o)
     }
 
     fn step(&mut self) {
@@ -557,14 +584,17 @@ impl World {
             .pods
             .iter()
             .filter(|(_, p)| p.running() && p.phase == Phase::Joining && p.deleted_at.is_none())
-            .filter(|(_, p)| t >= p.started_at + JOIN_TICKS)
+            .filter(|(_, p)| t >= p.started_at + JOIN_TICKS && p.asked.is_empty())
             .map(|(o, _)| *o)
             .filter(|o| self.pending(*o).is_empty())
             .collect();
         for o in joined {
             let pod = self.pods.get_mut(&o).unwrap();
             pod.phase = Phase::Active;
-            pod.asked.clear();
+            pod.resume.clear();
+            if let Some(v) = self.vols.get_mut(&o) {
+                v.join_pending.clear();
+            }
         }
         self.drop_copies();
         self.take_writes();
@@ -613,14 +643,16 @@ impl World {
             .map(|(o, _)| *o)
             .collect();
         for o in restarts {
-            let returning = self.volume_has_data(o);
             let p = self.pods.get_mut(&o).unwrap();
-            p.start(t, returning, &mut self.rng);
+            p.start(t, self.vols.get(&o), &mut self.rng);
         }
     }
 
-    /// Bootstrap: members copy whole partitions they would own and hold nothing of, from any
-    /// running holder (its base and every write it holds), unless returning.
+    /// Bootstrap: a member asks the first other owner by its own view for each partition it
+    /// would own and holds nothing of (unless returning), or whose copy its last join left
+    /// unfinished. A donor that answers streams what it holds, possibly nothing, and the
+    /// partition is done; one that does not is asked again `ASK_AGAIN_TICKS` later while the
+    /// partition is still to ask. Joining and Active members alike (`marekvs-repl/src/lib.rs`).
     fn bootstrap(&mut self) {
         let copiers: Vec<u32> = self
             .pods
@@ -629,71 +661,79 @@ impl World {
             .map(|(o, _)| *o)
             .collect();
         for o in copiers {
-            let active = self.pods[&o].phase == Phase::Active;
-            if active {
-                // Ownership moved away: the node prunes what it no longer would own.
-                let wants: BTreeSet<usize> = self.wants(o).into_iter().collect();
-                self.pods
-                    .get_mut(&o)
-                    .unwrap()
-                    .asked
-                    .retain(|p, _| wants.contains(p));
+            // Ownership moved away: the node prunes what it no longer would own.
+            let wants: BTreeSet<usize> = self.wants(o).into_iter().collect();
+            self.pods
+                .get_mut(&o)
+                .unwrap()
+                .asked
+                .retain(|p, _| wants.contains(p));
+            // A joining member's request still unanswered for a partition that meanwhile got
+            // data (a write shipped by a peer whose view still held it Active) is asked again:
+            // the node would keep it pending and never turn Active, a stall not seen on real
+            // members, so the world does not model it (an Active member keeps it in its
+            // gauge, as measured).
+            let mut ask: BTreeSet<usize> = self.pending(o).into_iter().collect();
+            if self.pods[&o].phase == Phase::Joining {
+                ask.extend(self.pods[&o].asked.keys());
             }
-            let mut copies = Vec::new();
-            for p in self.pending(o) {
-                let source = if active {
-                    match self.pods[&o].asked.get(&p) {
-                        Some(again) if self.t < *again => continue,
-                        _ => {}
-                    }
-                    let lost = self.rng.chance(ASK_LOST);
-                    let donor = self.answering_donor(o, p).filter(|_| !lost);
-                    if donor.is_none() {
+            let mut answered = Vec::new();
+            for p in ask {
+                match self.pods[&o].asked.get(&p) {
+                    Some(again) if self.t < *again => continue,
+                    _ => {}
+                }
+                let lost = self.rng.chance(ASK_LOST);
+                match self.answering_donor(o, p).filter(|_| !lost) {
+                    Some(s) => answered.push((p, s)),
+                    None => {
                         let again = self.t + ASK_AGAIN_TICKS;
                         self.pods.get_mut(&o).unwrap().asked.insert(p, again);
                     }
-                    donor
-                } else {
-                    self.pods
-                        .iter()
-                        .filter(|(s, sp)| **s != o && sp.running())
-                        .map(|(s, _)| *s)
-                        .find(|s| self.holds(*s, p))
-                };
-                if let Some(s) = source {
-                    copies.push((p, s));
                 }
-                if copies.len() == COPY_RATE {
+                if answered.len() == COPY_RATE {
                     break;
                 }
             }
-            for (p, _) in &copies {
-                self.pods.get_mut(&o).unwrap().asked.remove(p);
-            }
-            for (p, s) in &copies {
-                self.vols.get_mut(&o).unwrap().data[*p] = true;
+            let mut copied = 0u64;
+            for (p, s) in &answered {
+                let pod = self.pods.get_mut(&o).unwrap();
+                pod.asked.remove(p);
+                pod.done.insert(*p);
+                if self.holds(*s, *p) {
+                    self.vols.get_mut(&o).unwrap().data[*p] = true;
+                    copied += 1;
+                }
                 for b in self.batches[*p].iter_mut() {
                     if b.holders & bit(*s) != 0 {
                         b.holders |= bit(o);
                     }
                 }
             }
-            if !copies.is_empty() {
-                let pod = self.pods.get_mut(&o).unwrap();
-                pod.boots += copies.len() as u64;
-                pod.ring += copies.len() as u64 * BASE_RECORDS;
+            let pod = self.pods.get_mut(&o).unwrap();
+            pod.boots += answered.len() as u64;
+            pod.ring += copied * BASE_RECORDS;
+            // A join in progress persists what it still has to copy.
+            if pod.phase == Phase::Joining {
+                let unfinished: BTreeSet<usize> = self
+                    .pending(o)
+                    .into_iter()
+                    .chain(self.pods[&o].asked.keys().copied())
+                    .collect();
+                if let Some(v) = self.vols.get_mut(&o) {
+                    v.join_pending = unfinished;
+                }
             }
         }
     }
 
-    /// The donor an Active member `o` asks for partition `p`: the first other owner by its own
-    /// view, which answers only when running and, by its own view, an owner holding it.
+    /// The donor member `o` asks for partition `p`: the first other owner by its own view
+    /// (itself a candidate), which answers only when running and, by its own view, an owner
+    /// (a node refuses a bootstrap of a partition it does not own, without a reply).
     fn answering_donor(&self, o: u32, p: usize) -> Option<u32> {
-        let mine = candidates(&self.view(o));
-        let donor = self.owners(p, &mine).into_iter().find(|s| *s != o)?;
+        let donor = self.first_other_owner(o, p)?;
         let theirs = candidates(&self.view(donor));
-        (self.running(donor) && self.owners(p, &theirs).contains(&donor) && self.holds(donor, p))
-            .then_some(donor)
+        (self.running(donor) && self.owners(p, &theirs).contains(&donor)).then_some(donor)
     }
 
     /// Non-owners drop a partition's base once every owner holds it (copies do vanish); the
@@ -713,8 +753,11 @@ impl World {
                 if !self.holds(o, p) {
                     continue;
                 }
+                // A copy on a volume being deleted is no copy to rely on.
                 let owners = self.owners(p, &truth);
-                if !owners.contains(&o) && owners.iter().all(|w| self.holds(*w, p)) {
+                let kept =
+                    |w: &u32| self.holds(*w, p) && self.vols.get(w).is_some_and(|v| !v.deleting);
+                if !owners.contains(&o) && owners.iter().all(kept) {
                     self.vols.get_mut(&o).unwrap().data[p] = false;
                 }
             }
@@ -1012,7 +1055,12 @@ impl World {
                     (unshipped * WRITE_BYTES).min(REPL_WINDOW_BYTES) * peers as u64
                 },
             };
+            let serving = matches!(self.pods[&o].phase, Phase::Active | Phase::Leaving);
             self.pods.get_mut(&o).unwrap().gauges = g;
+            // The node's heartbeat, written by the same stats task while it serves.
+            if serving && let Some(v) = self.vols.get_mut(&o) {
+                v.heartbeat = true;
+            }
         }
     }
 
@@ -1187,6 +1235,7 @@ impl World {
                         terminating: v.deleting,
                         outdated: !self.storage.wish().fits_in_place(&v.volume()),
                         absent_since: v.absent_since,
+                        served_since: v.served_since,
                     }),
                     scrape,
                     view,
@@ -1247,7 +1296,7 @@ impl World {
     ) {
         let now = self.t as Millis * 1000;
         for c in changes {
-            let (AbsenceChange::Stamp(o) | AbsenceChange::Clear(o)) = *c;
+            let o = c.ordinal();
             let seen = observed
                 .get(&o)
                 .and_then(|m| m.pvc.as_ref())
@@ -1259,12 +1308,19 @@ impl World {
             else {
                 continue;
             };
-            if matches!(c, AbsenceChange::Stamp(_)) {
-                v.absent_since = Some(now);
-                counts.absences_stamped += 1;
-            } else {
-                v.absent_since = None;
-                counts.absences_cleared += 1;
+            match c {
+                AbsenceChange::Stamp(_) => {
+                    v.absent_since = Some(now);
+                    counts.absences_stamped += 1;
+                }
+                AbsenceChange::Clear(_) => {
+                    v.absent_since = None;
+                    counts.absences_cleared += 1;
+                }
+                AbsenceChange::FirstServed(_) => {
+                    v.served_since = Some(now);
+                    counts.volumes_first_served += 1;
+                }
             }
         }
     }
@@ -1315,6 +1371,9 @@ impl World {
                             class: self.storage.class,
                             deleting: false,
                             absent_since: None,
+                            served_since: None,
+                            heartbeat: false,
+                            join_pending: BTreeSet::new(),
                             user_discarded: false,
                         },
                     );
@@ -1322,9 +1381,8 @@ impl World {
             }
             Action::CreatePod(o) => {
                 if !self.pods.contains_key(&o) && self.vols.get(&o).is_some_and(|v| !v.deleting) {
-                    let returning = self.volume_has_data(o);
                     let mut pod = Pod::new(self.version, t);
-                    pod.start(t, returning, &mut self.rng);
+                    pod.start(t, self.vols.get(&o), &mut self.rng);
                     self.pods.insert(o, pod);
                     self.exited.remove(&o);
                     self.op_deleted.remove(&o);
@@ -1498,6 +1556,12 @@ struct Counts {
     /// Absence records written on volumes (stamped, cleared).
     absences_stamped: u64,
     absences_cleared: u64,
+    /// Volumes recorded as first served from (`AbsenceChange::FirstServed`).
+    volumes_first_served: u64,
+    /// Stale volumes the operator kept for the user because another member's volume first
+    /// served after they went away (`Decision::kept_stale`); the user kept their data once
+    /// faults stopped (the annotation removed).
+    stale_kept_for_user: u64,
     /// Pods created on a volume with an absence recorded, within the grace (reused).
     stamped_volumes_reused: u64,
     /// Creations checked against a stale volume's record (the invariant's branch: a pod
@@ -1554,6 +1618,8 @@ impl std::ops::AddAssign for Counts {
         self.suspected_partition_passes += o.suspected_partition_passes;
         self.absences_stamped += o.absences_stamped;
         self.absences_cleared += o.absences_cleared;
+        self.volumes_first_served += o.volumes_first_served;
+        self.stale_kept_for_user += o.stale_kept_for_user;
         self.stamped_volumes_reused += o.stamped_volumes_reused;
         self.stale_volume_checks += o.stale_volume_checks;
         self.stale_volumes_replaced += o.stale_volumes_replaced;
@@ -1613,6 +1679,9 @@ struct LoadCounts {
     /// Removal victims' pods deleted by the operator, each checked for client input in the
     /// interval its last scrape covered.
     victim_deletions_checked: u64,
+    /// Victims restarted on their own volume to close the client connections they still took
+    /// writes over (`Removal::connections_cut_at`), each checked to keep its volume.
+    connection_cuts: u64,
     /// Of those, deletions while another ready member's join-gate gauge read above 0 (a
     /// bootstrap no donor answered): the gauge holds nothing, the leaver's rounds cover it.
     deletions_past_join_gauge: u64,
@@ -1643,6 +1712,7 @@ impl std::ops::AddAssign for LoadCounts {
         self.unknown_figure_passes += o.unknown_figure_passes;
         self.traffic_labels += o.traffic_labels;
         self.victim_deletions_checked += o.victim_deletions_checked;
+        self.connection_cuts += o.connection_cuts;
         self.deletions_past_join_gauge += o.deletions_past_join_gauge;
         self.stale_volumes_with_writes += o.stale_volumes_with_writes;
         self.stale_writes_lost += o.stale_writes_lost;
@@ -1755,6 +1825,7 @@ fn inject_faults(
             .is_some_and(|p| p.running() && p.deleted_at.is_none() && p.phase == Phase::Active)
     });
     if rng.chance(0.01)
+        && w.rf > 1
         && w.fully_replicated()
         && all_up
         && let Some(o) = pick(rng)
@@ -1882,7 +1953,7 @@ fn trace_world(w: &World, status: &Status, spec: &ClusterSpec) {
         .iter()
         .map(|(o, p)| {
             format!(
-                "{o}:{:?}{}{}{} holds {} alone {} rounds {} input {}",
+                "{o}:{:?}{}{}{} holds {} alone {} rounds {} input {}{}",
                 p.phase,
                 if p.running() { "" } else { "/crashed" },
                 if p.drained { "/drained" } else { "" },
@@ -1897,6 +1968,18 @@ fn trace_world(w: &World, status: &Status, spec: &ClusterSpec) {
                 w.unique_writes(*o, None),
                 p.rounds,
                 p.input_bytes,
+                match (w.pending(*o), p.asked.keys().collect::<Vec<_>>()) {
+                    (pending, asked) if pending.is_empty() && asked.is_empty() => String::new(),
+                    (pending, asked) => format!(
+                        " pending {pending:?} asked {asked:?}{}{}",
+                        if p.returning { " returning" } else { "" },
+                        if p.resume.is_empty() {
+                            String::new()
+                        } else {
+                            format!(" resume {:?}", p.resume)
+                        }
+                    ),
+                },
             )
         })
         .collect();
@@ -1938,6 +2021,8 @@ struct Pass {
     refused_wake: Vec<u32>,
     /// Members without a pod on a stale volume (e.g. unfenced after the grace).
     away_stale: Vec<u32>,
+    /// Stale volumes the operator keeps for the user (`Decision::kept_stale`).
+    kept_stale: Vec<u32>,
     /// Why it is blocked, if it is.
     blocked: Option<BlockReason>,
 }
@@ -2073,6 +2158,7 @@ impl Operator {
             held_stale,
             refused_wake,
             away_stale,
+            kept_stale: d.kept_stale.clone(),
             blocked: d.blocked.as_ref().map(|b| b.reason),
         };
         // The status write carries the resourceVersion the decision was based on: a decision
@@ -2340,6 +2426,21 @@ fn check_victim(
     let Some(p) = w.pods.get(&v).filter(|p| p.deleted_at.is_none()) else {
         return;
     };
+    // A restart on its own volume to close its client connections: what it took stays on
+    // its volume, which must stay (the removal goes on with the member back on it).
+    let now = t as Millis * 1000;
+    if d.memory
+        .removal()
+        .is_some_and(|r| r.connections_cut_at == Some(now))
+    {
+        w.load.connection_cuts += 1;
+        if d.actions.contains(&Action::DeletePvc(v)) || !d.memory.members.contains(&v) {
+            violations.push(format!(
+                "t={t}: the restart of {v} to close its connections lost its volume or membership"
+            ));
+        }
+        return;
+    }
     w.load.victim_deletions_checked += 1;
     let joining_gauge = w
         .pods
@@ -2388,6 +2489,13 @@ fn apply_actions(
             w.discard_volume(a, members);
         } else if let Err(e) = w.apply(*a, members) {
             violations.push(format!("t={}: {e}", w.t));
+        }
+        // The shell builds the removal victim's pod labelled off (`build::pod`).
+        if let Action::CreatePod(o) = a
+            && d.memory.removal().is_some_and(|r| r.ordinal == *o)
+            && let Some(p) = w.pods.get_mut(o)
+        {
+            p.client_off = true;
         }
         if let Action::DeletePod(o) = a
             && is_stop(a, spec, d)
@@ -2823,6 +2931,14 @@ fn run_world(seed: u64, trace: bool, broken: Broken) -> Outcome {
                         counts.stale_held_for_user += 1;
                     }
                 }
+                // A stale volume kept because another member's volume first served after it
+                // left (it may hold the last copy): the user keeps its data, as documented.
+                for o in &pass.kept_stale {
+                    if let Some(v) = w.vols.get_mut(o) {
+                        v.absent_since = None;
+                        counts.stale_kept_for_user += 1;
+                    }
+                }
                 // A wake refused for stale volumes: the user keeps the data (as documented,
                 // the absence record removed), or would set freshVolumesOnWake.
                 for o in &pass.refused_wake {
@@ -2907,12 +3023,7 @@ fn check_converged(
 /// writes above its ring rate (nothing cuts its traffic); its pod and then its PVC were deleted
 /// on the strength of the old hand-off: 13 gapped writes lost. Fixed by gate v2 (the leaver's
 /// client traffic cut before its drain, its ring checked): the list is empty.
-const KNOWN_FAILING: &[(u64, &str)] = &[
-    // Found when the ring backlog arrived (issue 23): under a write load above the ship rate,
-    // demo-2's volume is replaced as stale while it holds the last copy of partition 23.
-    // Open: to be traced next.
-    (2543, "holding the last copy of partition"),
-];
+const KNOWN_FAILING: &[(u64, &str)] = &[];
 
 #[test]
 fn no_schedule_loses_data_or_disrupts_two_members_and_every_one_converges() {
@@ -2950,7 +3061,7 @@ fn no_schedule_loses_data_or_disrupts_two_members_and_every_one_converges() {
         "dst: {schedules} schedules, {} steps, {} faults injected, {} invariant checks, {} failing (+ {known_failing} known failing, listed in KNOWN_FAILING); \
          {} early creations ({} from a stale status), {} passes with the autoscaler moving the target, {} transition Events, {} volumes grown in place, {} fresh volumes asked for on a pod and carried out, {} restarts asked for on a pod and carried out, {} passes in a mass failure, \
          {} passes with views disagreeing by identity ({} with a removal or restart held), {} passes reporting a suspected partition; \
-         volume absences: {} stamped, {} cleared, {} pods created on a volume away within the grace, {} passes with a member's stale volume and no pod, {} stale volumes replaced, {} stale volumes of a mass failure kept by the user; \
+         volume absences: {} stamped, {} cleared, {} volumes first served from, {} stale volumes kept for the user (another member's volume first served after they left), {} pods created on a volume away within the grace, {} passes with a member's stale volume and no pod, {} stale volumes replaced, {} stale volumes of a mass failure kept by the user; \
          {} passes with a look-alike ({} of them holding a wanted disruptive step for it); \
          hibernation: {} pods stopped, {} passes Hibernated, {} wakes, {} passes with a wake refused ({} refused volumes kept by the user), {} stale volumes replaced by a fresh-volume wake; \
          fences: {} pods stopped, {} passes holding a wanted step for a fence, {} stale volumes of unfenced members kept by the user; {} passes checked with a member fenced or the cluster hibernated",
@@ -2971,6 +3082,8 @@ fn no_schedule_loses_data_or_disrupts_two_members_and_every_one_converges() {
         counts.suspected_partition_passes,
         counts.absences_stamped,
         counts.absences_cleared,
+        counts.volumes_first_served,
+        counts.stale_kept_for_user,
         counts.stamped_volumes_reused,
         counts.stale_volume_checks,
         counts.stale_volumes_replaced,
@@ -2992,7 +3105,7 @@ fn no_schedule_loses_data_or_disrupts_two_members_and_every_one_converges() {
     let l = counts.load;
     println!(
         "dst write load: {} writes acknowledged ({} from a rogue client), {} past a ring gap, {} write copies skipped for a peer, {} write copies delivered by anti-entropy; \
-         {} members removed ({} under load), {} removal victims' pods deleted and checked for client input ({} while another ready member's join-gate gauge read above 0), {} pods deleted by the operator holding {} writes found nowhere else (kept on their volume); \
+         {} members removed ({} under load), {} removal victims' pods deleted and checked for client input ({} while another ready member's join-gate gauge read above 0), {} victims restarted on their volume to close client connections, {} pods deleted by the operator holding {} writes found nowhere else (kept on their volume); \
          hand-offs held: {} passes by the leaver's client input, {} by its anti-entropy rounds, {} by its ring still shipping; {} writes still unshipped when their process exited, {} exchanges dropped beside a shipping ring; {} passes reading rounds, input or own bytes as unknown; {} client-traffic labels set; {} passes refused at replicationFactor 1; \
          known gaps, not violations: {} stale volumes replaced while holding {} writes found nowhere else (lost), {} writes on volumes users discarded",
         l.writes,
@@ -3004,6 +3117,7 @@ fn no_schedule_loses_data_or_disrupts_two_members_and_every_one_converges() {
         l.removals_under_load,
         l.victim_deletions_checked,
         l.deletions_past_join_gauge,
+        l.connection_cuts,
         l.pods_deleted_with_unique,
         l.writes_at_risk,
         l.held_by_client_input,
@@ -3036,6 +3150,8 @@ fn no_schedule_loses_data_or_disrupts_two_members_and_every_one_converges() {
         assert!(counts.views_held_passes > 0, "{counts:?}");
         assert!(counts.suspected_partition_passes > 0, "{counts:?}");
         assert!(counts.absences_cleared > 0, "{counts:?}");
+        assert!(counts.volumes_first_served > 0, "{counts:?}");
+        assert!(counts.stale_kept_for_user > 0, "{counts:?}");
         assert!(counts.stamped_volumes_reused > 0, "{counts:?}");
         assert!(counts.stale_volume_checks > 0, "{counts:?}");
         assert!(counts.stale_volumes_replaced > 0, "{counts:?}");
@@ -3064,6 +3180,7 @@ fn no_schedule_loses_data_or_disrupts_two_members_and_every_one_converges() {
         assert!(
             l.victim_deletions_checked > 0
                 && l.deletions_past_join_gauge > 0
+                && l.connection_cuts > 0
                 && l.pods_deleted_with_unique > 0,
             "{l:?}"
         );

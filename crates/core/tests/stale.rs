@@ -25,6 +25,8 @@ fn member(pod: bool, absent_since: Option<Millis>) -> MemberObs {
         pvc: Some(PvcObs {
             uid: "v".into(),
             absent_since,
+            // Every volume served long before any absence here.
+            served_since: Some(NOW - 100 * GRACE),
             ..PvcObs::default()
         }),
         scrape: pod.then(|| Scrape {
@@ -221,6 +223,7 @@ fn a_removal_cancelled_past_its_hand_off_brings_its_member_back_as_new() {
         step: RemovalStep::Settling,
         started_at: NOW - 3 * GRACE,
         step_started_at: NOW - 2 * GRACE,
+        connections_cut_at: None,
     }));
     let mut observed: BTreeMap<u32, MemberObs> = (0..2).map(|o| (o, member(true, None))).collect();
     observed.insert(2, member(false, Some(NOW - 2 * GRACE)));
@@ -279,6 +282,7 @@ fn a_stale_volume_is_not_replaced_while_a_removal_past_its_hand_off_is_unsettled
         step: RemovalStep::Settling,
         started_at: NOW - 4 * GRACE,
         step_started_at: NOW - 3 * GRACE,
+        connections_cut_at: None,
     };
     memory.disruption = Some(Disruption::Removal(settling.clone()));
     let mut observed: BTreeMap<u32, MemberObs> = [0, 2, 3]
@@ -356,4 +360,62 @@ fn a_restart_past_its_hand_off_keeps_the_old_volume_while_another_member_is_away
     observed.insert(1, member(true, None));
     let d = decide_at(&spec(5, 2), &memory, &observed);
     assert!(d.actions.contains(&Action::DeletePvc(4)), "{:?}", d.actions);
+}
+
+/// DST seed 2543 before the world's joins were corrected: demo-0 came back on a fresh volume
+/// (its bootstraps asked the first other owner of each partition, which took nothing from
+/// demo-2, fenced meanwhile), then demo-2 stayed away past the grace. Its stale volume held the
+/// last copy of a partition, and the gate over the others (all ready, quiet) let it go.
+#[test]
+fn a_stale_volume_is_kept_for_the_user_while_another_volume_first_served_after_it_left() {
+    let memory = active(&[0, 1, 2, 3]);
+    let mut observed: BTreeMap<u32, MemberObs> = (0..4).map(|o| (o, member(true, None))).collect();
+    observed.insert(2, member(false, Some(NOW - 2 * GRACE)));
+    // demo-0's volume first served after demo-2 went away.
+    observed
+        .get_mut(&0)
+        .unwrap()
+        .pvc
+        .as_mut()
+        .unwrap()
+        .served_since = Some(NOW - 2 * GRACE + 30_000);
+    let d = decide_at(&spec(4, 2), &memory, &observed);
+    assert!(d.actions.is_empty(), "{:?}", d.actions);
+    assert_eq!(d.kept_stale, [2]);
+    assert!(stale_note(&d).is_none());
+    let progress = d.progress.unwrap_or_default();
+    assert!(
+        progress.contains(
+            "the volume of demo-2 is stale and is kept: the volume of demo-0 first served after demo-2 went away"
+        ),
+        "{progress}"
+    );
+    // The user keeps it (the absence record removed): it is mounted again.
+    observed.insert(2, member(false, None));
+    let d = decide_at(&spec(4, 2), &memory, &observed);
+    assert_eq!(d.actions, [Action::CreatePod(2)]);
+    // Had demo-0's volume served before demo-2 left, the others hold its data: replaced.
+    observed.insert(2, member(false, Some(NOW - 2 * GRACE)));
+    observed
+        .get_mut(&0)
+        .unwrap()
+        .pvc
+        .as_mut()
+        .unwrap()
+        .served_since = Some(NOW - 2 * GRACE - 1);
+    let d = decide_at(&spec(4, 2), &memory, &observed);
+    assert_eq!(d.actions, [Action::DeletePvc(2)]);
+    assert!(d.kept_stale.is_empty());
+    // A volume whose first service was never recorded (an operator before this record, or an
+    // annotation that does not parse) counts as rebuilt: kept.
+    observed
+        .get_mut(&1)
+        .unwrap()
+        .pvc
+        .as_mut()
+        .unwrap()
+        .served_since = None;
+    let d = decide_at(&spec(4, 2), &memory, &observed);
+    assert!(d.actions.is_empty(), "{:?}", d.actions);
+    assert_eq!(d.kept_stale, [2]);
 }

@@ -32,18 +32,27 @@ struct World {
     last_scrape: Millis,
     /// Members do not report `marekvs_ae_rounds_total`.
     hide_rounds: bool,
+    /// The removal victim after the last decision: its pod is built labelled off, as the
+    /// shell builds it (`build::pod`).
+    victim: Option<u32>,
 }
 
 const ROUND_MS: Millis = 6_000;
 
 /// Steady client write load: every member taking client traffic gets `per_sec` writes a
 /// second (every scrape, anti-entropy applies repairs on every member: background repair).
-/// A member whose traffic is cut keeps getting them from a pooled client for `pinned_ms`.
+/// A member whose traffic is cut keeps getting them from a pooled client for `pinned_ms`:
+/// until its process restarts, unless the client dials its pod address (`dials_pod`), which it
+/// dials again once the member is back.
 #[derive(Clone, Debug)]
 struct Load {
     per_sec: u64,
     pinned_ms: Millis,
     cut_at: BTreeMap<u32, Millis>,
+    dials_pod: bool,
+    /// Members whose pod was deleted while their traffic was cut: the pooled connections to
+    /// them closed, and their clients reconnected through the Service.
+    reconnected: BTreeSet<u32>,
 }
 
 impl Load {
@@ -52,6 +61,8 @@ impl Load {
             per_sec,
             pinned_ms,
             cut_at: BTreeMap::new(),
+            dials_pod: false,
+            reconnected: BTreeSet::new(),
         }
     }
 
@@ -59,6 +70,7 @@ impl Load {
     fn writes(&self, o: u32, traffic_off: bool, now: Millis) -> u64 {
         match (traffic_off, self.cut_at.get(&o)) {
             (false, _) => self.per_sec,
+            (true, _) if self.reconnected.contains(&o) && !self.dials_pod => 0,
             (true, Some(at)) if now < at + self.pinned_ms => self.per_sec,
             (true, _) => 0,
         }
@@ -80,6 +92,7 @@ impl World {
             input: BTreeMap::new(),
             last_scrape: 0,
             hide_rounds: false,
+            victim: None,
         }
     }
 
@@ -93,6 +106,7 @@ impl World {
                         terminating: false,
                         outdated: false,
                         absent_since: None,
+                        served_since: None,
                     });
                 }
                 Action::CreatePod(o) => {
@@ -103,7 +117,7 @@ impl World {
                         outdated: false,
                         replace_volume: false,
                         restart: false,
-                        client_traffic_off: false,
+                        client_traffic_off: self.victim == Some(o),
                     });
                     self.copying_until = now + self.copying_ms;
                     self.started.insert(o, now);
@@ -116,6 +130,10 @@ impl World {
                 }
                 Action::DeletePod(o) => {
                     if let Some(m) = self.obs.get_mut(&o) {
+                        let off = m.pod.as_ref().is_some_and(|p| p.client_traffic_off);
+                        if let Some(l) = self.load.as_mut().filter(|_| off) {
+                            l.reconnected.insert(o);
+                        }
                         m.pod = None;
                         m.scrape = None;
                     }
@@ -1237,6 +1255,7 @@ fn arb_obs() -> impl Strategy<Value = MemberObs> {
                 terminating,
                 outdated,
                 absent_since: None,
+                served_since: None,
             }),
             scrape: scrape.map(|(view, under, join, rep, rounds)| Scrape {
                 view_members: view,
@@ -1336,6 +1355,7 @@ fn calm_asking(mem: &Memory, outdated: bool, asking: Option<u32>) -> BTreeMap<u3
                 terminating: false,
                 outdated: false,
                 absent_since: None,
+                served_since: None,
             });
             (
                 *o,
@@ -1806,6 +1826,7 @@ fn decide_once(s: &ClusterSpec, w: &mut World, mem: &mut Memory, now: Millis) ->
         now,
     });
     *mem = d.memory.clone();
+    w.victim = d.memory.removal().map(|r| r.ordinal);
     w.apply(&d.actions, now);
     d
 }
@@ -1957,6 +1978,7 @@ fn a_suspected_partition_holds_every_disruptive_step_until_views_agree() {
             step: RemovalStep::HandingOff,
             started_at: 99_000,
             step_started_at: 99_000,
+            connections_cut_at: None,
         })),
         ..Memory::default()
     };
@@ -2244,6 +2266,7 @@ fn orphaned_pods_on_kept_volumes_make_their_members_wait_not_new_ones() {
                     terminating: false,
                     outdated: false,
                     absent_since: None,
+                    served_since: None,
                 }),
                 look_alike: true,
                 client_input: Some(0),
@@ -2450,10 +2473,21 @@ fn replication_factor_1_refuses_a_removal_and_a_fresh_volume() {
 
 #[test]
 fn a_hold_past_the_bound_is_stuck_reported_once_and_never_proceeds() {
-    let (mut s, mut w, mut mem) = loaded_5_to_4(Load::new(800, 1_000_000));
+    // A client that dials demo-4's pod address: restarting it (once) does not help.
+    let mut load = Load::new(800, 1_000_000);
+    load.dials_pod = true;
+    let (mut s, mut w, mut mem) = loaded_5_to_4(load);
     s.handoff_timeout_ms = 20_000;
     let ds = run(&s, &mut w, &mut mem, 100_000, 120);
-    assert!(!ds.iter().any(|d| d.actions.contains(&Action::DeletePod(4))));
+    let deletions = ds
+        .iter()
+        .filter(|d| d.actions.contains(&Action::DeletePod(4)))
+        .count();
+    assert_eq!(
+        deletions, 1,
+        "restarted once to close its connections, no more"
+    );
+    assert_eq!(notes_named(&ds, "ClientConnectionsCut").len(), 1);
     assert_eq!(names(&mem), vec![0, 1, 2, 3, 4]);
     let last = ds.last().unwrap();
     let h = last.hold.as_ref().unwrap();
@@ -2479,6 +2513,57 @@ fn a_hold_past_the_bound_is_stuck_reported_once_and_never_proceeds() {
     let step = ds[first].memory.removal().unwrap().step_started_at;
     assert!(100_000 + first as i64 * 1_000 - step > 20_000);
     assert!(100_000 + (first as i64 - 1) * 1_000 - step <= 20_000);
+}
+
+/// Pooled clients opened their connections to demo-4 through the client Service before its
+/// traffic was cut, and keep them for good: 15 s into its hand-off the operator restarts it
+/// on its own volume, once, which closes them; they reconnect to the other members, and the
+/// removal completes. Its new pod is labelled off from the start, and no Warning says it was
+/// lost.
+#[test]
+fn pooled_connections_pinned_to_the_leaver_are_closed_by_one_restart_and_the_removal_completes() {
+    let (s, mut w, mut mem) = loaded_5_to_4(Load::new(600, 1_000_000));
+    let ds = run(&s, &mut w, &mut mem, 100_000, 150);
+    assert_eq!(names(&mem), vec![0, 1, 2, 3], "demo-4 removed");
+    let deletions: Vec<usize> = ds
+        .iter()
+        .enumerate()
+        .filter(|(_, d)| d.actions.contains(&Action::DeletePod(4)))
+        .map(|(i, _)| i)
+        .collect();
+    assert_eq!(
+        deletions.len(),
+        2,
+        "the restart, then the removal's own deletion"
+    );
+    let cut = &ds[deletions[0]];
+    let r = cut.memory.removal().unwrap();
+    assert_eq!(r.step, RemovalStep::HandingOff);
+    assert_eq!(
+        r.connections_cut_at,
+        Some(100_000 + deletions[0] as i64 * 1_000)
+    );
+    assert!(100_000 + deletions[0] as i64 * 1_000 - r.step_started_at >= 15_000);
+    let notes = notes_named(&ds, "ClientConnectionsCut");
+    assert_eq!(notes.len(), 1, "{notes:?}");
+    assert!(
+        notes[0].contains("demo-4 still took client writes (600 writes/s)"),
+        "{}",
+        notes[0]
+    );
+    assert!(notes_named(&ds, "LostBeforeHandOff").is_empty());
+    // Held by its clients until the restart, never deleted for good before it.
+    assert!(ds[..deletions[0]].iter().all(|d| {
+        d.hold
+            .as_ref()
+            .is_none_or(|h| h.moving == Moving::ClientTraffic || h.moving == Moving::AntiEntropy)
+    }));
+    // Back on its volume, drained again, handed off again, removed.
+    let again = ds[deletions[0] + 1..]
+        .iter()
+        .position(|d| d.actions.contains(&Action::Drain(4)))
+        .expect("drained again");
+    assert!(deletions[0] + 1 + again < deletions[1]);
 }
 
 #[test]

@@ -130,6 +130,7 @@ fn hibernation_waits_for_the_removal_in_progress_and_paused_holds_it() {
         step: RemovalStep::HandingOff,
         started_at: NOW - 10_000,
         step_started_at: NOW - 10_000,
+        connections_cut_at: None,
     }));
     let mut obs = world(4, &[], None);
     let victim = obs.get_mut(&3).unwrap().pod.as_mut().unwrap();
@@ -276,6 +277,7 @@ fn a_fenced_member_is_stopped_never_recreated_and_holds_every_disruptive_step() 
         step: RemovalStep::Draining,
         started_at: NOW,
         step_started_at: NOW,
+        connections_cut_at: None,
     }));
     let d = decide_at(&fenced, &removing, &gone);
     assert_eq!(d.actions, []);

@@ -4,7 +4,7 @@
 use std::collections::BTreeSet;
 
 use crate::plan::free_ordinals;
-use crate::stale::{absence_in_words, is_stale};
+use crate::stale::{ANNOTATION_ABSENT_SINCE, absence_in_words, is_stale, rebuilt_since_absence};
 use crate::types::*;
 
 use super::{Pass, normal};
@@ -247,6 +247,19 @@ impl Pass<'_> {
         if new_member {
             return true;
         }
+        // It left without a hand-off, and another member's volume first served after that (a
+        // fresh volume, a new member): that one's bootstraps could not copy from it and may
+        // have taken nothing, so this volume may hold the last copy. No gauge tells; the user
+        // decides, as in a mass failure.
+        let rebuilt = rebuilt_since_absence(o, &self.memory.members, self.observed);
+        if !rebuilt.is_empty() {
+            self.progress.push(format!(
+                "the volume of {name} is stale and is kept: the volume of {} first served after {name} went away, so data-{name} may hold the last copy of some data. Keep it by removing the annotation {ANNOTATION_ABSENT_SINCE} (the member rejoins on it and may bring back keys deleted since), or delete data-{name} (what only it holds is lost)",
+                self.names(&rebuilt)
+            ));
+            self.kept_stale.push(o);
+            return false;
+        }
         // The member of a removal or restart past its pod's deletion handed its data to the
         // others, one surviving owner per partition being enough (`handoff::rounds_needed`):
         // until that step's own gate passes (views without it, every member ready again), a
@@ -256,7 +269,7 @@ impl Pass<'_> {
         // which needs this member back, so the user decides, as in a mass failure.
         if let Some((v, what)) = self.handed_off_disruption().filter(|(v, _)| *v != o) {
             self.progress.push(format!(
-                "the volume of {name} is stale; it is not replaced while the {what} of {} is unsettled: what it handed off may be on {name} alone (keep the data by removing the annotation marekvs.io/absent-since, or delete data-{name})",
+                "the volume of {name} is stale; it is not replaced while the {what} of {} is unsettled: what it handed off may be on {name} alone (keep the data by removing the annotation {ANNOTATION_ABSENT_SINCE}, or delete data-{name})",
                 self.spec.member_name(v)
             ));
             return false;

@@ -11,6 +11,12 @@ fn enter(r: &mut Removal, step: RemovalStep, now: Millis) {
     r.step_started_at = now;
 }
 
+/// How long a drained victim may keep taking client writes, with its client traffic cut,
+/// before the operator restarts it to close its connections: long enough for clients that
+/// re-resolve their endpoints (and kube-proxy's rules) to have moved, far shorter than a
+/// pooled connection's life.
+pub const CUT_CONNECTIONS_AFTER_MS: Millis = 15_000;
+
 impl Pass<'_> {
     /// Advance the removal in progress.
     pub(super) fn advance_removal(&mut self) {
@@ -61,6 +67,14 @@ impl Pass<'_> {
     /// The victim is drained and still serving: delete its pod once the others hold its data.
     fn hand_off_victim(&mut self, r: &mut Removal, name: &str) {
         match &self.obs(r.ordinal).pod {
+            // Gone since the operator restarted it to close its client connections: it comes
+            // back on its own volume, to be drained and handed off again.
+            None if r.connections_cut_at.is_some_and(|t| t >= r.step_started_at) => {
+                self.progress
+                    .push(format!("restarting {name} to close its client connections"));
+                enter(r, RemovalStep::Draining, self.now);
+                return;
+            }
             None => {
                 self.notes.push(lost_before_hand_off(name));
                 enter(r, RemovalStep::Draining, self.now);
@@ -88,6 +102,7 @@ impl Pass<'_> {
                     self.actions.insert(Action::DeletePod(r.ordinal));
                 }
             }
+            Err(h) if self.cut_client_connections(r, name, &h) => {}
             Err(h) => self.wait_on_removal_gate(
                 h,
                 &format!("handing off {name}"),
@@ -95,6 +110,55 @@ impl Pass<'_> {
                 r,
             ),
         }
+    }
+
+    /// The victim still takes client writes over connections opened before its traffic was
+    /// cut: a pooled client keeps its connections, and a marekvs node closes one only when its
+    /// process exits (no `CLIENT KILL`, no idle timeout). So, once a removal and once the
+    /// hand-off has waited `CUT_CONNECTIONS_AFTER_MS` with its label off, it is restarted on its
+    /// own volume: its clients reconnect through the client Service, which no longer selects
+    /// it, and what it took stays on its volume, which it comes back on to be drained and
+    /// handed off again. Only while every other member passes the gate (one member down at a
+    /// time) and nothing holds disruptive steps. A client writing to its pod address comes
+    /// back with it: that one holds the removal, reported, until it stops.
+    fn cut_client_connections(&mut self, r: &mut Removal, name: &str, h: &GateHold) -> bool {
+        let label_off = self
+            .obs(r.ordinal)
+            .pod
+            .as_ref()
+            .is_some_and(|p| p.client_traffic_off && p.ready && !p.terminating);
+        let writes_arrive = h.moving == Moving::ClientTraffic && h.rate_per_sec.is_some();
+        if !label_off
+            || !writes_arrive
+            || r.connections_cut_at.is_some()
+            || self.now - r.step_started_at < CUT_CONNECTIONS_AFTER_MS
+        {
+            return false;
+        }
+        // Every member up, scraped and settled, the victim too (its own figures aside from
+        // what the hand-off waits for): the restart is the only disruption.
+        if self.gate_all(None).is_err()
+            || self.hold(format!("restarting {name} to close its client connections"))
+        {
+            return false;
+        }
+        self.actions.insert(Action::DeletePod(r.ordinal));
+        r.connections_cut_at = Some(self.now);
+        let rate = h
+            .rate_per_sec
+            .map_or(String::new(), |w| format!(" ({w:.0} writes/s)"));
+        self.notes.push(Note {
+            kind: EventKind::Normal,
+            reason: "ClientConnectionsCut",
+            member: Some(r.ordinal),
+            message: format!(
+                "{name} still took client writes{rate} {}s after its client traffic was cut, over connections opened before: restarting it on its own volume closes them (a marekvs node closes a client connection only when it exits); its clients reconnect through the client Service to the other members, and its hand-off starts over",
+                (self.now - r.step_started_at) / 1000
+            ),
+        });
+        self.progress
+            .push(format!("restarting {name} to close its client connections"));
+        true
     }
 
     /// Deleting the victim's pod; its node flushes and exits on SIGTERM.
@@ -242,6 +306,7 @@ impl Pass<'_> {
             step: RemovalStep::Draining,
             started_at: self.now,
             step_started_at: self.now,
+            connections_cut_at: None,
         }));
         self.phases.insert(o, MemberPhase::Draining);
         let why = match reason {

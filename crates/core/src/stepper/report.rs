@@ -104,6 +104,7 @@ impl Pass<'_> {
             suspected_partition: self.partition,
             hold: self.hold_report,
             background_repair,
+            kept_stale: self.kept_stale,
         }
     }
 

@@ -33,8 +33,10 @@ impl Cluster {
             .volumes
             .entry(volume.clone())
             .or_insert_with(|| Volume::new(p));
+        // Returning: it served from this volume before (the node's heartbeat is on it), within
+        // the grace; a node that crashed before it ever turned Active is not.
         let returning = vol
-            .last_exit_ms
+            .heartbeat_ms
             .is_some_and(|t| now_ms.saturating_sub(t) < self.settings.returning_grace_ms);
         self.addrs.insert(node_id.clone(), addr.clone());
         self.boots.insert(node_id.clone(), now_ms);

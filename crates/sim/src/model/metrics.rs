@@ -105,6 +105,13 @@ impl Cluster {
             db_total_bytes: self.volumes[&m.volume].bytes,
         };
         let every = self.settings.gauge_refresh_ms.max(1);
+        // The node's heartbeat `alive:last`, written to its volume by the same stats task while
+        // it serves (Active or Leaving): what makes a later start on it a returning member.
+        if matches!(m.phase, NodePhase::Active | NodePhase::Leaving)
+            && let Some(v) = self.volumes.get_mut(&m.volume)
+        {
+            v.heartbeat_ms = Some(now_ms);
+        }
         let m = self.members.get_mut(key).expect("member exists");
         m.gauges = Some(gauges);
         while m.next_gauges_ms <= now_ms {

@@ -62,8 +62,9 @@ pub struct Settings {
     /// Gauges (cluster, ring, mesh, join gate, disk) are refreshed this often; they read 0
     /// before the first refresh after a start.
     pub gauge_refresh_ms: u64,
-    /// A member restarting on a volume its predecessor left less than this long ago is a
-    /// returning member: it trusts its data and bootstraps nothing.
+    /// A member starting on a volume a member served from (the node's heartbeat, written while
+    /// Active or Leaving) less than this long ago is a returning member: it trusts its data and
+    /// bootstraps nothing (`gc_grace` on the node).
     pub returning_grace_ms: u64,
 }
 

@@ -583,6 +583,46 @@ fn a_fresh_member_bootstraps_and_a_returning_one_does_not() {
     assert!(f.owned_partitions > 0);
 }
 
+/// A member that crashed on a fresh volume before it ever turned Active is not a returning
+/// member: the node's heartbeat (`alive:last`) is written only while it serves, so its next
+/// start bootstraps the partitions still empty.
+#[test]
+fn a_member_that_never_served_from_its_volume_bootstraps_after_a_restart() {
+    let mut c = boot(3, 2);
+    for i in 0..300 {
+        c.set(
+            secs(20.0),
+            &member(i % 3),
+            format!("n-{i}").as_bytes(),
+            b"v",
+        )
+        .unwrap();
+    }
+    // A copy rate so slow that the join cannot finish before the crash.
+    c.settings.copy_rate_per_sec = 0.5;
+    run(&mut c, 20.1, 25.0);
+    c.start_member(secs(25.0), spec(3, 2));
+    run(&mut c, 25.0, 28.0);
+    assert_eq!(figure(&c, 28.0, 3).phase, Some(NodePhase::Joining));
+    c.kill(secs(28.0), &member(3));
+    c.settings.copy_rate_per_sec = 200.0;
+    run(&mut c, 28.1, 29.0);
+    c.start_member(secs(29.0), spec(3, 2));
+    run(&mut c, 29.0, 60.0);
+    let f = figure(&c, 60.0, 3);
+    assert_eq!(f.phase, Some(NodePhase::Active));
+    assert!(
+        f.bootstraps_completed_total > 0,
+        "not a returning member: it copies again"
+    );
+    // Once it served, a restart on the same volume is a returning one.
+    c.kill(secs(60.0), &member(3));
+    run(&mut c, 60.1, 61.0);
+    c.start_member(secs(61.0), spec(3, 2));
+    run(&mut c, 61.0, 90.0);
+    assert_eq!(figure(&c, 90.0, 3).bootstraps_completed_total, 0);
+}
+
 #[test]
 fn a_joining_member_is_unready_and_counts_its_gate_down() {
     let mut c = boot(3, 2);

@@ -75,6 +75,9 @@ pub(crate) struct Volume {
     pub bytes: u64,
     /// When the last member process on it exited.
     pub last_exit_ms: Option<u64>,
+    /// The node's heartbeat: when a member last served from it (Active or Leaving at a stats
+    /// refresh). A member started on it within the grace since is a returning member.
+    pub heartbeat_ms: Option<u64>,
 }
 
 impl Volume {
@@ -84,6 +87,7 @@ impl Volume {
             data: BTreeMap::new(),
             bytes: 0,
             last_exit_ms: None,
+            heartbeat_ms: None,
         }
     }
 
