@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The e2e half of `make test`: brings up the `test` cluster and the simulator, runs the e2e
 # suite against them, tears everything down and fails if any process is left behind. Ends
-# with one line: "e2e: N passed, N failed, N skipped" (a skipped test printed its reason).
+# with one line: "e2e: N passed, N failed, N skipped; N sub-checks skipped" (a skipped test or
+# sub-check printed its reason).
 # Extra arguments go to the test binaries (e.g. a test name filter).
 #
 # With MAREKVS_BIN=/path/to/marekvs-server, every member runs that binary instead of the
@@ -56,8 +57,16 @@ summary() {
   # message is otherwise buried above the teardown.
   awk '/^---- .* ----$/ { show = 1; n = 0 } /^failures:$/ && show { show = 0 }
        show && n++ < 30 { print "[failed] " $0 }' "$log_file" >&2
-  awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i; if ($(i+1) ~ /^ignored/) s += $i } }
-       END { printf "e2e: %d passed, %d failed, %d skipped\n", p, f, s }' "$log_file"
+  # Tests skipped here (libtest's ignored), each with its reason, then the checks inside
+  # tests that could not be made here (`e2e::skipped_check`): reported, never passed.
+  grep -h '^skipped [a-z_0-9]*: ' "$log_file" | sort -u >&2 || true
+  local sub
+  sub=$(grep -c '^skipped sub-check ' "$log_file" || true)
+  if [ "${sub:-0}" -gt 0 ]; then
+    grep -h '^skipped sub-check ' "$log_file" | sort | uniq -c >&2
+  fi
+  awk -v subs="${sub:-0}" '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i; if ($(i+1) ~ /^ignored/) s += $i } }
+       END { printf "e2e: %d passed, %d failed, %d skipped; %d sub-checks skipped\n", p, f, s, subs }' "$log_file"
 }
 trap finish EXIT
 

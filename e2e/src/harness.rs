@@ -15,6 +15,10 @@ pub enum Need {
     /// The simulator's control API: faults, load, disk figures, the loss counter. Absent on
     /// real members (`MAREKVS_BIN`) and on kind.
     Simulator,
+    /// The simulator's data plane: the test asserts figures sized to it (a loss its ring
+    /// makes, a write rate real members on a 2-core harness do not converge at). Absent where
+    /// [`Need::Simulator`] is; the benchmarks measure real members (`bench ladder`, `trap`).
+    SimulatedDataPlane,
     /// An operator process of the test's own, which it may kill and restart. Absent where the
     /// operator is deployed (`MAREKVS_E2E_EXTERNAL_OPERATOR`).
     OwnOperator,
@@ -36,6 +40,9 @@ impl Need {
         match self {
             Need::Simulator if !set("MAREKVS_SIM_CONTROL_URL") => Some(
                 "needs the simulator's control API (faults, load or the loss counter); members here are not simulated",
+            ),
+            Need::SimulatedDataPlane if !set("MAREKVS_SIM_CONTROL_URL") => Some(
+                "asserts figures of the simulator's data plane (a loss sized to its ring, or 3,000 SET/s, which real members on a 2-core harness do not converge at); hack/bench.sh ladder and trap measure real members",
             ),
             Need::OwnOperator if set("MAREKVS_E2E_EXTERNAL_OPERATOR") => {
                 Some("kills or restarts the operator, which runs elsewhere here")

@@ -4,8 +4,12 @@
 //! Through the Service ([`LoadTarget::Service`]) the writes are spread round robin over its
 //! ready endpoints (the Ready, not terminating pods its selector matches), re-read every
 //! 500 ms: a member taken out of the Service (unready, or its client-traffic label off) stops
-//! receiving writes within about half a second, as behind a real Service. [`LoadTarget::Pod`] writes through one member's pod IP
-//! whatever the Service says (the trap: writes above its ring rate right before it goes).
+//! receiving writes within about half a second, as a client that re-resolves its endpoints
+//! would. [`LoadTarget::Pooled`] is a connection pool behind kube-proxy: each connection is
+//! opened through the Service on the endpoint it picks then, and stays on that member until
+//! the connection breaks (the member exited), however the Service changes meanwhile; a marekvs
+//! node has no `CLIENT KILL`, so nothing else closes it. [`LoadTarget::Pod`] writes through one
+//! member's pod IP whatever the Service says (a client that dials pod addresses).
 //! A write that fails (connection refused or closed, an error reply) is not acknowledged and
 //! not read back; the connection is opened again on the next round.
 
@@ -35,6 +39,16 @@ pub enum LoadTarget {
     Service(String),
     /// This member's pod IP.
     Pod(String),
+    /// `connections` pooled connections through this Service, all opened when the load
+    /// starts, each on the endpoint it picked when it opened (round robin, as kube-proxy
+    /// spreads new connections), until it breaks; then opened again through the Service.
+    Pooled { service: String, connections: usize },
+}
+
+/// One pooled connection: the member it opened on, while it lasts.
+struct Slot {
+    member: Option<(String, Ipv4Addr)>,
+    conn: Option<Resp>,
 }
 
 /// What a finished load wrote.
@@ -44,6 +58,8 @@ pub struct LoadReport {
     /// Writes sent but not acknowledged.
     pub failed: usize,
     pub elapsed: Duration,
+    /// Acknowledged writes by the member they went through.
+    pub per_member: BTreeMap<String, usize>,
 }
 
 impl LoadReport {
@@ -82,6 +98,9 @@ impl SteadyLoad {
             rate,
             set: DataSet::empty(label, reader),
             conns: BTreeMap::new(),
+            pool: Vec::new(),
+            opened: 0,
+            per_member: BTreeMap::new(),
             failed: 0,
         };
         let stop = Arc::new(AtomicBool::new(false));
@@ -109,6 +128,12 @@ struct Writer {
     set: DataSet,
     /// Open connections by member.
     conns: BTreeMap<String, Resp>,
+    /// The pool of [`LoadTarget::Pooled`], and how many connections it has opened (the round
+    /// robin's position).
+    pool: Vec<Slot>,
+    opened: usize,
+    /// Acknowledged writes by member.
+    per_member: BTreeMap<String, usize>,
     failed: usize,
 }
 
@@ -122,7 +147,31 @@ impl Writer {
         let mut endpoints: Vec<(String, Ipv4Addr)> = Vec::new();
         let mut resolved: Option<Instant> = None;
         let (mut sent, mut next) = (0usize, 0usize);
+        if let LoadTarget::Pooled { connections, .. } = &self.target {
+            // Every connection opened before the first write, as a pool warms up.
+            self.pool = (0..*connections)
+                .map(|_| Slot {
+                    member: None,
+                    conn: None,
+                })
+                .collect();
+            self.open_pool().await;
+        }
         while !stop.load(Ordering::Relaxed) {
+            if matches!(self.target, LoadTarget::Pooled { .. }) {
+                let due = (self.rate * start.elapsed().as_secs_f64()) as usize;
+                let max = (self.rate * MAX_CATCH_UP.as_secs_f64()) as usize;
+                let n = due.saturating_sub(sent).min(max.max(1));
+                sent = due;
+                if n > 0 {
+                    self.open_pool().await;
+                    self.pooled_round(next, n).await;
+                    next += n;
+                    acked.store(self.set.len(), Ordering::Relaxed);
+                }
+                tokio::time::sleep(ROUND).await;
+                continue;
+            }
             if resolved.is_none_or(|t| t.elapsed() >= RESOLVE_EVERY) {
                 // On an API error keep the last endpoints: a client keeps its last answer too.
                 // Never through the member the keys will be read back through: a real member
@@ -150,7 +199,92 @@ impl Writer {
             data: self.set,
             failed: self.failed,
             elapsed: start.elapsed(),
+            per_member: self.per_member,
         })
+    }
+
+    /// Open every pooled connection that is not open, each on the next of the Service's
+    /// endpoints now (never the reader).
+    async fn open_pool(&mut self) {
+        if self.pool.iter().all(|s| s.conn.is_some()) {
+            return;
+        }
+        let Ok(endpoints) = resolve(&self.pods, &self.services, &self.target).await else {
+            return;
+        };
+        let endpoints: Vec<(String, Ipv4Addr)> = endpoints
+            .into_iter()
+            .filter(|(m, _)| m != self.set.reader())
+            .collect();
+        if endpoints.is_empty() {
+            return;
+        }
+        for slot in self.pool.iter_mut().filter(|s| s.conn.is_none()) {
+            let (member, ip) = endpoints[self.opened % endpoints.len()].clone();
+            self.opened += 1;
+            if let Ok(conn) = Resp::connect(ip).await {
+                slot.member = Some((member, ip));
+                slot.conn = Some(conn);
+            }
+        }
+    }
+
+    /// Keys `next..next + n`, round robin over the open pooled connections, each one's share
+    /// pipelined on it, all at once. A connection that fails is dropped (its writes not
+    /// acknowledged) and opened again through the Service on the next round.
+    async fn pooled_round(&mut self, next: usize, n: usize) {
+        let open: Vec<usize> = (0..self.pool.len())
+            .filter(|i| self.pool[*i].conn.is_some())
+            .collect();
+        if open.is_empty() {
+            self.failed += n;
+            return;
+        }
+        let mut shares: Vec<Vec<String>> = vec![Vec::new(); open.len()];
+        for i in next..next + n {
+            shares[i % open.len()].push(self.set.key_at(i));
+        }
+        let mut jobs = Vec::new();
+        for (i, keys) in open.iter().zip(shares) {
+            let conn = self.pool[*i].conn.take();
+            let member = self.pool[*i].member.clone();
+            let commands: Vec<Vec<Vec<u8>>> =
+                keys.iter().map(|k| self.set.set_command(k)).collect();
+            jobs.push((*i, member, keys, conn, commands));
+        }
+        let sends = jobs
+            .into_iter()
+            .map(|(i, member, keys, conn, commands)| async move {
+                let result = match conn {
+                    Some(mut c) => c.pipeline(&commands).await.map(|r| (c, r)),
+                    None => Err(anyhow::anyhow!("no connection")),
+                };
+                (i, member, keys, result)
+            });
+        let results = futures::future::join_all(sends).await;
+        for (i, member, keys, result) in results {
+            let Some((name, _)) = member else {
+                self.failed += keys.len();
+                continue;
+            };
+            match result {
+                Ok((conn, replies)) => {
+                    self.pool[i].conn = Some(conn);
+                    for (k, reply) in keys.into_iter().zip(replies) {
+                        if reply == Reply::Simple("OK".into()) {
+                            self.set.record(k, &name);
+                            *self.per_member.entry(name.clone()).or_default() += 1;
+                        } else {
+                            self.failed += 1;
+                        }
+                    }
+                }
+                Err(_) => {
+                    self.pool[i].member = None;
+                    self.failed += keys.len();
+                }
+            }
+        }
     }
 
     /// Keys `next..next + n`, round robin over `endpoints`, each member's share pipelined on
@@ -180,6 +314,7 @@ impl Writer {
                     for (k, reply) in keys.into_iter().zip(replies) {
                         if reply == Reply::Simple("OK".into()) {
                             self.set.record(k, &member);
+                            *self.per_member.entry(member.clone()).or_default() += 1;
                         } else {
                             self.failed += 1;
                         }
@@ -204,7 +339,9 @@ async fn resolve(
         LoadTarget::Pod(name) => {
             return Ok(vec![(name.clone(), data::member_ip(pods, name).await?)]);
         }
-        LoadTarget::Service(svc) => services.get(svc).await?,
+        LoadTarget::Service(svc) | LoadTarget::Pooled { service: svc, .. } => {
+            services.get(svc).await?
+        }
     };
     let selector = svc.spec.and_then(|s| s.selector).unwrap_or_default();
     anyhow::ensure!(!selector.is_empty(), "the Service selects no pods");

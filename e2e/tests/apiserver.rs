@@ -153,13 +153,18 @@ async fn api_server_restarts_and_a_member_crash_mid_operation_lose_nothing() -> 
         outages.len()
     );
     read_back(&env, &data).await?;
-    if let Some(sim) = &sim {
+    if sim.is_some() {
         assert!(
             crashed.is_some(),
             "no hand-off was seen to crash a member in"
         );
-        assert_eq!(sim.lost_partitions(&ns).await?, 0);
+    } else {
+        skipped_check(
+            "another member crashed in the middle of a hand-off",
+            "only the simulator's control API crashes a member on cue",
+        );
     }
+    no_lost_partitions(&sim, &ns).await?;
     env.cleanup().await?;
     // The tests after this one need the controller manager, which lived through every
     // restart: once, its service-account controller took over a minute after the last one

@@ -148,9 +148,7 @@ async fn a_spec_change_restarts_one_member_at_a_time_behind_the_hand_off_gate() 
         ],
     )
     .await?;
-    if let Some(sim) = &sim {
-        assert_eq!(sim.lost_partitions(&ns).await?, 0);
-    }
+    no_lost_partitions(&sim, &ns).await?;
     env.cleanup().await
 }
 
@@ -229,9 +227,7 @@ async fn pause_holds_a_rollout_and_resuming_finishes_it() -> anyhow::Result<()> 
     }
     wait_events(&env.client, &ns, "demo", &["Paused"]).await?;
     read_back(&env, &data).await?;
-    if let Some(sim) = &sim {
-        assert_eq!(sim.lost_partitions(&ns).await?, 0);
-    }
+    no_lost_partitions(&sim, &ns).await?;
     env.cleanup().await
 }
 
@@ -517,9 +513,7 @@ async fn another_storage_class_is_refused_unless_volumes_may_be_replaced_then_mo
     }
     // Every member is on a fresh volume now: each key was handed over at least once.
     read_back(&env, &data).await?;
-    if let Some(sim) = &sim {
-        assert_eq!(sim.lost_partitions(&ns).await?, 0);
-    }
+    no_lost_partitions(&sim, &ns).await?;
     env.cleanup().await
 }
 

@@ -184,9 +184,7 @@ async fn kill_9_the_operator_again_and_again_through_a_scale_down_and_a_rollout(
         "only {kills} kills: the scenario ended too fast to be chaos"
     );
     read_back(&env, &data).await?;
-    if let Some(sim) = &sim {
-        assert_eq!(sim.lost_partitions(&ns).await?, 0);
-    }
+    no_lost_partitions(&sim, &ns).await?;
     env.cleanup().await
 }
 

@@ -25,7 +25,6 @@ const FIVE: [&str; 5] = ["demo-0", "demo-1", "demo-2", "demo-3", "demo-4"];
 /// harness can, and its pod and PVC are deleted by hand while they do. What its ring skipped
 /// and no anti-entropy round delivered was only on its volume: the data check counts it lost.
 async fn a_member_deleted_right_after_writes_went_past_its_ring_loses_them() -> anyhow::Result<()> {
-    let _sim = Sim::required()?;
     let env = TestEnv::new("ring-trap").await?;
     let ns = env.namespace.clone();
     let _op = Operator::start(&ns)?;
@@ -93,30 +92,27 @@ struct Seen {
     /// `status.handoffHold` said the leaver still took client input or had not yet begun the
     /// anti-entropy rounds that hand on what it holds (`LeaverBacklog`).
     leaver_backlog: bool,
+    /// `status.removal.connectionsCutAt` was set: the leaver was restarted on its own volume
+    /// to close the client connections it still took writes over.
+    connections_cut: bool,
 }
 
-/// A 5 → 4 by the operator while clients write `rate` SET/s through the client Service; every
-/// acknowledged key reads back whatever the outcome. It must complete within `bound`, or hold
-/// with `status.handoffHold` naming what keeps moving, where and how fast; neither fails.
+/// A 5 → 4 by the operator while clients write `rate` SET/s through the client Service (as
+/// `target` says: pooled connections kept, or endpoints followed); every acknowledged key
+/// reads back whatever the outcome. It must complete within `bound`, or hold with
+/// `status.handoffHold` naming what keeps moving, where and how fast; neither fails.
 async fn scale_down_under_load(
     rate: f64,
+    target: LoadTarget,
     label: &str,
     bound: Duration,
 ) -> anyhow::Result<(Outcome, Seen)> {
-    let _sim = Sim::required()?;
     let env = TestEnv::new(label).await?;
     let ns = env.namespace.clone();
     let _op = Operator::start(&ns)?;
     let api = create(&env, "demo", spec(5)).await?;
     wait_healthy(&api, "demo", &FIVE, T).await?;
-    let load = SteadyLoad::start(
-        env.client.clone(),
-        &ns,
-        LoadTarget::Service("demo".into()),
-        rate,
-        "demo-0",
-        label,
-    )?;
+    let load = SteadyLoad::start(env.client.clone(), &ns, target, rate, "demo-0", label)?;
     tokio::time::sleep(Duration::from_secs(5)).await;
     anyhow::ensure!(
         load.acked() > 0,
@@ -164,6 +160,10 @@ async fn wait_outcome(
             .handoff_hold
             .as_ref()
             .is_some_and(|h| h.reason == BlockReason::LeaverBacklog);
+        seen.connections_cut |= s
+            .removal
+            .as_ref()
+            .is_some_and(|r| r.connections_cut_at.is_some());
         if s.phase == Some(ClusterPhase::Healthy)
             && s.instance_names.len() == 4
             && s.removal.is_none()
@@ -196,33 +196,124 @@ async fn wait_outcome(
     }
 }
 
-/// At 500 SET/s the 5 → 4 completes once the leaver's own anti-entropy rounds have begun
-/// since its client traffic stopped (the writer leaves a member taken out of the Service within
-/// half a second). Repairs move meanwhile (a node skips a few ring entries at any rate); they
-/// hold nothing.
+/// At 250 SET/s over 8 pooled connections, opened through the client Service before the
+/// scale-down and kept (as behind kube-proxy: a Service change closes none, and a marekvs node
+/// cannot), the 5 → 4 completes: the leaver keeps taking writes over the connections it has,
+/// so 15 s into its hand-off the operator restarts it on its own volume, which closes them;
+/// they reopen on the other members, and the leaver's own anti-entropy rounds then hand on
+/// what it holds. Every acknowledged key reads back. Real members and simulated alike.
 async fn a_scale_down_under_a_steady_load_completes_and_loses_nothing() -> anyhow::Result<()> {
+    let pooled = LoadTarget::Pooled {
+        service: "demo".into(),
+        connections: 8,
+    };
     let (outcome, seen) =
-        scale_down_under_load(500.0, "load-500", Duration::from_secs(150)).await?;
+        scale_down_under_load(250.0, pooled, "load-250", Duration::from_secs(300)).await?;
     eprintln!(
-        "load-500: background repair reported {}, the leaver held its hand-off {}",
-        seen.background_repair, seen.leaver_backlog
+        "load-250: background repair reported {}, the leaver held its hand-off {}, its connections cut {}",
+        seen.background_repair, seen.leaver_backlog, seen.connections_cut
     );
     match outcome {
         Outcome::Completed(took) => {
-            eprintln!("load-500: 5 → 4 completed in {:.1}s", took.as_secs_f64());
-            Ok(())
+            eprintln!("load-250: 5 → 4 completed in {:.1}s", took.as_secs_f64());
         }
-        Outcome::Held(why) => anyhow::bail!("held at 500 SET/s: {why}"),
+        Outcome::Held(why) => anyhow::bail!("held at 250 SET/s: {why}"),
     }
+    anyhow::ensure!(
+        seen.connections_cut,
+        "the pooled connections to the leaver were never cut (status.removal.connectionsCutAt)"
+    );
+    Ok(())
 }
 
-/// At 3,000 SET/s (as fast as this harness writes) repairs move on the members all the time:
-/// the 5 → 4 still completes (repairs hold nothing; the leaver's client traffic stops once it
-/// leaves the Service), and no acknowledged key is lost. A hold past the bound fails the test,
+/// A client writing to the leaver's pod address (as one that dials per-pod DNS or the
+/// addresses `CLUSTER NODES` gives): no Service change stops it, and restarting the leaver
+/// does not either (it dials the new pod). It holds the removal, and status names the member
+/// and the writes still arriving; nothing it wrote is lost; once it stops, the removal
+/// completes. Real members and simulated alike.
+async fn a_client_writing_to_the_leavers_pod_address_holds_the_removal_until_it_stops()
+-> anyhow::Result<()> {
+    let env = TestEnv::new("pinned").await?;
+    let ns = env.namespace.clone();
+    let _op = Operator::start(&ns)?;
+    let api = create(&env, "demo", spec(5)).await?;
+    wait_healthy(&api, "demo", &FIVE, T).await?;
+    let load = SteadyLoad::start(
+        env.client.clone(),
+        &ns,
+        LoadTarget::Pod("demo-4".into()),
+        100.0,
+        "demo-0",
+        "pinned",
+    )?;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    patch_spec(&api, "demo", json!({"nodes": 4})).await?;
+    let held = wait_cluster(
+        &api,
+        "demo",
+        "the removal held by the pinned client",
+        T,
+        |s| {
+            s.handoff_hold.as_ref().is_some_and(|h| {
+                h.moving == marekvs_api::Moving::ClientTraffic
+                    && h.members == ["demo-4"]
+                    && h.rate_per_second.is_some_and(|r| r > 0.0)
+            })
+        },
+    )
+    .await?;
+    let h = status_of(&held).handoff_hold.unwrap();
+    eprintln!(
+        "pinned: held: {:?} {:?}/s: {}",
+        h.reason, h.rate_per_second, h.message
+    );
+    anyhow::ensure!(
+        h.message.contains("demo-4") && h.message.contains("write commands"),
+        "the hold names the member and its writes: {}",
+        h.message
+    );
+    // Past the restart that closes pooled connections (15 s in): still held, demo-4 still a
+    // member, while its client writes.
+    let holding = Instant::now();
+    while holding.elapsed() < Duration::from_secs(45) {
+        let s = status_of(&api.get("demo").await?);
+        anyhow::ensure!(
+            s.instance_names.iter().any(|m| m == "demo-4"),
+            "demo-4 removed while its client still wrote to it"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let report = load.stop().await?;
+    eprintln!(
+        "pinned: {} keys acknowledged through demo-4, {} failed (its restart)",
+        report.data.len(),
+        report.failed
+    );
+    let stopped = Instant::now();
+    wait_healthy(&api, "demo", &FIVE[..4], Duration::from_secs(300)).await?;
+    eprintln!(
+        "pinned: 5 → 4 completed {:.1}s after the client stopped",
+        stopped.elapsed().as_secs_f64()
+    );
+    read_back(&env, &report.data).await?;
+    env.cleanup().await
+}
+
+/// At 3,000 SET/s (as fast as this harness writes), through a client that follows the
+/// Service's endpoints (it leaves a member taken out of the Service within half a second),
+/// repairs move on the members all the time: the 5 → 4 still completes (repairs hold nothing;
+/// the leaver's client traffic stops once it leaves the Service), and no acknowledged key is
+/// lost. A hold past the bound fails the test,
 /// with what the cluster said.
 async fn a_scale_down_under_a_heavy_load_loses_nothing_and_completes() -> anyhow::Result<()> {
-    let (outcome, seen) =
-        scale_down_under_load(3_000.0, "load-3000", Duration::from_secs(120)).await?;
+    let _sim = Sim::required()?;
+    let (outcome, seen) = scale_down_under_load(
+        3_000.0,
+        LoadTarget::Service("demo".into()),
+        "load-3000",
+        Duration::from_secs(120),
+    )
+    .await?;
     match outcome {
         Outcome::Completed(took) => {
             eprintln!("load-3000: 5 → 4 completed in {:.1}s", took.as_secs_f64())
@@ -243,8 +334,9 @@ async fn a_scale_down_under_a_heavy_load_loses_nothing_and_completes() -> anyhow
 
 fn main() -> std::process::ExitCode {
     harness::run(marekvs_e2e::cases![
-        a_member_deleted_right_after_writes_went_past_its_ring_loses_them needs [Simulator],
-        a_scale_down_under_a_steady_load_completes_and_loses_nothing needs [Simulator],
-        a_scale_down_under_a_heavy_load_loses_nothing_and_completes needs [Simulator],
+        a_member_deleted_right_after_writes_went_past_its_ring_loses_them needs [SimulatedDataPlane],
+        a_scale_down_under_a_steady_load_completes_and_loses_nothing,
+        a_client_writing_to_the_leavers_pod_address_holds_the_removal_until_it_stops,
+        a_scale_down_under_a_heavy_load_loses_nothing_and_completes needs [SimulatedDataPlane],
     ])
 }

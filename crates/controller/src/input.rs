@@ -18,9 +18,10 @@ impl Ledger {
         &self,
         cluster: &(String, String),
         reads: &BTreeMap<u32, Read>,
+        now: marekvs_core::Millis,
     ) -> BTreeMap<u32, Option<u64>> {
         let mut all = self.clusters.lock().unwrap_or_else(|e| e.into_inner());
-        all.entry(cluster.clone()).or_default().observe(reads)
+        all.entry(cluster.clone()).or_default().observe(reads, now)
     }
 
     /// A pass of the cluster was recorded (its status written, or unchanged).

@@ -142,13 +142,13 @@ pub async fn pass(cr: &MarekvsCluster, ctx: &Ctx) -> Result<Next, Error> {
     let password = views::password(&ctx.client, cr).await;
     let reads = read_members(&ctx.members, &children.pods, &password).await;
     let cluster = (ns.clone(), name.clone());
+    let now = now_ms();
     let inputs = ctx
         .inputs
-        .observe(&cluster, &ledger_reads(&children.pods, &reads));
+        .observe(&cluster, &ledger_reads(&children.pods, &reads), now);
     let observed = with_reads(unscraped, &reads, &inputs);
 
     // Decide.
-    let now = now_ms();
     let policy = cr.spec.autoscale.as_ref().map(spec::autoscale_policy);
     let sizing = size(&SizingInput {
         spec: &spec,

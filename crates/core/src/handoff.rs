@@ -428,7 +428,8 @@ pub fn covered(sample: &Sample, rounds: u64) -> Coverage {
     }
 }
 
-/// The member's write commands per second between its last two moves.
+/// The member's write commands per second between its last two samples (0 when they did not
+/// move).
 fn write_rate(s: &Sample) -> f64 {
     s.writes_prev.map_or(0.0, |(prev, at)| {
         let dt = s.sampled_at - at;
@@ -647,9 +648,9 @@ fn next_sample(p: &Sample, s: &Scrape, m: &MemberObs, now: Millis) -> Sample {
         ae_rounds: s.ae_rounds,
         view_digest: m.view.as_ref().map(view_digest),
         writes_total: s.write_commands,
-        writes_prev: if !writes_moved {
-            p.writes_prev
-        } else if s.write_commands > p.writes_total {
+        // The rate is of the writes between this sample and the one before: none moved, none
+        // a second (an old move's rate would name writes that stopped long ago).
+        writes_prev: if writes_moved && s.write_commands > p.writes_total {
             Some((p.writes_total, p.sampled_at))
         } else {
             None

@@ -11,6 +11,15 @@
 
 use std::collections::BTreeMap;
 
+use crate::types::Millis;
+
+/// How long after a view read was cut off (its bytes sent, its reply never read) the node may
+/// still count those bytes: a busy node reads its RESP sockets late, after it answered the
+/// scrape that follows. Until then the member's client input is unknown. Measured on real
+/// members mid hand-off: bytes of a timed-out read counted more than a pass later, taken for
+/// a client's.
+pub const LATE_BYTES_MS: Millis = 10_000;
+
 /// One member's baseline.
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Entry {
@@ -21,6 +30,8 @@ struct Entry {
     own_since: u64,
     /// Client bytes seen since the last recorded pass; `None`: unknown since.
     pending: Option<u64>,
+    /// Until when bytes the operator sent in a read cut off may still be counted.
+    late_until: Option<Millis>,
 }
 
 /// What one pass read of one member for the ledger.
@@ -41,13 +52,17 @@ pub struct Ledger {
 }
 
 impl Ledger {
-    /// Fold this pass's reads in; the client input since the last recorded pass of each
-    /// member read (`None`: unknown). Members not read are forgotten.
-    pub fn observe(&mut self, reads: &BTreeMap<u32, Read>) -> BTreeMap<u32, Option<u64>> {
+    /// Fold this pass's reads (made at `now`) in; the client input since the last recorded
+    /// pass of each member read (`None`: unknown). Members not read are forgotten.
+    pub fn observe(
+        &mut self,
+        reads: &BTreeMap<u32, Read>,
+        now: Millis,
+    ) -> BTreeMap<u32, Option<u64>> {
         self.entries.retain(|o, _| reads.contains_key(o));
         reads
             .iter()
-            .map(|(o, r)| (*o, fold(&mut self.entries, *o, r)))
+            .map(|(o, r)| (*o, fold(&mut self.entries, *o, r, now)))
             .collect()
     }
 
@@ -59,13 +74,15 @@ impl Ledger {
     }
 }
 
-fn fold(entries: &mut BTreeMap<u32, Entry>, o: u32, r: &Read) -> Option<u64> {
+fn fold(entries: &mut BTreeMap<u32, Entry>, o: u32, r: &Read, now: Millis) -> Option<u64> {
     let fresh = |input| Entry {
         pod_uid: r.pod_uid.clone(),
         input,
         own_since: 0,
         pending: None,
+        late_until: None,
     };
+    let late = Some(now + LATE_BYTES_MS);
     let Some(e) = entries.get_mut(&o).filter(|e| e.pod_uid == r.pod_uid) else {
         // No baseline for this process: unknown until the next read.
         if let Some(input) = r.input {
@@ -82,16 +99,30 @@ fn fold(entries: &mut BTreeMap<u32, Entry>, o: u32, r: &Read) -> Option<u64> {
             e.own_since += sent;
             return e.pending;
         }
-        // Cut off: what the node read is unknown; start again from the next reading.
+        // Cut off: what the node read is unknown, and the bytes may still be counted later;
+        // start again once they can no longer be.
         (None, None) => {
-            entries.remove(&o);
+            e.own_since = 0;
+            e.pending = None;
+            e.late_until = late;
             return None;
         }
         (Some(input), None) => {
-            *e = fresh(input);
+            *e = Entry {
+                late_until: late,
+                ..fresh(input)
+            };
             return None;
         }
     };
+    if e.late_until.is_some_and(|t| now < t) {
+        // Bytes of a read cut off may land in this reading: a new baseline, still unknown.
+        *e = Entry {
+            late_until: e.late_until,
+            ..fresh(input)
+        };
+        return None;
+    }
     let own = e.own_since + sent;
     if input < e.input + own {
         // The counter went back (a restart), or counted less than the operator sent.
@@ -120,48 +151,75 @@ mod tests {
         )])
     }
 
+    /// A ledger read a pass (1 s) apart each time.
+    #[derive(Default)]
+    struct Clocked {
+        ledger: Ledger,
+        clock: Millis,
+    }
+
+    impl Clocked {
+        fn observe_at(&mut self, reads: &BTreeMap<u32, Read>) -> BTreeMap<u32, Option<u64>> {
+            self.clock += 1_000;
+            self.ledger.observe(reads, self.clock)
+        }
+
+        fn recorded(&mut self) {
+            self.ledger.recorded();
+        }
+    }
+
     #[test]
     fn the_operators_own_bytes_are_taken_off_and_client_bytes_kept_until_recorded() {
-        let mut l = Ledger::default();
+        let mut l = Clocked::default();
         // First read: no baseline, unknown.
-        assert_eq!(l.observe(&read(Some(1_000), Some(55)))[&0], None);
+        assert_eq!(l.observe_at(&read(Some(1_000), Some(55)))[&0], None);
         // Still unknown until a pass is recorded with it.
-        assert_eq!(l.observe(&read(Some(1_055), Some(55)))[&0], None);
+        assert_eq!(l.observe_at(&read(Some(1_055), Some(55)))[&0], None);
         l.recorded();
-        assert_eq!(l.observe(&read(Some(1_110), Some(55)))[&0], Some(0));
+        assert_eq!(l.observe_at(&read(Some(1_110), Some(55)))[&0], Some(0));
         // A client sent 30 bytes: seen, and seen again until recorded.
-        assert_eq!(l.observe(&read(Some(1_195), Some(55)))[&0], Some(30));
-        assert_eq!(l.observe(&read(Some(1_250), Some(55)))[&0], Some(30));
+        assert_eq!(l.observe_at(&read(Some(1_195), Some(55)))[&0], Some(30));
+        assert_eq!(l.observe_at(&read(Some(1_250), Some(55)))[&0], Some(30));
         l.recorded();
-        assert_eq!(l.observe(&read(Some(1_305), Some(55)))[&0], Some(0));
+        assert_eq!(l.observe_at(&read(Some(1_305), Some(55)))[&0], Some(0));
         // A pass whose scrape failed: its bytes are taken off the next scrape's.
-        assert_eq!(l.observe(&read(None, Some(55)))[&0], Some(0));
-        assert_eq!(l.observe(&read(Some(1_415), Some(55)))[&0], Some(0));
-        // A read cut off: unknown, until recorded after a clean reading.
-        assert_eq!(l.observe(&read(Some(1_470), None))[&0], None);
-        assert_eq!(l.observe(&read(Some(1_525), Some(55)))[&0], None);
-        l.recorded();
-        assert_eq!(l.observe(&read(Some(1_580), Some(55)))[&0], Some(0));
+        assert_eq!(l.observe_at(&read(None, Some(55)))[&0], Some(0));
+        assert_eq!(l.observe_at(&read(Some(1_415), Some(55)))[&0], Some(0));
+        // A read cut off: unknown, and so is every reading until its bytes can no longer
+        // land (a busy node counts them late: here 3 s later, taken off, not a client's).
+        assert_eq!(l.observe_at(&read(Some(1_470), None))[&0], None);
+        let mut input = 1_470;
+        for late in [0, 0, 55, 0, 0, 0, 0, 0, 0] {
+            input += 55 + late;
+            assert_eq!(l.observe_at(&read(Some(input), Some(55)))[&0], None);
+            l.recorded();
+        }
+        input += 55;
+        assert_eq!(l.observe_at(&read(Some(input), Some(55)))[&0], Some(0));
+        // Once past, a client's bytes count again.
+        input += 55 + 30;
+        assert_eq!(l.observe_at(&read(Some(input), Some(55)))[&0], Some(30));
     }
 
     #[test]
     fn a_restart_or_a_new_pod_is_unknown() {
-        let mut l = Ledger::default();
-        l.observe(&read(Some(5_000), Some(55)));
+        let mut l = Clocked::default();
+        l.observe_at(&read(Some(5_000), Some(55)));
         l.recorded();
-        assert_eq!(l.observe(&read(Some(5_055), Some(55)))[&0], Some(0));
+        assert_eq!(l.observe_at(&read(Some(5_055), Some(55)))[&0], Some(0));
         // The counter went back: the process restarted.
-        assert_eq!(l.observe(&read(Some(55), Some(55)))[&0], None);
+        assert_eq!(l.observe_at(&read(Some(55), Some(55)))[&0], None);
         l.recorded();
-        assert_eq!(l.observe(&read(Some(110), Some(55)))[&0], Some(0));
+        assert_eq!(l.observe_at(&read(Some(110), Some(55)))[&0], Some(0));
         // Another pod with the member's name.
         let mut other = read(Some(9_999), Some(55));
         other.get_mut(&0).unwrap().pod_uid = "p2".into();
-        assert_eq!(l.observe(&other)[&0], None);
+        assert_eq!(l.observe_at(&other)[&0], None);
         // Fewer bytes counted than the operator sent: not trusted.
         l.recorded();
         let mut short = read(Some(10_000), Some(55));
         short.get_mut(&0).unwrap().pod_uid = "p2".into();
-        assert_eq!(l.observe(&short)[&0], None);
+        assert_eq!(l.observe_at(&short)[&0], None);
     }
 }

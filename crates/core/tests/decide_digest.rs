@@ -117,7 +117,12 @@ const LOAD_PCT: u64 = 40;
 ///   200,000 inputs reach it. With that restart switched off the digest is the one before.
 ///   (A stale volume kept for the user, `Decision::kept_stale`, needs volumes with absence
 ///   records, which this generator never draws: `tests/stale.rs` covers it.)
-const DIGEST: u64 = 0x2b15_0854_d5b5_eae7;
+/// - `0x2b15_0854_d5b5_eae7` → `0xb5b9_0e22_629d_e821`: the leaver's write rate in a hold
+///   (and the restart's Event) is that of its writes since the sample before, 0 when they did
+///   not move (it was the rate of the last move, however long ago: on real members a leaver
+///   that took 100,000 writes 8 minutes earlier was reported writing 216 a second); the
+///   restart's Event says "client input".
+const DIGEST: u64 = 0xb5b9_0e22_629d_e821;
 
 /// What the generator draws beyond `SplitMix64`'s own.
 trait Draws {

@@ -2117,7 +2117,7 @@ impl Operator {
                 Some((*o, read))
             })
             .collect();
-        for (o, client) in self.ledger.observe(&reads) {
+        for (o, client) in self.ledger.observe(&reads, w.t as Millis * 1000) {
             if let Some(m) = observed.get_mut(&o) {
                 m.client_input = client;
             }

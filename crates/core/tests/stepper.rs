@@ -2547,7 +2547,7 @@ fn pooled_connections_pinned_to_the_leaver_are_closed_by_one_restart_and_the_rem
     let notes = notes_named(&ds, "ClientConnectionsCut");
     assert_eq!(notes.len(), 1, "{notes:?}");
     assert!(
-        notes[0].contains("demo-4 still took client writes (600 writes/s)"),
+        notes[0].contains("demo-4 still took client input (600 write commands/s)"),
         "{}",
         notes[0]
     );

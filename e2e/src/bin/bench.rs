@@ -21,6 +21,21 @@
 //!                                             ring-gap rate (default 0,25,50,100,150): time
 //!                                             to complete (or held, why, after N s, default
 //!                                             120), keys written, keys lost
+//!   bench ladder   [--rates R,...] [--seconds N] [--connections N] [--bound-seconds N]
+//!                                             at each rate (default 250,500,1000 SET/s) over
+//!                                             N pooled connections (default 8) opened through
+//!                                             the client Service before anything else and
+//!                                             kept, as behind kube-proxy: first the data
+//!                                             plane alone (N s of load, default 120, then
+//!                                             every key read back through one member that
+//!                                             wrote none, within the bound, default 300 s),
+//!                                             then a 5 → 4 under the same load (time, keys
+//!                                             lost). Real members (MAREKVS_BIN) or simulated
+//!   bench pinned   [--rate R] [--seconds N]   a client writing R SET/s (default 200) to the
+//!                                             leaver's pod address through a 5 → 4: how long
+//!                                             it holds, what status says, and, once it stops
+//!                                             after N s (default 60), the time to complete
+//!                                             and keys lost
 //!   bench trap     [--rf R] [--keys N] [--bound-seconds N]
 //!                                             the hand-off trap: N keys of 1 KiB (default
 //!                                             200,000) written through the two members a
@@ -54,6 +69,15 @@ fn arg(args: &[String], name: &str, default: u64) -> u64 {
         .and_then(|i| args.get(i + 1))
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
+}
+
+/// A comma-separated list of numbers (`--rates 250,500`), or the default.
+fn list(args: &[String], name: &str, default: &[u64]) -> Vec<u64> {
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .map(|v| v.split(',').filter_map(|x| x.trim().parse().ok()).collect())
+        .unwrap_or_else(|| default.to_vec())
 }
 
 fn pct(sorted: &[f64], p: f64) -> f64 {
@@ -103,6 +127,22 @@ async fn main() -> anyhow::Result<()> {
         "scale" => scale_with_args().await,
         "failover" => failover_with_args().await,
         "load" => load(&percents(&args), arg(&args, "--bound-seconds", 120)).await,
+        "ladder" => {
+            ladder(
+                &list(&args, "--rates", &[250, 500, 1000]),
+                Duration::from_secs(arg(&args, "--seconds", 120)),
+                arg(&args, "--connections", 8) as usize,
+                Duration::from_secs(arg(&args, "--bound-seconds", 300)),
+            )
+            .await
+        }
+        "pinned" => {
+            pinned(
+                arg(&args, "--rate", 200) as f64,
+                Duration::from_secs(arg(&args, "--seconds", 60)),
+            )
+            .await
+        }
         "trap" => {
             trap(
                 arg(&args, "--rf", 2) as u32,
@@ -120,7 +160,7 @@ async fn main() -> anyhow::Result<()> {
         }
         other => {
             anyhow::bail!(
-                "unknown benchmark {other:?}: steps, replace, scale, failover, load, trap or all"
+                "unknown benchmark {other:?}: steps, replace, scale, failover, load, ladder, pinned, trap or all"
             )
         }
     }
@@ -1298,6 +1338,190 @@ async fn trap(rf: u32, keys: usize, bound: Duration) -> anyhow::Result<()> {
     println!(
         "RESULT\ttrap\trf={rf}\tkeys={}\tlost={lost}\t5to3={outcome}\tscale_s={scale_s:.1}\twrite_s={write_s:.1}\tread_s={read_s:.1}",
         data.len()
+    );
+    env.cleanup().await
+}
+
+// ---------------------------------------------------------------------------------------------
+// Steady load over pooled connections: the data plane alone, then a 5 → 4 under the same load.
+
+/// A healthy five-member cluster `name` (RF 2) with its own operator, in a namespace of its
+/// own.
+async fn five_members(
+    prefix: &str,
+    name: &str,
+) -> anyhow::Result<(TestEnv, Operator, Api<marekvs_api::MarekvsCluster>)> {
+    let env = TestEnv::new(prefix).await?;
+    let log = std::env::var("BENCH_OPERATOR_LOG").unwrap_or_else(|_| "warn".into());
+    let op = Operator::start_with(&env.namespace, &[("RUST_LOG", log.as_str())])?;
+    let api = create(&env, name, spec(5)).await?;
+    let all: Vec<String> = (0..5).map(|i| format!("{name}-{i}")).collect();
+    let all_ref: Vec<&str> = all.iter().map(String::as_str).collect();
+    wait_healthy(&api, name, &all_ref, T).await?;
+    Ok((env, op, api))
+}
+
+/// Read every acknowledged key back through the report's reader within `bound`: (keys lost,
+/// seconds to the first pass that found every key, or the bound).
+async fn read_back(
+    pods: &Api<Pod>,
+    report: &load::LoadReport,
+    bound: Duration,
+) -> anyhow::Result<(usize, f64)> {
+    let started = Instant::now();
+    let lost = match report.data.verify_within(pods, bound).await {
+        Ok(_) => 0,
+        Err(e) => match e.downcast_ref::<data::Lost>() {
+            Some(l) => {
+                println!("# {l}");
+                l.missing.len()
+            }
+            None => return Err(e),
+        },
+    };
+    Ok((lost, started.elapsed().as_secs_f64()))
+}
+
+async fn ladder(
+    rates: &[u64],
+    seconds: Duration,
+    connections: usize,
+    bound: Duration,
+) -> anyhow::Result<()> {
+    for rate in rates {
+        // The data plane alone: the same load, nobody removed.
+        let (env, _op, _api) = five_members("bench-alone", "bench").await?;
+        let target = load::LoadTarget::Pooled {
+            service: "bench".into(),
+            connections,
+        };
+        let writer = load::SteadyLoad::start(
+            env.client.clone(),
+            &env.namespace,
+            target.clone(),
+            *rate as f64,
+            "bench-0",
+            "alone",
+        )?;
+        tokio::time::sleep(seconds).await;
+        let report = writer.stop().await?;
+        let pods: Api<Pod> = env.api();
+        let (lost, read_s) = read_back(&pods, &report, bound).await?;
+        println!(
+            "RESULT\tladder_alone\trate={rate}/s\tachieved={:.0}/s\tseconds={}\twritten={}\tfailed={}\tlost={lost}\tread_s={read_s:.1}\tper_member={:?}",
+            report.rate(),
+            seconds.as_secs(),
+            report.data.len(),
+            report.failed,
+            report.per_member
+        );
+        env.cleanup().await?;
+
+        // A 5 → 4 under the same load: connections opened first, kept through the removal.
+        let (env, _op, api) = five_members("bench-ladder", "bench").await?;
+        let writer = load::SteadyLoad::start(
+            env.client.clone(),
+            &env.namespace,
+            target,
+            *rate as f64,
+            "bench-0",
+            "ladder",
+        )?;
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        let started = Instant::now();
+        patch_spec(&api, "bench", json!({"nodes": 4})).await?;
+        let mut cut = None;
+        let outcome = loop {
+            let st = status_of(&api.get("bench").await?);
+            if let Some(at) = st
+                .removal
+                .as_ref()
+                .and_then(|r| r.connections_cut_at.as_ref())
+            {
+                cut.get_or_insert_with(|| at.0.to_string());
+            }
+            if st.phase == Some(marekvs_api::ClusterPhase::Healthy)
+                && st.instance_names.len() == 4
+                && st.removal.is_none()
+            {
+                break format!("completed\ttime={:.1}s", started.elapsed().as_secs_f64());
+            }
+            if started.elapsed() > bound {
+                let why = st.handoff_hold.as_ref().map_or_else(
+                    || format!("phase {:?}", st.phase),
+                    |h| {
+                        format!(
+                            "{:?}/{:?} on {:?}: {}",
+                            h.reason, h.moving, h.members, h.message
+                        )
+                    },
+                );
+                break format!("held\ttime>{}s\twhy={why}", bound.as_secs());
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        };
+        // The load goes on as long as the 5 → 4 took (it never stops for the removal).
+        let report = writer.stop().await?;
+        let pods: Api<Pod> = env.api();
+        let (lost, read_s) = read_back(&pods, &report, bound).await?;
+        println!(
+            "RESULT\tladder_5_to_4\trate={rate}/s\tachieved={:.0}/s\t{outcome}\tconnections_cut={}\twritten={}\tfailed={}\tlost={lost}\tread_s={read_s:.1}\tper_member={:?}",
+            report.rate(),
+            cut.unwrap_or_else(|| "no".into()),
+            report.data.len(),
+            report.failed,
+            report.per_member
+        );
+        env.cleanup().await?;
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// A client pinned to the leaver's pod address: it holds the removal until it stops.
+
+async fn pinned(rate: f64, seconds: Duration) -> anyhow::Result<()> {
+    let (env, _op, api) = five_members("bench-pinned", "bench").await?;
+    let writer = load::SteadyLoad::start(
+        env.client.clone(),
+        &env.namespace,
+        load::LoadTarget::Pod("bench-4".into()),
+        rate,
+        "bench-0",
+        "pinned",
+    )?;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let started = Instant::now();
+    patch_spec(&api, "bench", json!({"nodes": 4})).await?;
+    let mut last_hold = String::new();
+    while started.elapsed() < seconds {
+        let st = status_of(&api.get("bench").await?);
+        anyhow::ensure!(
+            st.instance_names.len() == 5,
+            "bench-4 removed while its client still wrote to it"
+        );
+        if let Some(h) = &st.handoff_hold {
+            last_hold = format!(
+                "{:?}/{:?} on {:?} at {:?}/s: {}",
+                h.reason, h.moving, h.members, h.rate_per_second, h.message
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let report = writer.stop().await?;
+    println!("# pinned: held {}s by: {last_hold}", seconds.as_secs());
+    let stopped = Instant::now();
+    let all: Vec<String> = (0..4).map(|i| format!("bench-{i}")).collect();
+    let all_ref: Vec<&str> = all.iter().map(String::as_str).collect();
+    wait_healthy(&api, "bench", &all_ref, T).await?;
+    let after_s = stopped.elapsed().as_secs_f64();
+    let pods: Api<Pod> = env.api();
+    let (lost, read_s) = read_back(&pods, &report, data::bound()).await?;
+    println!(
+        "RESULT\tpinned\trate={rate:.0}/s\twritten={}\tfailed={}\theld_s={}\tcompleted_after_stop_s={after_s:.1}\tlost={lost}\tread_s={read_s:.1}",
+        report.data.len(),
+        report.failed,
+        seconds.as_secs()
     );
     env.cleanup().await
 }

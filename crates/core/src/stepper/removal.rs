@@ -146,13 +146,13 @@ impl Pass<'_> {
         r.connections_cut_at = Some(self.now);
         let rate = h
             .rate_per_sec
-            .map_or(String::new(), |w| format!(" ({w:.0} writes/s)"));
+            .map_or(String::new(), |w| format!(" ({w:.0} write commands/s)"));
         self.notes.push(Note {
             kind: EventKind::Normal,
             reason: "ClientConnectionsCut",
             member: Some(r.ordinal),
             message: format!(
-                "{name} still took client writes{rate} {}s after its client traffic was cut, over connections opened before: restarting it on its own volume closes them (a marekvs node closes a client connection only when it exits); its clients reconnect through the client Service to the other members, and its hand-off starts over",
+                "{name} still took client input{rate} {}s after its client traffic was cut, over connections opened before: restarting it on its own volume closes them (a marekvs node closes a client connection only when it exits); its clients reconnect through the client Service to the other members, and its hand-off starts over",
                 (self.now - r.step_started_at) / 1000
             ),
         });
