@@ -601,7 +601,6 @@ async fn wait_client_service(
 /// back.
 async fn pod_template_options_roll_and_client_service_options_apply_in_place() -> anyhow::Result<()>
 {
-    Sim::required()?;
     let env = TestEnv::new("template").await?;
     let ns = env.namespace.clone();
     env.create::<Secret>(json!({"metadata": {"name": "kv-auth"},
@@ -828,6 +827,6 @@ fn main() -> std::process::ExitCode {
         the_autoscaler_follows_load_within_bounds_with_hysteresis needs [Simulator],
         a_full_disk_grows_the_cluster_blocks_shrinking_and_a_write_stop_is_reported needs [Simulator],
         another_storage_class_is_refused_unless_volumes_may_be_replaced_then_moves_one_at_a_time,
-        pod_template_options_roll_and_client_service_options_apply_in_place needs [Simulator],
+        pod_template_options_roll_and_client_service_options_apply_in_place,
     ])
 }

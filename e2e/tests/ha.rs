@@ -75,14 +75,22 @@ async fn a_standby_takes_over_within_the_lease_and_a_deposed_leader_stops_at_onc
     wait_healthy(&api, "demo", &["demo-0", "demo-1", "demo-2", "demo-3"], T).await?;
 
     // Depose it (someone else holds a fresh lease): it stops at once, before writing more.
-    let mut lease = leases.get(LEASE_NAME).await?;
-    let spec = lease.spec.as_mut().unwrap();
-    spec.holder_identity = Some("someone-else".into());
-    spec.renew_time = Some(MicroTime(k8s_openapi::jiff::Timestamp::now()));
-    leases
-        .replace(LEASE_NAME, &PostParams::default(), &lease)
-        .await?;
-    let deposed = Instant::now();
+    // The leader renews every 2.1 s: a renewal between the read and the write conflicts, and
+    // the write is made again on the lease as it is then.
+    let deposed = loop {
+        let mut lease = leases.get(LEASE_NAME).await?;
+        let spec = lease.spec.as_mut().unwrap();
+        spec.holder_identity = Some("someone-else".into());
+        spec.renew_time = Some(MicroTime(k8s_openapi::jiff::Timestamp::now()));
+        match leases
+            .replace(LEASE_NAME, &PostParams::default(), &lease)
+            .await
+        {
+            Ok(_) => break Instant::now(),
+            Err(kube::Error::Api(e)) if e.code == 409 => continue,
+            Err(e) => return Err(e.into()),
+        }
+    };
     let code = wait_until("the deposed leader exits", T, || {
         let code = b.exit_code();
         async move { Ok(code) }

@@ -127,11 +127,6 @@ pub async fn run(
         namespace = namespace.as_deref().unwrap_or("<all>"),
         "marekvs-operator running"
     );
-    // A change of the cluster object's spec (its generation), labels or annotations starts a
-    // pass; its status does not: the operator writes it every pass that changed a figure, and
-    // each write would start the next pass at once (back-to-back passes, a status write each,
-    // measured at 11 a second on real members mid hand-off). The pace between passes is the
-    // decision's own (`pace::next_look_ms`), and the children's watches wake it too.
     let cr_stream = cr_stream.predicate_filter(spec_labels_or_annotations, Default::default());
     let m = metrics.clone();
     let cr_stream = cr_stream.inspect(move |r| {
@@ -181,7 +176,11 @@ pub async fn run(
 }
 
 /// What of the cluster object starts a pass when it changes: its identity and generation (the
-/// spec), its labels and its annotations (the adoption opt-in, a user's hints). Not its status.
+/// spec), its labels and its annotations (the adoption opt-in, a user's hints). Not its status:
+/// the operator writes it every pass that changed a figure, and each write would start the
+/// next pass at once (back-to-back passes, a status write each, measured at 11 a second on real
+/// members mid hand-off). The pace between passes is the decision's own (`pace::next_look_ms`),
+/// and the children's watches wake it too.
 fn spec_labels_or_annotations(cr: &MarekvsCluster) -> Option<u64> {
     use std::hash::{Hash, Hasher};
     let mut h = std::collections::hash_map::DefaultHasher::new();

@@ -122,7 +122,11 @@ const LOAD_PCT: u64 = 40;
 ///   not move (it was the rate of the last move, however long ago: on real members a leaver
 ///   that took 100,000 writes 8 minutes earlier was reported writing 216 a second); the
 ///   restart's Event says "client input".
-const DIGEST: u64 = 0xb5b9_0e22_629d_e821;
+/// - `0xb5b9_0e22_629d_e821` → `0x0c33_4bd7_c776_0a1e`: a cluster is `Healthy` only while no
+///   member's own view counts under-replicated partitions; otherwise `Reconciling`, saying so
+///   (on real members a view right after the cluster formed still held a peer as Joining), and
+///   looks again within a second, not at the idle pace.
+const DIGEST: u64 = 0x0c33_4bd7_c776_0a1e;
 
 /// What the generator draws beyond `SplitMix64`'s own.
 trait Draws {

@@ -419,3 +419,30 @@ fn a_stale_volume_is_kept_for_the_user_while_another_volume_first_served_after_i
     assert!(d.actions.is_empty(), "{:?}", d.actions);
     assert_eq!(d.kept_stale, [2]);
 }
+
+/// Healthy means every member's own view counts every partition with its owners: right after a
+/// cluster formed, a member may still hold a peer as Joining (4,096 under-replicated, measured
+/// on real members), and the phase says Reconciling, why, and looks again within a second.
+#[test]
+fn a_member_counting_under_replicated_partitions_keeps_the_cluster_from_healthy() {
+    let memory = active(&[0, 1, 2]);
+    let mut observed: BTreeMap<u32, MemberObs> = (0..3).map(|o| (o, member(true, None))).collect();
+    let d = decide_at(&spec(3, 2), &memory, &observed);
+    assert_eq!(d.phase, ClusterPhase::Healthy);
+    observed
+        .get_mut(&1)
+        .unwrap()
+        .scrape
+        .as_mut()
+        .unwrap()
+        .underreplicated = 4_096;
+    let d = decide_at(&spec(3, 2), &memory, &observed);
+    assert_eq!(d.phase, ClusterPhase::Reconciling);
+    assert!(d.actions.is_empty(), "{:?}", d.actions);
+    let progress = d.progress.unwrap_or_default();
+    assert!(
+        progress.contains("partitions under-replicated in the view of demo-1"),
+        "{progress}"
+    );
+    assert!(d.requeue_ms <= 1_000, "{}", d.requeue_ms);
+}

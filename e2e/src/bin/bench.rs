@@ -39,7 +39,8 @@
 //!   bench trap     [--rf R] [--keys N] [--bound-seconds N]
 //!                                             the hand-off trap: N keys of 1 KiB (default
 //!                                             200,000) written through the two members a
-//!                                             5 → 3 removes, then the 5 → 3; every key read
+//!                                             scale-down from R + 3 to R + 1 members removes
+//!                                             (5 → 3 at RF 2), then that; every key read
 //!                                             back through a survivor that wrote none: keys
 //!                                             lost, write, scale-down and read times. Meant
 //!                                             for real members (MAREKVS_BIN); not in `all`
@@ -1279,35 +1280,37 @@ async fn load_once(pct: u64, gap_rate: f64, bound: Duration) -> anyhow::Result<(
 // ---------------------------------------------------------------------------------------------
 // The hand-off trap: everything written through the two members a 5 → 3 removes.
 
-/// `keys` keys of 1 KiB written through trap-3 and trap-4 (the highest ordinals, which a 5 → 3
-/// removes), then the 5 → 3, then every key read back through trap-0, which wrote none.
+/// `keys` keys of 1 KiB written through the two highest ordinals, which the scale-down to
+/// replicationFactor + 1 members removes (5 → 3 at RF 2, 6 → 4 at RF 3: the floor), then that
+/// scale-down, then every key read back through trap-0, which wrote none.
 async fn trap(rf: u32, keys: usize, bound: Duration) -> anyhow::Result<()> {
     let env = TestEnv::new("bench-trap").await?;
     let ns = env.namespace.clone();
     let log = std::env::var("BENCH_OPERATOR_LOG").unwrap_or_else(|_| "warn".into());
     let _op = Operator::start_with(&ns, &[("RUST_LOG", log.as_str())])?;
-    let mut cluster = spec(5);
+    let (from, to) = (rf + 3, rf + 1);
+    let mut cluster = spec(from);
     cluster["replicationFactor"] = json!(rf);
     let api = create(&env, "trap", cluster).await?;
-    let five = ["trap-0", "trap-1", "trap-2", "trap-3", "trap-4"];
-    wait_healthy(&api, "trap", &five, T).await?;
+    let all: Vec<String> = (0..from).map(|i| format!("trap-{i}")).collect();
+    let all: Vec<&str> = all.iter().map(String::as_str).collect();
+    wait_healthy(&api, "trap", &all, T).await?;
     let pods: Api<Pod> = env.api();
     let written = Instant::now();
-    let data =
-        data::DataSet::write_sized(&pods, &["trap-3", "trap-4"], "trap-0", keys, "trap", 1024)
-            .await?;
+    let leavers = &all[to as usize..];
+    let data = data::DataSet::write_sized(&pods, leavers, "trap-0", keys, "trap", 1024).await?;
     let write_s = written.elapsed().as_secs_f64();
     println!(
-        "# trap rf {rf}: {} keys of 1 KiB written through {:?} in {write_s:.1}s",
+        "# trap rf {rf}: {} keys of 1 KiB written through {:?} in {write_s:.1}s; {from} → {to}",
         data.len(),
         data.written_through()
     );
     let started = Instant::now();
-    patch_spec(&api, "trap", json!({"nodes": 3})).await?;
-    let scaled = wait_healthy(&api, "trap", &five[..3], bound).await;
+    patch_spec(&api, "trap", json!({"nodes": to})).await?;
+    let scaled = wait_healthy(&api, "trap", &all[..to as usize], bound).await;
     let scale_s = started.elapsed().as_secs_f64();
     if let Err(e) = &scaled {
-        println!("# trap rf {rf}: the 5 → 3 did not complete within {bound:?}: {e:#}");
+        println!("# trap rf {rf}: the {from} → {to} did not complete within {bound:?}: {e:#}");
     }
     let reading = Instant::now();
     let lost = match data.verify_within(&pods, data::bound()).await {
@@ -1319,7 +1322,10 @@ async fn trap(rf: u32, keys: usize, bound: Duration) -> anyhow::Result<()> {
                     eprintln!("trap lost key: {k}");
                 }
                 // Where the lost keys are: a survivor's own store, read without read-through.
-                for (member, held) in data.local_holders(&pods, &five[..3], &l.missing).await {
+                for (member, held) in data
+                    .local_holders(&pods, &all[..to as usize], &l.missing)
+                    .await
+                {
                     match held {
                         Ok(n) => println!(
                             "# trap rf {rf}: {member} holds {n} of the {} lost keys",
@@ -1336,7 +1342,7 @@ async fn trap(rf: u32, keys: usize, bound: Duration) -> anyhow::Result<()> {
     let read_s = reading.elapsed().as_secs_f64();
     let outcome = if scaled.is_ok() { "completed" } else { "held" };
     println!(
-        "RESULT\ttrap\trf={rf}\tkeys={}\tlost={lost}\t5to3={outcome}\tscale_s={scale_s:.1}\twrite_s={write_s:.1}\tread_s={read_s:.1}",
+        "RESULT\ttrap\trf={rf}\tkeys={}\tlost={lost}\t{from}to{to}={outcome}\tscale_s={scale_s:.1}\twrite_s={write_s:.1}\tread_s={read_s:.1}",
         data.len()
     );
     env.cleanup().await

@@ -209,12 +209,28 @@ impl Pass<'_> {
                 && self.members.len() == self.target
                 && self.outdated().is_empty()
                 && self.asked_fresh_volume().is_empty()
-                && self.asked_restart().is_empty() =>
+                && self.asked_restart().is_empty()
+                && self.underreplicated_on().is_empty() =>
             {
                 ClusterPhase::Healthy
             }
             None => ClusterPhase::Reconciling,
         }
+    }
+
+    /// Members whose own view counts partitions with too few owners (a peer it still holds
+    /// as Joining, a member it lost): not Healthy yet, whatever else holds.
+    fn underreplicated_on(&self) -> Vec<u32> {
+        self.members
+            .iter()
+            .copied()
+            .filter(|o| {
+                self.obs(*o)
+                    .scrape
+                    .as_ref()
+                    .is_some_and(|s| s.underreplicated > 0)
+            })
+            .collect()
     }
 
     /// Progress in words when no phase said any; a healthy cluster with nothing to do says
@@ -226,13 +242,18 @@ impl Pass<'_> {
         if phase == ClusterPhase::Healthy && self.actions.is_empty() {
             return;
         }
+        let under = self.underreplicated_on();
         let said = match phase {
-            ClusterPhase::ScalingUp => "new members are joining",
-            ClusterPhase::Replacing => "a member is being replaced",
-            ClusterPhase::Reconciling => "waiting for members to become ready",
+            ClusterPhase::ScalingUp => "new members are joining".to_string(),
+            ClusterPhase::Replacing => "a member is being replaced".to_string(),
+            ClusterPhase::Reconciling if !under.is_empty() => format!(
+                "partitions under-replicated in the view of {}: waiting for the views to converge",
+                self.names(&under)
+            ),
+            ClusterPhase::Reconciling => "waiting for members to become ready".to_string(),
             _ => return,
         };
-        self.progress.push(said.into());
+        self.progress.push(said);
     }
 
     fn requeue_ms(&self, phase: ClusterPhase) -> Millis {
@@ -244,6 +265,7 @@ impl Pass<'_> {
             ClusterPhase::ScalingUp | ClusterPhase::Replacing | ClusterPhase::Reconciling
         ) && self.blocked.is_none()
             && self.actions.is_empty()
+            && self.underreplicated_on().is_empty()
             && self.members.iter().all(|o| {
                 self.phases.get(o) == Some(&MemberPhase::Active)
                     || self.obs(*o).pod.as_ref().is_none_or(|p| !p.ready)
