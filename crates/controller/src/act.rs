@@ -310,9 +310,10 @@ fn ok_if(r: Result<(), kube::Error>, codes: &[u16]) -> Result<(), kube::Error> {
 
 /// Write the volume records the core asks for (`stale::absence_changes`) on the PVCs: when a
 /// member stopped serving, or nothing once it serves again, and when a member first served
-/// from it. Only on those transitions: a cluster at rest writes none. One patch per PVC; each names the uid observed, so a PVC re-created under the same
-/// name since is not stamped in its place (the API server refuses the patch). A failure is
-/// logged and does not stop the pass: the next one asks again.
+/// from it. Only on those transitions: a cluster at rest writes none. One patch per PVC; each
+/// names the uid observed, so a PVC re-created under the same name since is not stamped in its
+/// place (the API server refuses the patch). A failure is logged and does not stop the pass:
+/// the next one asks again.
 pub async fn record_absences(
     ctx: &Ctx,
     cr: &MarekvsCluster,

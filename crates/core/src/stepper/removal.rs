@@ -16,6 +16,9 @@ fn enter(r: &mut Removal, step: RemovalStep, now: Millis) {
 /// re-resolve their endpoints (and kube-proxy's rules) to have moved, far shorter than a
 /// pooled connection's life.
 pub const CUT_CONNECTIONS_AFTER_MS: Millis = 15_000;
+/// How long after that restart the victim's pod may still be missing (it exits within 9 s and
+/// is re-created at once) without being reported lost.
+const CUT_RECREATION_MS: Millis = 60_000;
 
 impl Pass<'_> {
     /// Advance the removal in progress.
@@ -44,6 +47,14 @@ impl Pass<'_> {
     /// Calling `/drain` on the victim until its pod records it.
     fn drain_victim(&mut self, r: &mut Removal, name: &str) {
         match &self.obs(r.ordinal).pod {
+            // Restarted to close its client connections a moment ago: not re-created yet.
+            None if r
+                .connections_cut_at
+                .is_some_and(|t| self.now - t < CUT_RECREATION_MS) =>
+            {
+                self.progress
+                    .push(format!("restarting {name} to close its client connections"));
+            }
             None => {
                 self.notes.push(lost_before_hand_off(name));
                 enter(r, RemovalStep::Draining, self.now);
@@ -118,8 +129,9 @@ impl Pass<'_> {
     /// hand-off has waited `CUT_CONNECTIONS_AFTER_MS` with its label off, it is restarted on its
     /// own volume: its clients reconnect through the client Service, which no longer selects
     /// it, and what it took stays on its volume, which it comes back on to be drained and
-    /// handed off again. Only while every other member passes the gate (one member down at a
-    /// time) and nothing holds disruptive steps. A client writing to its pod address comes
+    /// handed off again. Only while every member, the victim too, passes the gate's readiness,
+    /// scrape, under-replication, views and bootstrap checks (one member down at a time) and
+    /// nothing holds disruptive steps. A client writing to its pod address comes
     /// back with it: that one holds the removal, reported, until it stops.
     fn cut_client_connections(&mut self, r: &mut Removal, name: &str, h: &GateHold) -> bool {
         let label_off = self
