@@ -832,6 +832,10 @@ pub struct MemberStatus {
     /// Its write commands and when they were read, before their last move (for the rate).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub writes_previous: Option<CounterSample>,
+    /// When its `marekvs_repl_ops_sent_total` last moved: a window holding bytes while nothing
+    /// more is sent for 30 s is stalled, not shipping.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sent_changed_at: Option<Time>,
     /// Ready, Scraped, Draining, Updated, VolumeResizing, DiskWriteStopped.
     #[serde(default)]
     pub conditions: Vec<Condition>,

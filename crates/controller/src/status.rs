@@ -202,6 +202,12 @@ pub fn memory_from_status(name: &str, status: &MarekvsClusterStatus) -> Memory {
                         .rounds_at_quiet
                         .filter(|_| m.quiet_since.is_some())
                         .map(|r| r.max(0) as u64),
+                    // Without its time (a status written before it), sent as if it just moved.
+                    sent_total: metrics
+                        .repl_ops_sent_total
+                        .filter(|_| m.sent_changed_at.is_some())
+                        .map(|r| r.max(0) as u64),
+                    sent_changed_at: m.sent_changed_at.as_ref().map_or(changed, from_time),
                 },
             );
         }
@@ -568,6 +574,7 @@ fn member_status(input: &StatusInput, o: u32, t: &Time) -> MemberStatus {
                 value: value as i64,
                 at: to_time(at),
             }),
+        sent_changed_at: sample.map(|s| to_time(s.sent_changed_at)),
         conditions: conditions.list,
     }
 }
@@ -1093,6 +1100,9 @@ mod tests {
                             QuietReset::ViewChanged,
                         ][o as usize],
                         rounds_at_quiet: (o != 2).then_some(30 + u64::from(o)),
+                        // The scrape's figure (kept in `metrics`), and when it last moved.
+                        sent_total: (o != 3).then_some(500 + u64::from(o)),
+                        sent_changed_at: now - 5_000 * i64::from(o),
                     };
                     (o, sample)
                 })

@@ -380,6 +380,11 @@ pub struct Sample {
     /// `marekvs_ae_rounds_total` at the first scrape at or after `quiet_since` that read it:
     /// rounds numbered above it began after the member went quiet.
     pub rounds_at_quiet: Option<u64>,
+    /// `marekvs_repl_ops_sent_total` as last read (`None`: unknown), and when it last moved (or
+    /// the member was first seen): a ring whose window holds bytes while nothing more leaves it
+    /// is stalled, not shipping (`handoff::SHIPPING_STALL_MS`).
+    pub sent_total: Option<u64>,
+    pub sent_changed_at: Millis,
 }
 
 impl Sample {
@@ -397,6 +402,8 @@ impl Sample {
             sampled_at: changed_at,
             ae_rounds: Some(0),
             view_digest: None,
+            sent_total: None,
+            sent_changed_at: changed_at,
             writes_total: 0,
             writes_prev: None,
             quiet_since: changed_at,
