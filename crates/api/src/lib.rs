@@ -833,7 +833,7 @@ pub struct MemberStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub writes_previous: Option<CounterSample>,
     /// When its `marekvs_repl_ops_sent_total` last moved: a window holding bytes while nothing
-    /// more is sent for 30 s is stalled, not shipping.
+    /// more is sent for 60 s is stalled, not shipping.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sent_changed_at: Option<Time>,
     /// Ready, Scraped, Draining, Updated, VolumeResizing, DiskWriteStopped.

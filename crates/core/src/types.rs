@@ -721,7 +721,8 @@ pub enum Moving {
     Shipping,
     /// Partition bootstraps (`marekvs_bootstraps_completed_total`) keep completing.
     Bootstraps,
-    /// Anti-entropy repairs (`marekvs_ae_repair_ops_total`) keep being applied.
+    /// Anti-entropy repairs (`marekvs_ae_repair_ops_total`) keep being applied while a
+    /// leaver's stalled replication window leaves what its ring held to anti-entropy.
     Repairs,
     /// Views have not converged.
     Views,

@@ -1306,8 +1306,10 @@ async fn trap(rf: u32, keys: usize, bound: Duration) -> anyhow::Result<()> {
         data.written_through()
     );
     let started = Instant::now();
+    let recorder = record_status(api.clone(), "trap", &ns);
     patch_spec(&api, "trap", json!({"nodes": to})).await?;
     let scaled = wait_healthy(&api, "trap", &all[..to as usize], bound).await;
+    recorder.abort();
     let scale_s = started.elapsed().as_secs_f64();
     if let Err(e) = &scaled {
         println!("# trap rf {rf}: the {from} → {to} did not complete within {bound:?}: {e:#}");
@@ -1346,6 +1348,68 @@ async fn trap(rf: u32, keys: usize, bound: Duration) -> anyhow::Result<()> {
         data.len()
     );
     env.cleanup().await
+}
+
+/// Every 2 s until aborted, the cluster's removal, hand-off hold and each member's quiet
+/// record (rounds, bytes unacknowledged, sent count) as one JSON line, when any of them changed,
+/// appended to `status-<namespace>.log` beside the operator's log: what the gate saw, to read
+/// after a run that lost keys.
+fn record_status(
+    api: Api<marekvs_api::MarekvsCluster>,
+    name: &'static str,
+    namespace: &str,
+) -> tokio::task::JoinHandle<()> {
+    let dir = std::env::var("MAREKVS_E2E_LOG_DIR")
+        .unwrap_or_else(|_| std::env::temp_dir().display().to_string());
+    let path = format!("{dir}/status-{namespace}.log");
+    tokio::spawn(async move {
+        use std::io::Write;
+        let Ok(mut file) = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+        else {
+            eprintln!("# status recorder: cannot open {path}");
+            return;
+        };
+        let mut last = String::new();
+        loop {
+            if let Ok(c) = api.get(name).await {
+                let status = serde_json::to_value(&c.status).unwrap_or(Value::Null);
+                let members: Vec<Value> = status["members"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|m| {
+                        let x = &m["metrics"];
+                        json!([
+                            m["name"],
+                            m["phase"],
+                            m["quietReset"],
+                            m["quietSince"],
+                            m["roundsAtQuiet"],
+                            x["aeRoundsTotal"],
+                            x["replInflightBytes"],
+                            x["replOpsSentTotal"],
+                            m["sentChangedAt"],
+                            x["aeRepairOpsTotal"],
+                            x["underreplicatedPartitions"]
+                        ])
+                    })
+                    .collect();
+                let line = json!({"removal": status["removal"], "hold": status["handoffHold"], "members": members})
+                    .to_string();
+                if line != last {
+                    let unix = std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map_or(0.0, |d| d.as_secs_f64());
+                    let _ = writeln!(file, "{unix:.3} {line}");
+                    last = line;
+                }
+            }
+            tokio::time::sleep(Duration::from_secs(2)).await;
+        }
+    })
 }
 
 // ---------------------------------------------------------------------------------------------

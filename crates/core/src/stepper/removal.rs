@@ -105,6 +105,7 @@ impl Pass<'_> {
         let leaver = Leaver {
             ordinal: r.ordinal,
             traffic_cut: true,
+            keeps_volume: false,
         };
         match self.gate_leaving(Some(r.step_started_at), leaver) {
             Ok(()) => {
@@ -443,6 +444,7 @@ impl Pass<'_> {
         let leaver = Leaver {
             ordinal: victim,
             traffic_cut: false,
+            keeps_volume: false,
         };
         self.gate_leaving(None, leaver).map_err(StartHeld::Gate)
     }

@@ -150,6 +150,7 @@ impl Pass<'_> {
         let leaver = Leaver {
             ordinal: r.ordinal,
             traffic_cut: true,
+            keeps_volume: m.pvc.as_ref().is_some_and(|v| !self.leaves_volume(r, v)),
         };
         match self.gate_leaving(Some(r.step_started_at), leaver) {
             Ok(()) => {
