@@ -376,9 +376,7 @@ impl HandoffGate<'_> {
             }
         }
     }
-}
 
-impl HandoffGate<'_> {
     /// G5, a leaver whose rounds counted over a stalled window: what its ring still held goes
     /// by anti-entropy alone, possibly a whole backlog, whose exchanges share queues that drop
     /// messages when full. Its rounds are enough only once no member has received a repair
