@@ -21,14 +21,25 @@ pub const PORT_RESP: u16 = 6379;
 /// answering, and is refused before it is buffered.
 pub const MAX_VIEW_BYTES: u64 = 1 << 20;
 
-/// The password members want on their RESP port.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// The password members want on their RESP port. Its `Debug` never shows the password: a
+/// `{:?}` in a log line or a panic message must not leak it.
+#[derive(Clone, PartialEq, Eq)]
 pub enum Password {
     /// The cluster has no password (no `spec.auth`, no `MAREKVS_REQUIREPASS` in `env`).
     None,
     Known(String),
     /// A password is set but its Secret or key could not be read: every view is unknown.
     Unreadable,
+}
+
+impl std::fmt::Debug for Password {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Password::None => f.write_str("None"),
+            Password::Known(_) => f.write_str("Known(<redacted>)"),
+            Password::Unreadable => f.write_str("Unreadable"),
+        }
+    }
 }
 
 /// Reads the password's Secret key (`MarekvsClusterSpec::password_secret_ref`; one GET of one Secret, in the cluster's namespace).
@@ -231,6 +242,21 @@ mod tests {
 
     const A: &str = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
     const B: &str = "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb";
+
+    #[test]
+    fn a_password_never_shows_in_debug_output() {
+        let known = Password::Known("hunter2-secret".into());
+        for shown in [
+            format!("{known:?}"),
+            format!("{known:#?}"),
+            format!("{:?}", Some(&known)),
+        ] {
+            assert!(!shown.contains("hunter2"), "{shown}");
+            assert!(shown.contains("redacted"), "{shown}");
+        }
+        assert_eq!(format!("{:?}", Password::None), "None");
+        assert_eq!(format!("{:?}", Password::Unreadable), "Unreadable");
+    }
 
     #[test]
     fn cluster_nodes_lines_are_a_view_by_identity() {
