@@ -109,7 +109,7 @@ impl Events {
         note: Note<'_>,
     ) -> Result<(), kube::Error> {
         let now = Timestamp::now();
-        let message: String = note.message.chars().take(1000).collect();
+        let message = cut_note(note.message);
         let key = SeriesKey {
             regarding_uid: regarding.uid.clone().unwrap_or_default(),
             related: note.related.as_ref().and_then(|r| r.name.clone()),
@@ -178,6 +178,24 @@ impl Events {
     }
 }
 
+/// The API server refuses an Event whose note is longer than this many bytes (not characters:
+/// a note of 1,000 characters with a few arrows in it is refused, and the Event is lost).
+pub const NOTE_MAX_BYTES: usize = 1024;
+
+/// `message` as a note the API server takes: whole if it fits in [`NOTE_MAX_BYTES`], else cut
+/// on a character boundary and ended with "…", so a reader sees it was cut.
+pub fn cut_note(message: &str) -> String {
+    if message.len() <= NOTE_MAX_BYTES {
+        return message.to_owned();
+    }
+    const MORE: &str = "…";
+    let mut end = NOTE_MAX_BYTES - MORE.len();
+    while !message.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}{MORE}", &message[..end])
+}
+
 /// The member a note names: the single `<cluster>-<ordinal>` among its words, if exactly one
 /// member is named (a note about two members, e.g. a partition report, has none).
 pub fn member_named(cluster: &str, message: &str) -> Option<u32> {
@@ -214,6 +232,30 @@ mod tests {
 
     fn at(secs: i64) -> Timestamp {
         Timestamp::from_second(1_800_000_000 + secs).unwrap()
+    }
+
+    #[test]
+    fn a_note_is_cut_at_the_api_servers_byte_limit_on_a_character_boundary() {
+        let short = "demo-4 removed";
+        assert_eq!(cut_note(short), short);
+        let exact = "a".repeat(NOTE_MAX_BYTES);
+        assert_eq!(cut_note(&exact), exact);
+        // 1,000 characters of 3 bytes each: the old cut by characters kept all 3,000 bytes.
+        for long in [
+            "→".repeat(1000),
+            format!("x{}", "→".repeat(400)),
+            "é".repeat(700),
+        ] {
+            let cut = cut_note(&long);
+            assert!(cut.len() <= NOTE_MAX_BYTES, "{} bytes", cut.len());
+            assert!(
+                cut.len() > NOTE_MAX_BYTES - 4,
+                "cut too short: {} bytes",
+                cut.len()
+            );
+            assert!(cut.ends_with('…'));
+            assert!(long.starts_with(cut.trim_end_matches('…')));
+        }
     }
 
     /// The reported bug: two removals, of demo-4 then demo-3, are two Events, not one series.
