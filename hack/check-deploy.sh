@@ -89,6 +89,11 @@ done
 has '^  - (nodes|pods/exec|\*)$' <<<"$base" && fail "deploy/: a role grants nodes, exec or *"
 secrets_get_only deploy/ "$base"
 has '^  - secrets$' <<<"$cluster_role" || fail "deploy/: the ClusterRole cannot get the Secret of spec.auth"
+# Status is written only by a merge patch carrying the resourceVersion read (record.rs): no
+# update. (The overlay's Role and the chart's roles are checked equal to this one below.)
+status_verbs=$(awk '/^- / { s = 0 } /^  - marekvsclusters\/status$/ { s = 1 } s && /^  verbs:$/ { v = 1; next }
+                    v && s && /^  - / { printf "%s ", $2; next } { v = 0 }' <<<"$(rules <<<"$cluster_role")")
+[ "$status_verbs" = "get patch " ] || fail "deploy/: marekvsclusters/status is granted '$status_verbs', not exactly get and patch"
 
 ns=deploy/overlays/namespaced
 out=$(render $ns)
