@@ -120,6 +120,7 @@ pub async fn run(
         metrics: metrics.clone(),
         recreation,
         inputs,
+        passwords: Default::default(),
     });
     tokio::spawn(on_pod_deleted(deleted_rx, crs.clone(), ctx.clone()));
     // Queue bookkeeping for the metrics: note when a watch event asks for a cluster.

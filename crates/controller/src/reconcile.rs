@@ -57,6 +57,8 @@ pub struct Ctx {
     pub recreation: Arc<RecreationLock>,
     /// Each member's client input since the last recorded pass (`input.rs`).
     pub inputs: Arc<crate::input::Ledger>,
+    /// Each cluster's RESP password, read from its Secret at most once a minute.
+    pub passwords: views::Passwords,
 }
 
 pub fn now_ms() -> Millis {
@@ -139,7 +141,7 @@ pub async fn pass(cr: &MarekvsCluster, ctx: &Ctx) -> Result<Next, Error> {
         recreate::before_scrapes(ctx, cr, &spec, &prev, &memory, &unscraped, &children).await?;
     // Each member's view by identity over RESP, then its figures; client input from the
     // ledger (its own reads taken off).
-    let password = views::password(&ctx.client, cr).await;
+    let password = ctx.passwords.get(&ctx.client, cr).await;
     let reads = read_members(&ctx.members, &children.pods, &password).await;
     let cluster = (ns.clone(), name.clone());
     let now = now_ms();

@@ -42,7 +42,62 @@ impl std::fmt::Debug for Password {
     }
 }
 
-/// Reads the password's Secret key (`MarekvsClusterSpec::password_secret_ref`; one GET of one Secret, in the cluster's namespace).
+/// How long a password read from its Secret is used before the Secret is read again. A pass
+/// runs every second or two while a gate waits; a GET of the Secret on each one is load on the
+/// API server for nothing (a node reads its password from its env when it starts, so a new one
+/// reaches no member before its next restart anyway).
+pub const PASSWORD_REUSE: Duration = Duration::from_secs(60);
+/// How long an unreadable password (Secret or key missing, GET failed) is remembered: a user
+/// who creates the Secret after the cluster waits no longer than this.
+pub const UNREADABLE_REUSE: Duration = Duration::from_secs(5);
+
+/// Where a cluster's password is: namespace, Secret, key.
+type SecretKey = (String, String, String);
+
+/// The passwords read, per Secret key, with when they were read.
+#[derive(Default)]
+pub struct Passwords {
+    read: std::sync::Mutex<std::collections::HashMap<SecretKey, (Password, tokio::time::Instant)>>,
+}
+
+impl Passwords {
+    /// `cr`'s password: the one read within its reuse span, else read from its Secret now.
+    pub async fn get(&self, client: &kube::Client, cr: &MarekvsCluster) -> Password {
+        let Some(r) = cr.spec.password_secret_ref() else {
+            return Password::None;
+        };
+        let key = (cr.namespace().unwrap_or_default(), r.name, r.key);
+        if let Some(p) = self.reusable(&key, tokio::time::Instant::now()) {
+            return p;
+        }
+        let p = password(client, cr).await;
+        self.remember(key, p.clone(), tokio::time::Instant::now());
+        p
+    }
+
+    fn reusable(&self, key: &SecretKey, now: tokio::time::Instant) -> Option<Password> {
+        let read = self.read.lock().unwrap_or_else(|p| p.into_inner());
+        let (p, at) = read.get(key)?;
+        (now.duration_since(*at) < reuse_span(p)).then(|| p.clone())
+    }
+
+    fn remember(&self, key: SecretKey, p: Password, now: tokio::time::Instant) {
+        let mut read = self.read.lock().unwrap_or_else(|p| p.into_inner());
+        // Entries past their span go, so a deleted cluster's password is not kept.
+        read.retain(|_, (p, at)| now.duration_since(*at) < reuse_span(p));
+        read.insert(key, (p, now));
+    }
+}
+
+fn reuse_span(p: &Password) -> Duration {
+    match p {
+        Password::Unreadable => UNREADABLE_REUSE,
+        Password::None | Password::Known(_) => PASSWORD_REUSE,
+    }
+}
+
+/// Reads the password's Secret key (`MarekvsClusterSpec::password_secret_ref`; one GET of one
+/// Secret, in the cluster's namespace). [`Passwords::get`] reuses what it read.
 pub async fn password(client: &kube::Client, cr: &MarekvsCluster) -> Password {
     let Some(r) = cr.spec.password_secret_ref() else {
         return Password::None;
@@ -242,6 +297,32 @@ mod tests {
 
     const A: &str = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
     const B: &str = "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb";
+
+    #[test]
+    fn a_password_is_reused_within_its_span_and_an_unreadable_one_briefly() {
+        let t0 = tokio::time::Instant::now();
+        let passwords = Passwords::default();
+        let key = |s: &str| ("ns".to_string(), s.to_string(), "password".to_string());
+        assert_eq!(passwords.reusable(&key("a"), t0), None, "nothing read yet");
+        passwords.remember(key("a"), Password::Known("p".into()), t0);
+        passwords.remember(key("b"), Password::Unreadable, t0);
+        let at = |d: Duration| t0 + d;
+        assert_eq!(
+            passwords.reusable(&key("a"), at(PASSWORD_REUSE - Duration::from_millis(1))),
+            Some(Password::Known("p".into()))
+        );
+        assert_eq!(passwords.reusable(&key("a"), at(PASSWORD_REUSE)), None);
+        assert_eq!(
+            passwords.reusable(&key("b"), at(UNREADABLE_REUSE - Duration::from_millis(1))),
+            Some(Password::Unreadable)
+        );
+        assert_eq!(passwords.reusable(&key("b"), at(UNREADABLE_REUSE)), None);
+        // Another Secret or key of the same cluster is another entry.
+        assert_eq!(passwords.reusable(&key("c"), t0), None);
+        // Expired entries go when another is remembered.
+        passwords.remember(key("c"), Password::None, at(PASSWORD_REUSE));
+        assert_eq!(passwords.read.lock().unwrap().len(), 1);
+    }
 
     #[test]
     fn a_password_never_shows_in_debug_output() {
