@@ -74,7 +74,8 @@ pub async fn run(
     // the re-creation go first (see `recreate`).
     let recreation = Arc::new(RecreationLock::default());
     let inputs = Arc::new(crate::input::Ledger::default());
-    let (cr_lock, cr_inputs) = (recreation.clone(), inputs.clone());
+    let failures = Arc::new(crate::retry::Failures::default());
+    let (cr_lock, cr_inputs, cr_failures) = (recreation.clone(), inputs.clone(), failures.clone());
     let (crs, cr_stream) = cached!(
         MarekvsCluster,
         "marekvsclusters",
@@ -82,6 +83,7 @@ pub async fn run(
         move |cr: &MarekvsCluster| {
             let (ns, name) = (cr.namespace().unwrap_or_default(), cr.name_any());
             cr_lock.forget(&ns, &name);
+            cr_failures.succeeded(&(ns.clone(), name.clone()));
             cr_inputs.forget(&(ns, name));
         }
     );
@@ -121,6 +123,7 @@ pub async fn run(
         recreation,
         inputs,
         passwords: Default::default(),
+        failures,
     });
     tokio::spawn(on_pod_deleted(deleted_rx, crs.clone(), ctx.clone()));
     // Queue bookkeeping for the metrics: note when a watch event asks for a cluster.

@@ -19,6 +19,7 @@ pub mod reconcile;
 pub mod record;
 pub mod recreate;
 pub mod report;
+pub mod retry;
 pub mod scrape;
 pub mod spec;
 pub mod status;

@@ -59,6 +59,8 @@ pub struct Ctx {
     pub inputs: Arc<crate::input::Ledger>,
     /// Each cluster's RESP password, read from its Secret at most once a minute.
     pub passwords: views::Passwords,
+    /// Each cluster's failed passes in a row: the wait before its next try grows with them.
+    pub failures: Arc<crate::retry::Failures>,
 }
 
 pub fn now_ms() -> Millis {
@@ -82,10 +84,20 @@ pub async fn reconcile(cr: Arc<MarekvsCluster>, ctx: Arc<Ctx>) -> Result<Action,
     ctx.metrics
         .reconciles
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let cluster = (ns, name);
     match &result {
-        Ok(Next::LookAgainIn(after)) => ctx.metrics.scheduled(&ns, &name, Some(*after)),
-        Ok(Next::AwaitChange) => ctx.metrics.scheduled(&ns, &name, None),
-        Err(e) => ctx.metrics.errors.inc(e.kind()),
+        Ok(next) => {
+            ctx.failures.succeeded(&cluster);
+            let after = match next {
+                Next::LookAgainIn(after) => Some(*after),
+                Next::AwaitChange => None,
+            };
+            ctx.metrics.scheduled(&cluster.0, &cluster.1, after);
+        }
+        Err(e) => {
+            ctx.failures.failed(&cluster, e);
+            ctx.metrics.errors.inc(e.kind());
+        }
     }
     result.map(|next| match next {
         Next::LookAgainIn(after) => Action::requeue(after),
@@ -227,14 +239,12 @@ pub async fn pass(cr: &MarekvsCluster, ctx: &Ctx) -> Result<Next, Error> {
     )))
 }
 
-pub fn error_policy(_cr: Arc<MarekvsCluster>, err: &Error, _ctx: Arc<Ctx>) -> Action {
-    match (err, err.code()) {
-        (Error::NotSynced, _) => Action::requeue(Duration::from_millis(100)),
-        // Our copy was stale: look again as soon as the watch catches up.
-        (_, Some(409)) => Action::requeue(Duration::from_millis(200)),
-        _ => {
-            warn!("reconcile failed: {err}");
-            Action::requeue(Duration::from_secs(3))
-        }
+pub fn error_policy(cr: Arc<MarekvsCluster>, err: &Error, ctx: Arc<Ctx>) -> Action {
+    let cluster = (cr.namespace().unwrap_or_default(), cr.name_any());
+    let failures = ctx.failures.in_a_row(&cluster);
+    let after = crate::retry::retry_after(err, failures, crate::retry::jitter(&cluster, failures));
+    if !matches!(err, Error::NotSynced) && err.code() != Some(409) {
+        warn!(failures, retry_in = ?after, "reconcile failed: {err}");
     }
+    Action::requeue(after)
 }

@@ -506,6 +506,7 @@ impl World {
             recreation: Arc::new(RecreationLock::default()),
             inputs: Default::default(),
             passwords: Default::default(),
+            failures: Default::default(),
         });
         World {
             ctx,

@@ -1,4 +1,4 @@
-//! How soon a cluster is looked at again after a pass.
+//! How soon a cluster is looked at again after a pass, or after a pass that failed.
 
 use crate::types::{Decision, Memory, Millis};
 
@@ -10,4 +10,61 @@ pub fn next_look_ms(before: &Memory, d: &Decision) -> Millis {
     let stepped = (d.memory.removal().is_some() && removal_step(&d.memory) != removal_step(before))
         || (d.memory.roll().is_some() && roll_step(&d.memory) != roll_step(before));
     if stepped { 50 } else { d.requeue_ms.max(50) }
+}
+
+/// The wait before the first retry of a pass that failed.
+pub const ERROR_RETRY_FIRST_MS: Millis = 1_000;
+/// The longest wait between retries of a pass that keeps failing.
+pub const ERROR_RETRY_CAP_MS: Millis = 5 * 60 * 1_000;
+
+/// The wait before retrying a pass that has now failed `failures` times in a row (1: the first
+/// failure): doubling from [`ERROR_RETRY_FIRST_MS`] up to [`ERROR_RETRY_CAP_MS`], then cut by
+/// up to half by `jitter` (in `[0, 1)`), so that clusters failing together (an API server
+/// refusing every write) do not all retry in step, nor every few seconds for ever.
+pub fn error_retry_ms(failures: u32, jitter: f64) -> Millis {
+    let doublings = failures.saturating_sub(1).min(30);
+    let full = ERROR_RETRY_FIRST_MS
+        .saturating_mul(1 << doublings)
+        .min(ERROR_RETRY_CAP_MS);
+    let cut = (full as f64 * jitter.clamp(0.0, 1.0) / 2.0) as Millis;
+    full - cut
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failed_passes_back_off_exponentially_up_to_the_cap_with_jitter_below_the_wait() {
+        let waits: Vec<Millis> = (1..=12).map(|n| error_retry_ms(n, 0.0)).collect();
+        assert_eq!(
+            waits,
+            [
+                1_000, 2_000, 4_000, 8_000, 16_000, 32_000, 64_000, 128_000, 256_000, 300_000,
+                300_000, 300_000
+            ]
+        );
+        assert_eq!(
+            error_retry_ms(0, 0.0),
+            ERROR_RETRY_FIRST_MS,
+            "no failure counted yet"
+        );
+        assert_eq!(
+            error_retry_ms(u32::MAX, 0.0),
+            ERROR_RETRY_CAP_MS,
+            "no overflow"
+        );
+        for n in [1, 5, 40] {
+            let full = error_retry_ms(n, 0.0);
+            assert_eq!(error_retry_ms(n, 0.5), full - full / 4);
+            let least = error_retry_ms(n, 0.999_999);
+            assert!(
+                least > full / 2 - 1 && least < full,
+                "{n}: {least} of {full}"
+            );
+            // Out-of-range jitter is clamped, never a longer wait or a negative one.
+            assert_eq!(error_retry_ms(n, -1.0), full);
+            assert_eq!(error_retry_ms(n, 7.0), full / 2);
+        }
+    }
 }
