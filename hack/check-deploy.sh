@@ -162,6 +162,59 @@ has '^        - --namespace=apps$' <<<"$(doc Deployment marekvs-operator <<<"$ou
   fail "chart (scope namespace): the leader-election Role differs from deploy/rbac's"
 secrets_get_only chart "$out"
 has '^  - (nodes|pods/exec|\*)$' <<<"$out" && fail "chart: a role grants nodes, exec or *"
+has '^kind: NetworkPolicy$' <<<"$out" && fail "chart: a NetworkPolicy although networkPolicy.enabled is false"
+# The optional NetworkPolicy: in the watched namespace, selecting the members, with exactly
+# its four sources (members: any port; the operator and monitoring: 6379 and 9121; clients: 6379).
+out=$(helm_render --set scope=namespace --set watchNamespace=apps --set networkPolicy.enabled=true \
+  --set-json 'networkPolicy.clients=[{"podSelector":{"matchLabels":{"app":"web"}}}]')
+policy=$(doc NetworkPolicy marekvs-operator-members <<<"$out")
+has '^  namespace: apps$' <<<"$policy" || fail "chart (networkPolicy): no NetworkPolicy marekvs-operator-members in the watched namespace"
+spec_of() { sed -n '/^spec:/,$p'; }
+[ "$(spec_of <<<"$policy")" = "spec:
+  ingress:
+  - from:
+    - podSelector:
+        matchLabels:
+          app.kubernetes.io/managed-by: marekvs-operator
+          app.kubernetes.io/name: marekvs
+  - from:
+    - namespaceSelector:
+        matchLabels:
+          kubernetes.io/metadata.name: marekvs-system
+      podSelector:
+        matchLabels:
+          app.kubernetes.io/instance: marekvs-operator
+          app.kubernetes.io/name: marekvs-operator
+    ports:
+    - port: 6379
+      protocol: TCP
+    - port: 9121
+      protocol: TCP
+  - from:
+    - namespaceSelector:
+        matchLabels:
+          kubernetes.io/metadata.name: monitoring
+    ports:
+    - port: 6379
+      protocol: TCP
+    - port: 9121
+      protocol: TCP
+  - from:
+    - podSelector:
+        matchLabels:
+          app: web
+    ports:
+    - port: 6379
+      protocol: TCP
+  podSelector:
+    matchLabels:
+      app.kubernetes.io/managed-by: marekvs-operator
+      app.kubernetes.io/name: marekvs
+  policyTypes:
+  - Ingress" ] || fail "chart (networkPolicy): the members' NetworkPolicy is not as documented: $policy"
+out=$(helm_render --set networkPolicy.enabled=true --set 'networkPolicy.namespaces={a,b}' --set networkPolicy.monitoringNamespace=)
+[ "$(grep -c '^kind: NetworkPolicy$' <<<"$out")" = 2 ] || fail "chart (networkPolicy, scope cluster): not one NetworkPolicy in each of networkPolicy.namespaces"
+has 'kubernetes.io/metadata.name: monitoring' <<<"$out" && fail "chart (networkPolicy): monitoring allowed although monitoringNamespace is empty"
 # Values the chart must refuse, each with the words of its error.
 refused() {
   local words=$1; shift
@@ -179,4 +232,5 @@ refused "replicas" --set replicas=0
 refused "digest" --set image.digest=latest
 refused "additional properties" --set imagePullPolicy=Always
 refused "metrics.service.enabled" --set metrics.serviceMonitor.enabled=true --set metrics.service.enabled=false
-echo "check-deploy: deploy/ and $(ls -d "$REPO"/deploy/overlays/*/ | wc -l) overlay(s) render; RBAC as promised (namespaced overlay watches $watched); image $want_image; the Helm chart lints, renders both scopes with deploy/'s rules and refuses 8 bad values" >&2
+refused "networkPolicy.namespaces" --set networkPolicy.enabled=true
+echo "check-deploy: deploy/ and $(ls -d "$REPO"/deploy/overlays/*/ | wc -l) overlay(s) render; RBAC as promised (namespaced overlay watches $watched); image $want_image; the Helm chart lints, renders both scopes with deploy/'s rules and the optional NetworkPolicy, and refuses 9 bad values" >&2

@@ -302,6 +302,10 @@ async fn the_helm_install_runs_the_operator_from_its_chart() -> anyhow::Result<(
         "scope=namespace",
         "--set",
         "logFormat=json",
+        // The members' NetworkPolicy, accepted by the API server (this control plane has no
+        // network plugin to enforce it, so the demo below runs as without it).
+        "--set",
+        "networkPolicy.enabled=true",
     ])
     .await?;
     kubectl(
@@ -315,6 +319,7 @@ async fn the_helm_install_runs_the_operator_from_its_chart() -> anyhow::Result<(
         "role.rbac.authorization.k8s.io/mkv-marekvs-operator",
         "deployment.apps/mkv-marekvs-operator",
         "service/mkv-marekvs-operator-metrics",
+        "networkpolicy.networking.k8s.io/mkv-marekvs-operator-members",
     ] {
         anyhow::ensure!(applied.contains(object), "{object} not applied: {applied}");
     }

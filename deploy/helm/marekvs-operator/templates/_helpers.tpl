@@ -44,4 +44,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- if and (eq .Values.scope "cluster") .Values.watchNamespace -}}
 {{- fail (printf "watchNamespace %q is set but scope is cluster (every namespace is watched). Set scope=namespace to watch only %q." .Values.watchNamespace .Values.watchNamespace) -}}
 {{- end -}}
+{{- if and .Values.networkPolicy.enabled (eq .Values.scope "cluster") (not .Values.networkPolicy.namespaces) -}}
+{{- fail "networkPolicy.enabled is true with scope cluster but networkPolicy.namespaces is empty: list the namespaces whose clusters' members it guards (a NetworkPolicy is namespaced)." -}}
+{{- end -}}
 {{- end -}}
