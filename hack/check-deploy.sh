@@ -89,7 +89,8 @@ done
 has '^  - (nodes|pods/exec|\*)$' <<<"$base" && fail "deploy/: a role grants nodes, exec or *"
 secrets_get_only deploy/ "$base"
 has '^  - secrets$' <<<"$cluster_role" || fail "deploy/: the ClusterRole cannot get the Secret of spec.auth"
-# Status is written only by a merge patch carrying the resourceVersion read (record.rs): no
+# Status is written only by patches (server-side apply carrying the resourceVersion read; a
+# merge patch to clear a foreign status: record.rs): no
 # update. (The overlay's Role and the chart's roles are checked equal to this one below.)
 status_verbs=$(awk '/^- / { s = 0 } /^  - marekvsclusters\/status$/ { s = 1 } s && /^  verbs:$/ { v = 1; next }
                     v && s && /^  - / { printf "%s ", $2; next } { v = 0 }' <<<"$(rules <<<"$cluster_role")")
