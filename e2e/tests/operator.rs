@@ -657,8 +657,26 @@ async fn bad_specs_are_refused_at_apply_time() -> anyhow::Result<()> {
             json!({"image": "x"}),
             "at most 52 characters",
         ),
+        // A valid object name that no Service may have: once applied, each pass failed with
+        // no condition and was retried for ever.
+        (
+            "db.v2".into(),
+            json!({"image": "x"}),
+            "must be a DNS-1035 label",
+        ),
+        (
+            "2db".into(),
+            json!({"image": "x"}),
+            "must be a DNS-1035 label",
+        ),
+        // Its client Service would be demo's headless Service.
+        (
+            "demo-headless".into(),
+            json!({"image": "x"}),
+            "must not end in -headless",
+        ),
     ];
-    assert!(cases.len() >= 56);
+    assert!(cases.len() >= 59);
     for (name, spec, needle) in &cases {
         let c: MarekvsCluster = match serde_json::from_value(json!({
             "apiVersion": "marekvs.io/v1alpha1", "kind": "MarekvsCluster",

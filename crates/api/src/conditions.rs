@@ -83,6 +83,9 @@ pub const REASON_EXPANDING: &str = "Expanding";
 pub const REASON_CAPACITY_MATCHES: &str = "CapacityMatches";
 /// Ready is False: the spec cannot be acted on; the operator waits for it to change.
 pub const REASON_INVALID_SPEC: &str = "InvalidSpec";
+/// Ready is False: a Service or the PDB the cluster derives its name for already exists,
+/// controlled by another object; nothing is applied over it, and the operator looks again.
+pub const REASON_NAME_TAKEN: &str = "NameTaken";
 
 /// Set a condition in `conds`, keeping its lastTransitionTime unless its status changed.
 pub fn set_condition(

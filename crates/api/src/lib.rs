@@ -43,6 +43,10 @@ mod convert;
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
     validation = Rule::new("size(self.metadata.name) <= 52")
         .message("metadata.name must be at most 52 characters: member pods are <name>-<ordinal> and their hostname must fit in 63"),
+    validation = Rule::new("self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')")
+        .message("metadata.name must be a DNS-1035 label (lowercase letters, digits and '-', starting with a letter and ending with a letter or digit, no '.'): it names the cluster's Services"),
+    validation = Rule::new("!self.metadata.name.endsWith('-headless')")
+        .message("metadata.name must not end in -headless: the cluster <name> beside it would name its headless Service <name>-headless, this cluster's client Service"),
     validation = Rule::new("!has(self.spec.removeMembers) || self.spec.removeMembers.all(m, m.startsWith(self.metadata.name + '-'))")
         .message("spec.removeMembers: each entry must name a member of this cluster, <metadata.name>-<ordinal> (e.g. demo-1)"),
     validation = Rule::new("!has(self.spec.fencedMembers) || self.spec.fencedMembers.all(m, m.startsWith(self.metadata.name + '-'))")

@@ -11,6 +11,7 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource, ResourceExt};
 use marekvs_api::MarekvsCluster;
+use marekvs_core::ownership::{PodController, fixed_child_claim};
 use marekvs_core::stale::AbsenceChange;
 use marekvs_core::{Action, EventKind, Millis};
 use serde_json::json;
@@ -21,7 +22,7 @@ use crate::build::{
     ANNOTATION_DRAINED_RESTARTS, ANNOTATION_SERVED_SINCE, MANAGER,
 };
 use crate::error::Error;
-use crate::observe::{Children, restarts, volume};
+use crate::observe::{Children, controller_of, restarts, volume};
 use crate::reconcile::Ctx;
 use crate::report::publish;
 use crate::spec::storage_wish;
@@ -48,22 +49,58 @@ where
         what: format!("{kind} {name}"),
         source,
     })?;
-    let applied = cache
-        .get(&ObjectRef::new(&name).within(&ns))
-        .and_then(|o| o.annotations().get(build::ANNOTATION_APPLIED_HASH).cloned());
-    if applied.as_deref() == Some(hash.as_str()) {
-        return Ok(());
+    let cached = cache.get(&ObjectRef::new(&name).within(&ns));
+    let api = Api::<K>::namespaced(ctx.client.clone(), &ns);
+    // The watch sees only objects labelled as this operator's: one it does not show may still
+    // exist (another operator's, a user's), so it is read once before it is applied.
+    let found = match cached {
+        Some(o) => Some(o.meta().clone()),
+        None => match api.get_metadata(&name).await {
+            Ok(o) => Some(o.metadata),
+            Err(kube::Error::Api(e)) if e.code == 404 => None,
+            Err(source) => {
+                return Err(Error::Observe {
+                    what: format!("{kind} {name}"),
+                    source,
+                });
+            }
+        },
+    };
+    if let Some(meta) = &found {
+        let cluster_uid = owner_uid(&desired);
+        fixed_child_claim(&controller_of(meta), &cluster_uid).map_err(
+            |(owner_kind, owner_name)| Error::NameTaken {
+                kind: kind.clone(),
+                name: name.clone(),
+                owner_kind,
+                owner_name,
+            },
+        )?;
+        let applied = meta
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(build::ANNOTATION_APPLIED_HASH));
+        if applied == Some(&hash) {
+            return Ok(());
+        }
     }
-    Api::<K>::namespaced(ctx.client.clone(), &ns)
-        .patch(
-            &name,
-            &PatchParams::apply(MANAGER).force(),
-            &Patch::Apply(value),
-        )
-        .await
-        .map_err(|source| Error::Apply { kind, name, source })?;
+    api.patch(
+        &name,
+        &PatchParams::apply(MANAGER).force(),
+        &Patch::Apply(value),
+    )
+    .await
+    .map_err(|source| Error::Apply { kind, name, source })?;
     ctx.metrics.actions.inc(metric);
     Ok(())
+}
+
+/// The uid of the cluster that controls `child` (the controller reference `build` gives it).
+fn owner_uid<K: Resource>(child: &K) -> String {
+    match controller_of(child.meta()) {
+        PodController::Some { uid, .. } => uid,
+        PodController::None => String::new(),
+    }
 }
 
 /// The Services and the PDB: children that do not depend on the runbook. Member pods made

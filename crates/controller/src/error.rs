@@ -47,6 +47,17 @@ pub enum Error {
         #[source]
         source: kube::Error,
     },
+    /// A child of a fixed name (a Service, the PDB) exists, controlled by another object: it
+    /// is not applied over.
+    #[error(
+        "{kind} {name} is controlled by {owner_kind} {owner_name}, not by this cluster: rename or delete one of them"
+    )]
+    NameTaken {
+        kind: String,
+        name: String,
+        owner_kind: String,
+        owner_name: String,
+    },
     /// The cluster object has no name or uid, so its children cannot name it as their owner
     /// (an object read from the API always has both).
     #[error("{0} has no uid: its children cannot reference it as their owner")]
@@ -61,6 +72,7 @@ impl Error {
             | Error::Act { source, .. }
             | Error::Observe { source, .. } => Some(source),
             Error::InvalidSpec(_)
+            | Error::NameTaken { .. }
             | Error::NotSynced
             | Error::Serialize { .. }
             | Error::NoUid(_) => None,
@@ -79,6 +91,7 @@ impl Error {
     pub fn kind(&self) -> &'static str {
         match (self, self.code()) {
             (Error::InvalidSpec(_), _) => "invalid_spec",
+            (Error::NameTaken { .. }, _) => "name_taken",
             (Error::NotSynced, _) => "not_synced",
             (Error::Serialize { .. }, _) => "serialize",
             (Error::NoUid(_), _) => "no_uid",

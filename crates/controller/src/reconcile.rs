@@ -63,6 +63,9 @@ pub struct Ctx {
     pub failures: Arc<crate::retry::Failures>,
 }
 
+/// How soon a cluster whose Service or PDB name another object holds is looked at again.
+pub const NAME_TAKEN_LOOK_AGAIN: Duration = Duration::from_secs(30);
+
 pub fn now_ms() -> Millis {
     Timestamp::now().as_millisecond()
 }
@@ -127,7 +130,16 @@ pub async fn pass(cr: &MarekvsCluster, ctx: &Ctx) -> Result<Next, Error> {
     }
     // A deleted pod being re-created goes first: its POST is what a user waits for.
     ctx.recreation.wait(&ns, &name).await;
-    act::apply_children(ctx, cr).await?;
+    match act::apply_children(ctx, cr).await {
+        Ok(()) => {}
+        Err(e @ Error::NameTaken { .. }) => {
+            // Another object holds a name this cluster derives: nothing of the cluster is made
+            // or changed until it goes (its owner is not ours to watch: look again).
+            record::name_taken(ctx, cr, &e).await?;
+            return Ok(Next::LookAgainIn(NAME_TAKEN_LOOK_AGAIN));
+        }
+        Err(e) => return Err(e),
+    }
 
     // Observe; a missing child of an unchanged membership is re-created before the scrapes.
     let children = Children::of(cr, &ctx.pods, &ctx.pvcs);

@@ -3,7 +3,7 @@
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::{Client, ResourceExt};
-use marekvs_api::conditions::{READY, REASON_INVALID_SPEC, set_condition};
+use marekvs_api::conditions::{READY, REASON_INVALID_SPEC, REASON_NAME_TAKEN, set_condition};
 use marekvs_api::{MarekvsCluster, MarekvsClusterStatus};
 use serde_json::json;
 use tracing::warn;
@@ -119,6 +119,27 @@ pub async fn invalid_spec(ctx: &Ctx, cr: &MarekvsCluster, why: &str) -> Result<(
         READY,
         false,
         REASON_INVALID_SPEC,
+        &message,
+        &now,
+        cr.metadata.generation,
+    );
+    if cr.status.as_ref() == Some(&status) {
+        return Ok(());
+    }
+    write_status(&ctx.client, cr, &status).await
+}
+
+/// A Service or the PDB of the cluster's name is another object's (`Error::NameTaken`): say so
+/// in the Ready condition, touch nothing else (written only when it changed).
+pub async fn name_taken(ctx: &Ctx, cr: &MarekvsCluster, why: &Error) -> Result<(), Error> {
+    let mut status = cr.status.clone().unwrap_or_default();
+    let now = crate::status::to_time(crate::reconcile::now_ms());
+    let message = format!("nothing is created or changed: {why}");
+    set_condition(
+        &mut status.conditions,
+        READY,
+        false,
+        REASON_NAME_TAKEN,
         &message,
         &now,
         cr.metadata.generation,

@@ -39,7 +39,7 @@ use marekvs_operator::build::{
 };
 use marekvs_operator::error::Error;
 use marekvs_operator::events::Events;
-use marekvs_operator::reconcile::{Ctx, Next, now_ms, pass};
+use marekvs_operator::reconcile::{Ctx, NAME_TAKEN_LOOK_AGAIN, Next, now_ms, pass};
 use marekvs_operator::recreate::RecreationLock;
 use marekvs_operator::scrape::MemberClient;
 use marekvs_operator::status::to_time;
@@ -901,4 +901,111 @@ async fn the_password_secret_is_read_once_not_on_every_pass() {
         let (result, _) = world.pass(&cr, vec![Step::Scrapes]).await;
         result.unwrap();
     }
+}
+
+/// This cluster's headless Service as another object (the cluster `demo-headless`, whose
+/// client Service it is) made it: controlled by that object.
+fn taken_headless_service(cr: &MarekvsCluster) -> Service {
+    let mut taken = applied(build::headless_service(cr));
+    taken.metadata.owner_references = Some(vec![
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+            api_version: "marekvs.io/v1alpha1".into(),
+            kind: "MarekvsCluster".into(),
+            name: "demo-headless".into(),
+            uid: "uid-demo-headless".into(),
+            controller: Some(true),
+            block_owner_deletion: Some(true),
+        },
+    ]);
+    taken
+}
+
+fn assert_name_taken(status: &Value) {
+    let ready = status["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "Ready")
+        .expect("a Ready condition");
+    assert_eq!(ready["status"], "False");
+    assert_eq!(ready["reason"], "NameTaken");
+    let message = ready["message"].as_str().unwrap();
+    assert!(
+        message.contains("Service demo-headless is controlled by MarekvsCluster demo-headless"),
+        "{message}"
+    );
+}
+
+/// A Service name this cluster derives is held by another object (in the watch cache: it
+/// carries the operator's labels, as another cluster's Service does): the pass applies nothing
+/// over it (it would fail on every pass, the API server refusing a second controller), creates
+/// and scrapes nothing, says so in Ready, and looks again; a pass that finds it unchanged
+/// writes nothing.
+#[tokio::test]
+async fn a_service_another_object_controls_is_never_applied_over_and_ready_says_so() {
+    let cr = cluster(2, healthy_status());
+    let mut world = World::start(&cr, &[]).await;
+    world
+        ._writers
+        .2
+        .apply_watcher_event(&watcher::Event::Apply(taken_headless_service(&cr)));
+    let (result, sent) = world.pass(&cr, vec![status_write(answer(&cr))]).await;
+    assert_eq!(result.unwrap(), Next::LookAgainIn(NAME_TAKEN_LOOK_AGAIN));
+    assert_name_taken(&written_status(&sent));
+    assert_eq!(world.events(), Vec::<String>::new());
+    let cr = next_version(&cr, written_status(&sent));
+    let (result, _) = world.pass(&cr, vec![]).await;
+    assert_eq!(result.unwrap(), Next::LookAgainIn(NAME_TAKEN_LOOK_AGAIN));
+}
+
+/// The same held name, found by a GET: the watch does not show the object (it lacks the
+/// operator's labels), so a child missing from the cache is read before it is applied. A
+/// missing one (404) is then applied as before.
+#[tokio::test]
+async fn a_child_missing_from_the_cache_is_read_before_it_is_applied() {
+    let cr = cluster(2, healthy_status());
+    let mut world = World::start(&cr, &[]).await;
+    let headless = applied(build::headless_service(&cr));
+    world
+        ._writers
+        .2
+        .apply_watcher_event(&watcher::Event::Delete(headless.clone()));
+    let headless_path = format!("/api/v1/namespaces/{NS}/services/demo-headless");
+    let taken = serde_json::to_value(taken_headless_service(&cr)).unwrap();
+    let (result, sent) = world
+        .pass(
+            &cr,
+            vec![
+                Step::Api(Method::GET, headless_path.clone(), Reply::Ok(taken)),
+                status_write(answer(&cr)),
+            ],
+        )
+        .await;
+    assert_eq!(result.unwrap(), Next::LookAgainIn(NAME_TAKEN_LOOK_AGAIN));
+    assert_name_taken(&written_status(&sent));
+
+    // Gone (404): applied, and the pass goes on as usual.
+    let (result, sent) = world
+        .pass(
+            &cr,
+            vec![
+                Step::Api(Method::GET, headless_path.clone(), Reply::Fail(404)),
+                Step::Api(
+                    Method::PATCH,
+                    headless_path.clone(),
+                    Reply::Ok(serde_json::to_value(&headless).unwrap()),
+                ),
+                Step::Scrapes,
+                status_write(answer(&cr)),
+                Step::Api(Method::PATCH, pod_path(3), pod_answer(3)),
+            ],
+        )
+        .await;
+    result.unwrap();
+    let apply = sent_to(&sent, &Method::PATCH, &headless_path);
+    assert!(
+        apply.query.contains("fieldManager=marekvs-operator"),
+        "{}",
+        apply.query
+    );
 }

@@ -102,6 +102,21 @@ pub fn pod_ownership(controller: &PodController, cluster_uid: &str) -> Ownership
     }
 }
 
+/// Whether the cluster may apply one of its children of a fixed name (a Service, the PDB) over
+/// the object that already has that name: `Err` with the object that controls it when that is
+/// another object (another cluster whose derived name is the same, another operator's object).
+/// Applying would not flip it (the API server refuses a second controller reference) but would
+/// fail on every pass. An object with no controller is taken over in place: that is how a
+/// migration from marekvs's own operator keeps its Services.
+pub fn fixed_child_claim(found: &PodController, cluster_uid: &str) -> Result<(), (String, String)> {
+    match found {
+        PodController::Some { uid, kind, name } if uid != cluster_uid => {
+            Err((kind.clone(), name.clone()))
+        }
+        PodController::Some { .. } | PodController::None => Ok(()),
+    }
+}
+
 /// Whose the PVC with a member's name is (see the module's rules).
 pub fn pvc_ownership(claim: &PvcClaim, cluster_uid: &str) -> Ownership {
     match &claim.stamped_uid {
@@ -126,6 +141,21 @@ mod tests {
             name: "demo".into(),
             uid: uid.into(),
         }
+    }
+
+    #[test]
+    fn a_fixed_child_another_object_controls_is_never_applied_over() {
+        let by = |uid: &str| PodController::Some {
+            kind: "MarekvsCluster".into(),
+            name: "demo-headless".into(),
+            uid: uid.into(),
+        };
+        assert_eq!(fixed_child_claim(&by("ours"), "ours"), Ok(()));
+        assert_eq!(fixed_child_claim(&PodController::None, "ours"), Ok(()));
+        assert_eq!(
+            fixed_child_claim(&by("theirs"), "ours"),
+            Err(("MarekvsCluster".into(), "demo-headless".into()))
+        );
     }
 
     #[test]
