@@ -669,6 +669,12 @@ async fn bad_specs_are_refused_at_apply_time() -> anyhow::Result<()> {
             json!({"image": "x"}),
             "must be a DNS-1035 label",
         ),
+        // As many fenced members as copies: every pod holding a partition stops at once.
+        (
+            "fence2".into(),
+            json!({"image": "x", "nodes": 4, "fencedMembers": ["fence2-0", "fence2-3"]}),
+            "fencedMembersAcknowledged",
+        ),
         // Its client Service would be demo's headless Service.
         (
             "demo-headless".into(),
@@ -676,7 +682,7 @@ async fn bad_specs_are_refused_at_apply_time() -> anyhow::Result<()> {
             "must not end in -headless",
         ),
     ];
-    assert!(cases.len() >= 59);
+    assert!(cases.len() >= 60);
     for (name, spec, needle) in &cases {
         let c: MarekvsCluster = match serde_json::from_value(json!({
             "apiVersion": "marekvs.io/v1alpha1", "kind": "MarekvsCluster",

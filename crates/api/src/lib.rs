@@ -59,6 +59,8 @@ mod convert;
     .message("spec.nodes cannot be lowered with replicationFactor 1: each partition has one copy, on its owner, and marekvs moves a member's partitions only after it has exited, so a removed member's data would be lost"))]
 #[x_kube(validation = Rule::new("!has(self.auth) || !has(self.env) || !self.env.exists(e, e.name == 'MAREKVS_REQUIREPASS')")
     .message("spec.auth and env MAREKVS_REQUIREPASS cannot both be set: give the password one way, spec.auth.passwordSecretRef or env valueFrom.secretKeyRef"))]
+#[x_kube(validation = Rule::new("!has(self.fencedMembers) || size(self.fencedMembers) < self.replicationFactor || (has(self.fencedMembersAcknowledged) && self.fencedMembersAcknowledged)")
+    .message("fencedMembers names replicationFactor or more members: their pods would all stop at once, without drain, and partitions held only by them would be unavailable until they are unfenced. Fence fewer, or set fencedMembersAcknowledged: true"))]
 #[x_kube(validation = Rule::new("!has(self.env) || !has(self.extraEnv) || self.env.all(e, !(e.name in self.extraEnv))")
     .message("a variable cannot be set in both extraEnv and env: keep it in one of them"))]
 pub struct MarekvsClusterSpec {
@@ -236,6 +238,13 @@ pub struct MarekvsClusterSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 10), inner(length(max = 63), regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?-(0|[1-9][0-9]*)$")), extend("x-kubernetes-list-type" = "set"))]
     pub fenced_members: Vec<String>,
+
+    /// Set to fence `replicationFactor` or more members at once. Their pods are then stopped
+    /// together, without drain or hand-off, so a partition whose every copy is on them can be
+    /// read or written nowhere until they are unfenced (their volumes are kept). Without it such
+    /// a `fencedMembers` is refused at apply time.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub fenced_members_acknowledged: bool,
 
     /// A password for the members' RESP port. Each member gets it as `MAREKVS_REQUIREPASS`
     /// (from the Secret, never in plain env), and the operator reads it to `AUTH` before it

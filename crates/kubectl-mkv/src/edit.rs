@@ -122,6 +122,14 @@ pub fn fence(cr: &MarekvsCluster, member: &str, on: bool) -> Result<Option<Edit>
             return Ok(None);
         }
         fenced.push(member.to_string());
+        let copies = cr.spec.replication_factor as usize;
+        if fenced.len() >= copies && !cr.spec.fenced_members_acknowledged {
+            return Err(Refused(format!(
+                "fencing {member} too would fence {} members of {cluster} ({}), as many as its replicationFactor {copies}: their pods would all stop at once, without drain, and partitions held only by them would be unavailable until they are unfenced. Fence fewer, or set spec.fencedMembersAcknowledged: true first",
+                fenced.len(),
+                fenced.join(", ")
+            )));
+        }
     } else {
         if !listed {
             return Err(Refused(format!(
@@ -335,8 +343,34 @@ mod tests {
     }
 
     #[test]
+    fn fencing_as_many_members_as_copies_needs_the_acknowledgement() {
+        let cr = cluster(json!({"replicationFactor": 2, "fencedMembers": ["demo-0"]}));
+        let r = refusal(fence(&cr, "demo-2", true));
+        assert!(
+            r.contains(
+                "would fence 2 members of demo (demo-0, demo-2), as many as its replicationFactor 2"
+            ),
+            "{r}"
+        );
+        assert!(r.contains("spec.fencedMembersAcknowledged: true"), "{r}");
+        let cr = cluster(json!({"replicationFactor": 2, "fencedMembers": ["demo-0"],
+            "fencedMembersAcknowledged": true}));
+        let e = fence(&cr, "demo-2", true).unwrap().unwrap();
+        assert_eq!(
+            e.patch["spec"]["fencedMembers"],
+            json!(["demo-0", "demo-2"])
+        );
+        // Unfencing is never refused.
+        let cr = cluster(
+            json!({"replicationFactor": 2, "fencedMembers": ["demo-0", "demo-1"],
+            "fencedMembersAcknowledged": true}),
+        );
+        assert!(fence(&cr, "demo-1", false).unwrap().is_some());
+    }
+
+    #[test]
     fn fence_and_unfence_edit_the_list_and_refuse_unknown_members() {
-        let cr = cluster(json!({"fencedMembers": ["demo-0"]}));
+        let cr = cluster(json!({"replicationFactor": 3, "fencedMembers": ["demo-0"]}));
         let e = fence(&cr, "demo-2", true).unwrap().unwrap();
         assert_eq!(
             e.patch,
