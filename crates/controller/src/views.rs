@@ -261,28 +261,64 @@ async fn bulk<R: tokio::io::AsyncBufRead + Unpin>(r: &mut R) -> Result<String, S
     String::from_utf8(body).map_err(|_| "reply not UTF-8".into())
 }
 
+/// At most the first 64 characters of member text, for an error message (which a log shows).
+fn shown(text: &str) -> String {
+    text.chars().take(64).collect()
+}
+
 fn node_id(s: &str) -> Result<&str, String> {
     if s.len() == 40 && s.bytes().all(|b| b.is_ascii_hexdigit()) {
         Ok(s)
     } else {
-        Err(format!("not a 40-hex node id: {s:?}"))
+        Err(format!("not a 40-hex node id: {:?}", shown(s)))
     }
 }
 
 /// `CLUSTER MYID` and `CLUSTER NODES` (one line per member of its view: `<id> <ip:port@cport>
 /// <flags> ...`) as a view; its own id must be in it, each id once.
+/// The most members a view may list: a cluster has at most 1,000 members (the CRD's bound), and
+/// a view can lag a few behind. More is not a node answering, and the view is unknown.
+pub const MAX_VIEW_PEERS: usize = 1_100;
+
+/// A peer's address as a node gives it, `<ip>:<port>` (IPv6 with or without brackets, or
+/// `<host>:<port>`):
+/// anything else is not a node answering. It can reach status messages (a stranger's
+/// address), so it is checked here, never passed on as it came.
+fn node_address(addr: &str) -> Result<&str, String> {
+    let refuse = || format!("not a node address: {:?}", shown(addr));
+    if addr.parse::<std::net::SocketAddr>().is_ok() {
+        return Ok(addr);
+    }
+    let (host, port) = addr.rsplit_once(':').ok_or_else(refuse)?;
+    // A real node writes an IPv6 address without brackets (`::1:6379`).
+    let host_ok = host.parse::<std::net::IpAddr>().is_ok()
+        || !host.is_empty()
+            && host.len() <= 253
+            && host
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'-');
+    if host_ok && port.parse::<u16>().is_ok() {
+        Ok(addr)
+    } else {
+        Err(refuse())
+    }
+}
+
 pub fn parse_view(myid: &str, nodes: &str) -> Result<View, String> {
     let id = node_id(myid)?.to_ascii_lowercase();
     let mut peers = BTreeMap::new();
     for l in nodes.lines().map(str::trim).filter(|l| !l.is_empty()) {
         let mut f = l.split_whitespace();
         let (Some(peer), Some(addr), Some(_flags)) = (f.next(), f.next(), f.next()) else {
-            return Err(format!("short CLUSTER NODES line: {l:?}"));
+            return Err(format!("short CLUSTER NODES line: {:?}", shown(l)));
         };
         let peer = node_id(peer)?.to_ascii_lowercase();
-        let addr = addr.split('@').next().unwrap_or_default().to_string();
+        let addr = node_address(addr.split('@').next().unwrap_or_default())?.to_string();
         if peers.insert(peer, addr).is_some() {
-            return Err(format!("an id listed twice: {l:?}"));
+            return Err(format!("an id listed twice: {:?}", shown(l)));
+        }
+        if peers.len() > MAX_VIEW_PEERS {
+            return Err(format!("more than {MAX_VIEW_PEERS} members in a view"));
         }
     }
     if !peers.contains_key(&id) {
@@ -322,6 +358,46 @@ mod tests {
         // Expired entries go when another is remembered.
         passwords.remember(key("c"), Password::None, at(PASSWORD_REUSE));
         assert_eq!(passwords.read.lock().unwrap().len(), 1);
+    }
+
+    #[test]
+    fn a_view_with_an_address_that_is_not_a_nodes_or_too_many_members_is_unknown() {
+        let line = |id: &str, addr: &str| format!("{id} {addr}@7373 master - 0 0 0 connected\n");
+        for good in [
+            "127.0.0.1:6379",
+            "[::1]:6379",
+            "demo-0.demo-headless.ns.svc:6379",
+        ] {
+            let nodes = line(A, "127.0.0.1:6379") + &line(B, good);
+            let v = parse_view(A, &nodes).unwrap();
+            assert_eq!(v.peers[B], good);
+        }
+        let huge = "x".repeat(1 << 20);
+        for bad in [
+            huge.as_str(),
+            "127.0.0.1",
+            "127.0.0.1:99999",
+            "evil host:6379",
+            "a\u{202e}b:6379",
+            ":6379",
+        ] {
+            let nodes = line(A, "127.0.0.1:6379") + &line(B, bad);
+            let e = parse_view(A, &nodes).unwrap_err();
+            assert!(
+                e.len() < 200,
+                "the error carries the member's text cut: {} bytes",
+                e.len()
+            );
+        }
+        let mut nodes = line(A, "127.0.0.1:6379");
+        for n in 0..MAX_VIEW_PEERS {
+            nodes += &line(&format!("{n:040x}"), "127.0.0.2:6379");
+        }
+        assert!(
+            parse_view(A, &nodes)
+                .unwrap_err()
+                .contains("more than 1100 members")
+        );
     }
 
     #[test]
