@@ -87,6 +87,23 @@ pub const REASON_INVALID_SPEC: &str = "InvalidSpec";
 /// controlled by another object; nothing is applied over it, and the operator looks again.
 pub const REASON_NAME_TAKEN: &str = "NameTaken";
 
+/// The longest condition message kept, in bytes. Messages can carry what members answered (a
+/// view's strangers): each is bounded so the status stays far below etcd's object limit.
+pub const CONDITION_MESSAGE_MAX_BYTES: usize = 4096;
+
+/// `text` whole if it fits in `max` bytes, else cut on a character boundary and ended with "…".
+pub fn cut_text(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_owned();
+    }
+    const MORE: &str = "…";
+    let mut end = max.saturating_sub(MORE.len());
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}{MORE}", &text[..end])
+}
+
 /// Set a condition in `conds`, keeping its lastTransitionTime unless its status changed.
 pub fn set_condition(
     conds: &mut Vec<Condition>,
@@ -102,7 +119,7 @@ pub fn set_condition(
         type_: type_.to_string(),
         status: status_s.to_string(),
         reason: reason.to_string(),
-        message: message.chars().take(32_000).collect(),
+        message: cut_text(message, CONDITION_MESSAGE_MAX_BYTES),
         last_transition_time: ltt,
         observed_generation: generation,
     };
@@ -116,6 +133,20 @@ pub fn set_condition(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn messages_are_cut_on_a_character_boundary_within_their_bound() {
+        let t0 = Time(k8s_openapi::jiff::Timestamp::from_second(1_000).unwrap());
+        let mut c = Vec::new();
+        let long = "é→".repeat(5_000);
+        set_condition(&mut c, READY, false, REASON_NOT_READY, &long, &t0, Some(1));
+        let m = &c[0].message;
+        assert!(
+            m.len() <= CONDITION_MESSAGE_MAX_BYTES && m.len() > CONDITION_MESSAGE_MAX_BYTES - 8
+        );
+        assert!(m.ends_with('…') && long.starts_with(m.trim_end_matches('…')));
+        assert_eq!(cut_text("short", 10), "short");
+    }
 
     #[test]
     fn transition_time_moves_only_when_status_changes() {

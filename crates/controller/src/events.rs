@@ -185,15 +185,7 @@ pub const NOTE_MAX_BYTES: usize = 1024;
 /// `message` as a note the API server takes: whole if it fits in [`NOTE_MAX_BYTES`], else cut
 /// on a character boundary and ended with "…", so a reader sees it was cut.
 pub fn cut_note(message: &str) -> String {
-    if message.len() <= NOTE_MAX_BYTES {
-        return message.to_owned();
-    }
-    const MORE: &str = "…";
-    let mut end = NOTE_MAX_BYTES - MORE.len();
-    while !message.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}{MORE}", &message[..end])
+    marekvs_api::conditions::cut_text(message, NOTE_MAX_BYTES)
 }
 
 /// The member a note names: the single `<cluster>-<ordinal>` among its words, if exactly one

@@ -62,6 +62,11 @@ pub fn hold_summary(h: &HoldReport, cluster: &str) -> String {
 }
 
 /// `message`, followed by the hold's summary unless it already says it.
+/// The longest hold message kept in status (`handoffHold`, `plan[].heldBy`, `autoscale`), in
+/// bytes: it can carry what members answered. Conditions are bounded by
+/// `CONDITION_MESSAGE_MAX_BYTES`.
+pub const HOLD_MESSAGE_MAX_BYTES: usize = 2048;
+
 fn with_hold(message: &str, hold: Option<&HoldReport>, cluster: &str) -> String {
     match hold {
         Some(h) => {
@@ -330,7 +335,7 @@ pub fn status_from(input: &StatusInput) -> MarekvsClusterStatus {
     let mut st = MarekvsClusterStatus {
         handoff_hold: d.hold.as_ref().map(|h| HandoffHoldStatus {
             reason: h.reason.into(),
-            message: h.message.clone(),
+            message: cut_text(&h.message, HOLD_MESSAGE_MAX_BYTES),
             moving: h.moving.into(),
             members: names(&h.members),
             rate_per_second: h.rate_per_sec,
@@ -491,7 +496,7 @@ fn plan_step(name: &str, p: &PlannedRemoval) -> PlanStep {
                 Hold::Gate(b) => Some(b.reason.into()),
                 _ => None,
             },
-            message: h.message(),
+            message: cut_text(&h.message(), HOLD_MESSAGE_MAX_BYTES),
         }),
     }
 }
@@ -861,7 +866,7 @@ fn load_and_autoscale(input: &StatusInput, st: &mut MarekvsClusterStatus, t: &Ti
                 last_scale_up_time: sd.memory.last_scale_up_at.map(to_time),
                 last_scale_down_time: sd.memory.last_scale_down_at.map(to_time),
                 low_load_since: sd.memory.low_since.map(to_time),
-                message: Some(message.clone()),
+                message: Some(cut_text(&message, HOLD_MESSAGE_MAX_BYTES)),
                 held_by: held.map(|h| h.reason.into()),
             });
             c.set(AUTOSCALING, true, REASON_AUTOSCALING_ACTIVE, message);

@@ -240,10 +240,16 @@ async fn member_server(listener: TcpListener, o: u32, log: Shared<String>, c: Co
 
 /// A member's RESP port: every connection gets its id (`CLUSTER MYID`) and a converged view
 /// of the 4 members (`CLUSTER NODES`), by identity. Not logged: reads change nothing.
-async fn member_resp(listener: TcpListener, o: u32, ips: Vec<String>, c: Counters) {
+async fn member_resp(
+    listener: TcpListener,
+    o: u32,
+    ips: Vec<String>,
+    c: Counters,
+    strangers: usize,
+) {
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
     let id = |o: u32| format!("{o:040x}");
-    let nodes: String = (0..MEMBERS)
+    let mut nodes: String = (0..MEMBERS)
         .map(|p| {
             format!(
                 "{} {}:6379@7373 master - 0 0 0 connected\n",
@@ -252,6 +258,17 @@ async fn member_resp(listener: TcpListener, o: u32, ips: Vec<String>, c: Counter
             )
         })
         .collect();
+    // A hostile member's view: strangers of its own (so views disagree), each with the longest
+    // address a node may give.
+    let host = "h".repeat(253);
+    for n in 0..strangers {
+        nodes += &format!(
+            "{:08x}{:032x} {host}:6379@7373 master - 0 0 0 connected\n",
+            0xdead_0000_u32 + o,
+            n
+        );
+    }
+
     let answer = format!("${}\r\n{}\r\n${}\r\n{nodes}\r\n", 40, id(o), nodes.len());
     while let Ok((mut s, _)) = listener.accept().await {
         let (answer, c) = (answer.clone(), c.clone());
@@ -454,6 +471,16 @@ impl World {
     /// [`World::start`] as an operator before the client-traffic label left it (`before_label`):
     /// pods without the label, the client Service selecting every member.
     async fn start_as(cr: &MarekvsCluster, drained: &[u32], before_label: bool) -> World {
+        World::start_with(cr, drained, before_label, 0).await
+    }
+
+    /// [`World::start_as`] with members whose views also list `strangers` strangers each.
+    async fn start_with(
+        cr: &MarekvsCluster,
+        drained: &[u32],
+        before_label: bool,
+        strangers: usize,
+    ) -> World {
         let log: Shared<String> = Arc::default();
         let (ips, listeners) = bind_members().await;
         let mut tasks = Vec::new();
@@ -464,7 +491,7 @@ impl World {
                 input: Arc::default(),
             };
             tasks.push(tokio::spawn(member_server(l, o, log.clone(), c.clone())));
-            tasks.push(tokio::spawn(member_resp(r, o, ips.clone(), c)));
+            tasks.push(tokio::spawn(member_resp(r, o, ips.clone(), c, strangers)));
         }
         let (service, handle) = mock::pair::<Request<Body>, Response<Body>>();
         let client = Client::new(service, NS);
@@ -1008,4 +1035,31 @@ async fn a_child_missing_from_the_cache_is_read_before_it_is_applied() {
         "{}",
         apply.query
     );
+}
+
+/// Members answering hostile views: each lists 1,096 strangers of its own (so the views
+/// disagree), each at the longest address a node may give, about 330 KiB a view. What they say
+/// reaches status only cut (a few strangers named, the rest counted; hold messages and
+/// conditions bounded): the status written stays under 24 KiB (14,333 bytes when written; uncut,
+/// the hold alone would carry about 1.3 MB).
+#[tokio::test]
+async fn hostile_views_reach_status_only_cut_and_the_status_stays_small() {
+    const STATUS_BOUND: usize = 24 * 1024;
+    let cr = cluster(2, healthy_status());
+    let world = World::start_with(&cr, &[], false, 1_096).await;
+    let (result, sent) = world
+        .pass(&cr, vec![Step::Scrapes, status_write(answer(&cr))])
+        .await;
+    result.unwrap();
+    let status = written_status(&sent);
+    let size = serde_json::to_vec(&status).unwrap().len();
+    let hold = status["handoffHold"]["message"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        hold.contains("more strangers"),
+        "the views reached the hold: {hold}"
+    );
+    assert!(size < STATUS_BOUND, "status of {size} bytes: {status:#}");
+    eprintln!("status with hostile views: {size} bytes");
 }

@@ -50,19 +50,32 @@ pub fn names_by_id(spec: &ClusterSpec, views: &BTreeMap<u32, &View>) -> BTreeMap
         .collect()
 }
 
-/// A view's members in words: known members by name, strangers by short id and address.
+/// How many strangers a description names; the rest are counted. A view is a member's
+/// answer, and its description goes into status and Events.
+pub const STRANGERS_NAMED: usize = 3;
+
+/// A view's members in words: known members by name, strangers by short id and address (the
+/// first [`STRANGERS_NAMED`], then how many more).
 pub fn describe(view: &View, names: &BTreeMap<String, String>) -> String {
     let mut known: Vec<String> = Vec::new();
     let mut strangers: Vec<String> = Vec::new();
+    let mut more = 0usize;
     for (id, addr) in &view.peers {
         match names.get(id) {
             Some(n) => known.push(n.clone()),
-            None => strangers.push(format!(
-                "stranger {} at {}",
-                &id[..id.len().min(8)],
-                if addr.is_empty() { "?" } else { addr }
-            )),
+            None if strangers.len() < STRANGERS_NAMED => {
+                let addr: String = addr.chars().take(64).collect();
+                strangers.push(format!(
+                    "stranger {} at {}",
+                    id.chars().take(8).collect::<String>(),
+                    if addr.is_empty() { "?" } else { &addr }
+                ))
+            }
+            None => more += 1,
         }
+    }
+    if more > 0 {
+        strangers.push(format!("{more} more strangers"));
     }
     // Members in ordinal order (`demo-2` before `demo-10`), not in id order.
     known.sort_by_key(|n| {
@@ -259,6 +272,28 @@ mod tests {
             describe(&view, &names),
             "demo-0, demo-2, demo-10, stranger zzzzzzzz at 127.0.0.254:6379"
         );
+    }
+
+    #[test]
+    fn a_view_full_of_strangers_is_described_in_a_bounded_line() {
+        let long_addr = format!("{}:6379", "h".repeat(253));
+        let mut peers: BTreeMap<String, String> = (0..1_100)
+            .map(|n| (format!("{n:040x}"), long_addr.clone()))
+            .collect();
+        peers.insert("a".into(), String::new());
+        let view = View {
+            id: "a".into(),
+            peers,
+        };
+        let names = [("a".to_string(), "demo-0".to_string())].into();
+        let said = describe(&view, &names);
+        assert!(
+            said.starts_with("demo-0, stranger 00000000 at hhh"),
+            "{said}"
+        );
+        assert!(said.ends_with(", 1097 more strangers"), "{said}");
+        assert_eq!(said.matches("stranger ").count(), STRANGERS_NAMED);
+        assert!(said.len() < 300, "{} bytes", said.len());
     }
 
     #[test]
