@@ -258,6 +258,14 @@ async fn act(
             let Some(ip) = pod.status.as_ref().and_then(|s| s.pod_ip.clone()) else {
                 return Ok(Made::Done);
             };
+            // The address must still be this pod's: read past the cache that it is the pod
+            // observed (its uid; a pod keeps its IP for life), or drain no one this pass.
+            if !still_the_pod(&pods, pod)
+                .await
+                .map_err(failed(pod.name_any()))?
+            {
+                return Ok(Made::Done);
+            }
             if ctx.members.drain(&ip).await {
                 // Recorded on the pod, so the next pass (or a restarted operator) knows.
                 let patch = json!({"metadata": {"annotations": {
@@ -321,12 +329,24 @@ fn delete_exactly(uid: Option<String>) -> DeleteParams {
     }
 }
 
-/// A merge patch of a pod's metadata; a pod already gone is no failure.
+/// Whether the pod named as `pod` is still `pod` (same uid), read from the API server.
+async fn still_the_pod(pods: &Api<Pod>, pod: &Pod) -> Result<bool, kube::Error> {
+    match pods.get(&pod.name_any()).await {
+        Ok(now) => Ok(now.uid().is_some() && now.uid() == pod.uid()),
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// A merge patch of a pod's metadata, only to the pod observed: the patch carries its uid, so
+/// a pod re-created under the name since (a drain recorded on it would be a lie) refuses it
+/// (409). That, or a pod already gone, is no failure: the next pass sees the new pod.
 async fn patch_pod(
     pods: &Api<Pod>,
     pod: &Pod,
-    patch: serde_json::Value,
+    mut patch: serde_json::Value,
 ) -> Result<(), kube::Error> {
+    patch["metadata"]["uid"] = json!(pod.uid());
     let r = pods
         .patch(
             &pod.name_any(),
@@ -335,7 +355,7 @@ async fn patch_pod(
         )
         .await
         .map(|_| ());
-    ok_if(r, &[404])
+    ok_if(r, &[404, 409])
 }
 
 fn ok_if(r: Result<(), kube::Error>, codes: &[u16]) -> Result<(), kube::Error> {

@@ -595,6 +595,16 @@ impl World {
         (result, self.sent.lock().unwrap().clone())
     }
 
+    /// Member `o`'s pod as the cache holds it, as the API server would answer a GET of it.
+    fn pod(&self, o: u32) -> Value {
+        let pod = self
+            .ctx
+            .pods
+            .get(&reflector::ObjectRef::new(&format!("{NAME}-{o}")).within(NS))
+            .expect("the member's pod");
+        serde_json::to_value(&*pod).unwrap()
+    }
+
     fn events(&self) -> Vec<String> {
         self.log
             .lock()
@@ -686,15 +696,18 @@ async fn a_removal_is_recorded_before_each_of_its_actions() {
     );
     assert_eq!(world.events(), ["ScaleDownStarted"]);
 
-    // Pass 2, reading that record back: the step's status first, then /drain on the victim,
-    // then the drain recorded on its pod.
+    // Pass 2, reading that record back: the step's status first, then the victim's pod read
+    // past the cache (still the pod observed), /drain on it, then the drain recorded on that
+    // pod (the patch names its uid).
     let cr = next_version(&cr, written_status(&sent));
+    let victim = world.pod(3);
     let (result, sent) = world
         .pass(
             &cr,
             vec![
                 Step::Scrapes,
                 status_write(answer(&cr)),
+                Step::Api(Method::GET, pod_path(3), Reply::Ok(victim.clone())),
                 Step::Member(3, Method::GET, "/drain"),
                 Step::Api(Method::PATCH, pod_path(3), pod_answer(3)),
                 // The label again: this world's pod cache never sees pass 1's patch, and the
@@ -717,7 +730,29 @@ async fn a_removal_is_recorded_before_each_of_its_actions() {
         "{annotations}"
     );
     assert_eq!(annotations[ANNOTATION_DRAINED_RESTARTS], "0");
+    assert_eq!(
+        sent_to(&sent, &Method::PATCH, &pod_path(3)).body["metadata"]["uid"],
+        "uid-demo-3",
+        "only the pod observed"
+    );
     assert_eq!(world.events(), Vec::<String>::new());
+
+    // The same pass where the pod was re-created under its name meanwhile (another uid): no
+    // /drain to an address that may no longer be the member's, nothing recorded.
+    let mut recreated = victim.clone();
+    recreated["metadata"]["uid"] = json!("uid-demo-3-new");
+    let (result_again, _) = world
+        .pass(
+            &cr,
+            vec![
+                Step::Scrapes,
+                status_write(answer(&cr)),
+                Step::Api(Method::GET, pod_path(3), Reply::Ok(recreated)),
+                Step::Api(Method::PATCH, pod_path(3), pod_answer(3)),
+            ],
+        )
+        .await;
+    result_again.unwrap();
     drop(world);
 
     // Pass 3: the victim is drained and its hand-off has been quiet past the settle window.
