@@ -180,6 +180,8 @@ pub struct Elector<S = KubeLease> {
     pub duration: Duration,
     pub renew_deadline: Duration,
     pub retry: Duration,
+    /// Told when the term starts, is renewed and ends (the client's guard on changes).
+    term: Option<std::sync::Arc<crate::term::Term>>,
 }
 
 impl Elector<KubeLease> {
@@ -215,6 +217,25 @@ impl<S: LeaseStore> Elector<S> {
             // Stop well before anyone else may take over.
             renew_deadline: duration * 2 / 3,
             retry: (duration / 7).max(Duration::from_millis(500)),
+            term: None,
+        }
+    }
+
+    /// Keep `term` up to date with this elector's term.
+    pub fn with_term(mut self, term: std::sync::Arc<crate::term::Term>) -> Self {
+        self.term = Some(term);
+        self
+    }
+
+    fn term_until(&self, deadline: Instant) {
+        if let Some(t) = &self.term {
+            t.lead_until(deadline);
+        }
+    }
+
+    fn term_over(&self) {
+        if let Some(t) = &self.term {
+            t.end();
         }
     }
 
@@ -234,6 +255,7 @@ impl<S: LeaseStore> Elector<S> {
                 }
                 Ok(true) => {
                     info!(lease = %self.name, identity = %self.identity, "leading");
+                    self.term_until(started + self.renew_deadline);
                     return started;
                 }
                 Ok(false) if !waiting_logged => {
@@ -250,7 +272,13 @@ impl<S: LeaseStore> Elector<S> {
     /// Keep renewing; returns only when leadership is lost (the caller must stop at once):
     /// found held by someone else, or not renewed within `renew_deadline` of the start of the
     /// last successful renewal (`term_start` at first), a hung call included.
-    pub async fn hold(&self, mut term_start: Instant) -> String {
+    pub async fn hold(&self, term_start: Instant) -> String {
+        let lost = self.hold_until_lost(term_start).await;
+        self.term_over();
+        lost
+    }
+
+    async fn hold_until_lost(&self, mut term_start: Instant) -> String {
         let mut last_error = None;
         loop {
             let deadline = term_start + self.renew_deadline;
@@ -265,6 +293,7 @@ impl<S: LeaseStore> Elector<S> {
             match tokio::time::timeout_at(deadline, attempt).await {
                 Ok(Ok(true)) => {
                     term_start = started;
+                    self.term_until(started + self.renew_deadline);
                     last_error = None;
                 }
                 Ok(Ok(false)) => return "the lease is held by another replica".into(),

@@ -24,4 +24,5 @@ pub mod scrape;
 pub mod spec;
 pub mod status;
 pub mod telemetry;
+pub mod term;
 pub mod views;

@@ -12,7 +12,7 @@ use kube::CustomResourceExt;
 use marekvs_api::MarekvsCluster;
 use tracing::error;
 
-use marekvs_operator::{controller, lease, telemetry};
+use marekvs_operator::{controller, lease, telemetry, term};
 
 /// Kubernetes operator for marekvs: creates each member's Pod and PVC with ordinal identity,
 /// scales down one chosen, drained member at a time behind a hand-off gate, and replaces
@@ -121,7 +121,19 @@ async fn main() -> anyhow::Result<()> {
             let metrics = Arc::new(telemetry::Metrics::default());
             telemetry::serve(metrics.clone(), metrics_addr).await?;
             let config = kube::Config::infer().await?;
+            let lease_duration = Duration::from_secs(lease_duration_seconds.max(2));
+            let (term, change_timeout) = if leader_elect {
+                // Every change is sent within the term, and none outlasts the margin between
+                // the renew deadline (2/3 of the lease) and the lease's end.
+                (term::Term::not_leading(), lease_duration / 4)
+            } else {
+                (term::Term::unbounded(), Duration::from_secs(30))
+            };
             let client = kube::client::ClientBuilder::try_from(config)?
+                .with_layer(&term::GuardMutations {
+                    term: term.clone(),
+                    timeout: change_timeout,
+                })
                 .with_layer(&telemetry::CountRequests(metrics.clone()))
                 .build();
             let controller = controller::run(
@@ -151,25 +163,24 @@ async fn main() -> anyhow::Result<()> {
                     std::process::id()
                 )
             });
-            let elector = lease::Elector::new(
-                client,
-                &lease_ns,
-                &lease_name,
-                &identity,
-                Duration::from_secs(lease_duration_seconds.max(2)),
-            );
+            let elector =
+                lease::Elector::new(client, &lease_ns, &lease_name, &identity, lease_duration)
+                    .with_term(term);
             let term_start = elector.acquire().await;
             metrics.lead();
             metrics.ready.store(false, Ordering::Relaxed);
             tokio::select! {
+                // The term first: once it is lost, the controller is not polled again.
+                biased;
+                lost = elector.hold(term_start) => {
+                    // Exit at once: a deposed leader must not write anything more (the
+                    // client's guard refuses changes already, `term`).
+                    error!(lease = %lease_name, "leadership lost: {lost}; exiting");
+                    std::process::exit(3);
+                }
                 r = controller => {
                     elector.release().await;
                     r
-                }
-                lost = elector.hold(term_start) => {
-                    // Exit at once: a deposed leader must not write anything more.
-                    error!(lease = %lease_name, "leadership lost: {lost}; exiting");
-                    std::process::exit(3);
                 }
             }
         }
