@@ -126,7 +126,11 @@ const LOAD_PCT: u64 = 40;
 ///   member's own view counts under-replicated partitions; otherwise `Reconciling`, saying so
 ///   (on real members a view right after the cluster formed still held a peer as Joining), and
 ///   looks again within a second, not at the idle pace.
-const DIGEST: u64 = 0x0c33_4bd7_c776_0a1e;
+/// - `0x0c33_4bd7_c776_0a1e` → `0xcbd9_745a_a4d9_afe1`: words only, no decision: a view's
+///   strangers are described by the first three and a count of the rest (a member's answer
+///   reaches status and Events bounded). With every stranger named the digest is the one
+///   before.
+const DIGEST: u64 = 0xcbd9_745a_a4d9_afe1;
 
 /// What the generator draws beyond `SplitMix64`'s own.
 trait Draws {
