@@ -123,19 +123,16 @@ macro_rules! cases {
 /// Run the cases as libtest would; each on a runtime of its own (as `#[tokio::test]` does).
 /// A skipped case prints `skipped <name>: <reason>` and is reported `ignored`.
 pub fn run(cases: Vec<Case>) -> ExitCode {
-    let args = Arguments::from_args();
+    // Several name filters, as libtest takes them (libtest-mimic takes one): the runner
+    // selects by them itself, and libtest-mimic gets the flags only.
+    let (flags, filters) = split_filters(std::env::args().collect());
+    let args = Arguments::from_iter(flags);
     let trials = cases
         .into_iter()
+        .filter(|case| selected(case.name, &filters, args.exact))
         .map(|case| {
             let unmet: Vec<&str> = case.needs.iter().filter_map(|n| n.unmet()).collect();
-            let selected = args.filter.as_deref().is_none_or(|f| {
-                if args.exact {
-                    case.name == f
-                } else {
-                    case.name.contains(f)
-                }
-            });
-            if !unmet.is_empty() && selected {
+            if !unmet.is_empty() {
                 eprintln!("skipped {}: {}", case.name, unmet.join("; "));
             }
             let body = case.body;
@@ -143,6 +140,47 @@ pub fn run(cases: Vec<Case>) -> ExitCode {
         })
         .collect();
     libtest_mimic::run(&args, trials).exit_code()
+}
+
+/// The flags that take a value, as libtest (and libtest-mimic) name them.
+const FLAGS_WITH_A_VALUE: [&str; 5] = [
+    "--test-threads",
+    "--skip",
+    "--logfile",
+    "--color",
+    "--format",
+];
+
+/// The command line without its name filters (the program name and flags, each with its
+/// value), and the filters.
+fn split_filters(argv: Vec<String>) -> (Vec<String>, Vec<String>) {
+    let mut flags = Vec::new();
+    let mut filters = Vec::new();
+    let mut argv = argv.into_iter();
+    flags.extend(argv.next());
+    while let Some(a) = argv.next() {
+        if FLAGS_WITH_A_VALUE.contains(&a.as_str()) {
+            flags.push(a);
+            flags.extend(argv.next());
+        } else if a.starts_with('-') {
+            flags.push(a);
+        } else {
+            filters.push(a);
+        }
+    }
+    (flags, filters)
+}
+
+/// A case runs when no filter is given, or one of them matches its name.
+fn selected(name: &str, filters: &[String], exact: bool) -> bool {
+    filters.is_empty()
+        || filters.iter().any(|f| {
+            if exact {
+                name == f
+            } else {
+                name.contains(f.as_str())
+            }
+        })
 }
 
 fn run_one(body: Box<dyn FnOnce() -> TestFuture + Send>) -> Result<(), Failed> {
@@ -153,4 +191,30 @@ fn run_one(body: Box<dyn FnOnce() -> TestFuture + Send>) -> Result<(), Failed> {
     runtime
         .block_on(body())
         .map_err(|e| Failed::from(format!("{e:#}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn several_name_filters_select_the_cases_any_of_them_matches() {
+        let argv = |s: &str| s.split_whitespace().map(str::to_string).collect::<Vec<_>>();
+        let (flags, filters) = split_filters(argv(
+            "operator --test-threads 3 scales_3_5_3 --exact reclaim --skip x",
+        ));
+        assert_eq!(flags, argv("operator --test-threads 3 --exact --skip x"));
+        assert_eq!(filters, argv("scales_3_5_3 reclaim"));
+        let f = argv("scales_3_5_3 reclaim_pvcs");
+        assert!(selected("creates_members_then_scales_3_5_3_x", &f, false));
+        assert!(selected("reclaim_pvcs_deletes", &f, false));
+        assert!(!selected("pause_holds", &f, false));
+        assert!(selected("anything", &[], false));
+        assert!(!selected("reclaim_pvcs_deletes", &f, true));
+        assert!(selected("reclaim_pvcs", &f, true));
+        // libtest-mimic takes what is left.
+        let args = Arguments::from_iter(flags);
+        assert_eq!(args.test_threads, Some(3));
+        assert!(args.exact && args.filter.is_none());
+    }
 }
