@@ -75,7 +75,6 @@ async fn clear_foreign_status(api: &Api<MarekvsCluster>, cr: &MarekvsCluster) {
     }
 }
 
-/// A spec the operator cannot act on: say so in the Ready condition, and touch nothing else.
 /// Record the gossip cluster name of a cluster that has none recorded (`marekvs_core::gossip`):
 /// its own, unless it has members, pods or volumes already (they ran with the server's
 /// default). Pods and volumes not yet labelled for this operator count too (read past the
@@ -110,37 +109,35 @@ async fn ran_before(ctx: &Ctx, cr: &MarekvsCluster) -> Result<bool, Error> {
         || pvcs.items.iter().any(|p| p.name_any().starts_with(&volume)))
 }
 
+/// A spec the operator cannot act on: say so in the Ready condition, and touch nothing else.
 pub async fn invalid_spec(ctx: &Ctx, cr: &MarekvsCluster, why: &str) -> Result<(), Error> {
-    let mut status = cr.status.clone().unwrap_or_default();
-    let now = crate::status::to_time(crate::reconcile::now_ms());
     let message = format!("the spec cannot be acted on: {why}; waiting for it to change");
-    set_condition(
-        &mut status.conditions,
-        READY,
-        false,
-        REASON_INVALID_SPEC,
-        &message,
-        &now,
-        cr.metadata.generation,
-    );
-    if cr.status.as_ref() == Some(&status) {
-        return Ok(());
-    }
-    write_status(&ctx.client, cr, &status).await
+    not_ready(ctx, cr, REASON_INVALID_SPEC, &message).await
 }
 
 /// A Service or the PDB of the cluster's name is another object's (`Error::NameTaken`): say so
-/// in the Ready condition, touch nothing else (written only when it changed).
+/// in the Ready condition, touch nothing else.
 pub async fn name_taken(ctx: &Ctx, cr: &MarekvsCluster, why: &Error) -> Result<(), Error> {
+    let message = format!("nothing is created or changed: {why}");
+    not_ready(ctx, cr, REASON_NAME_TAKEN, &message).await
+}
+
+/// `Ready=False` with `reason` and `message`, the rest of the status as it was; written only
+/// when it changed.
+async fn not_ready(
+    ctx: &Ctx,
+    cr: &MarekvsCluster,
+    reason: &str,
+    message: &str,
+) -> Result<(), Error> {
     let mut status = cr.status.clone().unwrap_or_default();
     let now = crate::status::to_time(crate::reconcile::now_ms());
-    let message = format!("nothing is created or changed: {why}");
     set_condition(
         &mut status.conditions,
         READY,
         false,
-        REASON_NAME_TAKEN,
-        &message,
+        reason,
+        message,
         &now,
         cr.metadata.generation,
     );
