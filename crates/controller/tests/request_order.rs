@@ -839,12 +839,7 @@ async fn an_invalid_spec_is_written_once_and_nothing_else() {
     let (result, sent) = world.pass(&cr, vec![status_write(answer(&cr))]).await;
     assert_eq!(result.unwrap(), Next::AwaitChange);
     let status = written_status(&sent);
-    let ready = status["conditions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["type"] == "Ready")
-        .expect("a Ready condition");
+    let ready = ready_condition(&status);
     assert_eq!(ready["status"], "False");
     assert_eq!(ready["reason"], "InvalidSpec");
     // Everything else is as it was.
@@ -982,13 +977,18 @@ fn taken_headless_service(cr: &MarekvsCluster) -> Service {
     taken
 }
 
-fn assert_name_taken(status: &Value) {
-    let ready = status["conditions"]
+/// The Ready condition of a written status.
+fn ready_condition(status: &Value) -> &Value {
+    status["conditions"]
         .as_array()
         .unwrap()
         .iter()
         .find(|c| c["type"] == "Ready")
-        .expect("a Ready condition");
+        .expect("a Ready condition")
+}
+
+fn assert_name_taken(status: &Value) {
+    let ready = ready_condition(status);
     assert_eq!(ready["status"], "False");
     assert_eq!(ready["reason"], "NameTaken");
     let message = ready["message"].as_str().unwrap();
