@@ -1918,6 +1918,93 @@ async fn hostile_members_never_crash_the_operator_nor_stall_other_clusters() -> 
     env.cleanup().await
 }
 
+/// The operator's memory limit as shipped, in MiB: `limits: {memory: <n>Mi}` in the plain
+/// manifests and in the chart's values, which must agree.
+fn shipped_memory_limit_mib() -> anyhow::Result<u64> {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut limits = BTreeSet::new();
+    for file in [
+        "deploy/operator/deployment.yaml",
+        "deploy/helm/marekvs-operator/values.yaml",
+    ] {
+        let text = std::fs::read_to_string(root.join(file))?;
+        let mib = text
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("limits: {memory: "))
+            .and_then(|v| v.strip_suffix("Mi}"))
+            .with_context(|| format!("{file}: no limits: {{memory: <n>Mi}}"))?;
+        limits.insert(mib.parse::<u64>()?);
+    }
+    anyhow::ensure!(limits.len() == 1, "the shipped limits differ: {limits:?}");
+    Ok(limits.into_iter().next().unwrap_or_default())
+}
+
+/// Operator peak memory (VmHWM, KiB).
+fn peak_rss_kib(pid: Option<u32>) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{}/status", pid?)).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// 64 members at once, every one answering `/metrics` with a valid body padded to just under
+/// the 4 MiB cap and `CLUSTER NODES` padded to the 1 MiB cap (both still read and used): the
+/// operator's peak RSS stays under the shipped limit. Before reads shared one byte budget and
+/// parsed bodies as they arrived, each scrape held its body twice (64 x 8 MiB).
+async fn sixty_four_hostile_members_at_once_keep_the_operator_under_its_memory_limit()
+-> anyhow::Result<()> {
+    const MEMBERS: u32 = 64;
+    let limit_mib = shipped_memory_limit_mib()?;
+    let sim = Sim::required()?;
+    let env = TestEnv::new("rss").await?;
+    let ns = env.namespace.clone();
+    let names: Vec<String> = (0..MEMBERS).map(|i| format!("big-{i}")).collect();
+    // Set before the pods exist: every read of every member is as large as a read may be.
+    for name in &names {
+        let fault = json!({"metrics_padding_bytes": (4u64 << 20) - 1024,
+                           "view_padding_bytes": 1u64 << 20});
+        sim.set_faults(&ns, name, fault).await?;
+    }
+    let metrics_addr = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0")?;
+        l.local_addr()?.to_string()
+    };
+    let op = Operator::start_with(&ns, &[("MAREKVS_OPERATOR_METRICS_ADDR", &metrics_addr)])?;
+    let api = create(&env, "big", spec(MEMBERS)).await?;
+    let want: Vec<&str> = names.iter().map(String::as_str).collect();
+    wait_healthy(&api, "big", &want, Duration::from_secs(600)).await?;
+    // Every member read whole: its figures parsed from the padded body, its padded view used.
+    let s = status_of(&api.get("big").await?);
+    for m in &s.members {
+        assert!(m.metrics.is_some(), "{}: metrics not read", m.name);
+        assert!(m.view_digest.is_some(), "{}: view not read", m.name);
+    }
+    // A few more passes over all 64, each reading 64 x 5 MiB.
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    let text = reqwest::get(format!("http://{metrics_addr}/metrics"))
+        .await?
+        .text()
+        .await?;
+    let in_flight_max = text
+        .lines()
+        .find_map(|l| l.strip_prefix("marekvs_operator_member_scrapes_in_flight_max "))
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .context("the operator reports its peak reads in flight")?;
+    let peak = peak_rss_kib(op.pid()).context("the operator's peak RSS")?;
+    eprintln!(
+        "64 hostile members: operator peak RSS {} MiB ({peak} KiB), {in_flight_max} reads in flight at most, shipped limit {limit_mib} MiB",
+        peak / 1024
+    );
+    assert!(
+        in_flight_max >= 32.0,
+        "the reads overlapped too little to test anything: {in_flight_max} at once"
+    );
+    assert!(
+        peak < limit_mib * 1024,
+        "operator peak RSS {peak} KiB, past the shipped limit of {limit_mib} MiB"
+    );
+    env.cleanup().await
+}
+
 async fn kubectl_scale_moves_spec_nodes_and_respects_the_floor() -> anyhow::Result<()> {
     let env = TestEnv::new("scalesub").await?;
     let _op = Operator::start(&env.namespace)?;
@@ -2429,6 +2516,7 @@ fn main() -> std::process::ExitCode {
         unknown_is_never_safe_refused_metrics_or_a_hung_node_block_the_scale_down needs [Simulator],
         a_victim_redirecting_its_drain_holds_the_removal_and_drains_no_one_else needs [Simulator],
         hostile_members_never_crash_the_operator_nor_stall_other_clusters needs [Simulator, OwnOperator],
+        sixty_four_hostile_members_at_once_keep_the_operator_under_its_memory_limit needs [Simulator, OwnOperator],
         kubectl_scale_moves_spec_nodes_and_respects_the_floor,
         a_paused_scale_down_is_planned_in_order_and_the_first_listed_member_leaves_first,
         a_mass_failure_replaces_no_volume_and_removes_no_one_until_members_are_back needs [Simulator],

@@ -24,6 +24,8 @@ pub struct Members {
     pub timeout: Duration,
     /// Scrapes in flight at once across every cluster.
     pub max_concurrent_scrapes: usize,
+    /// Bytes of member answers all reads in flight may hold together.
+    pub read_budget_bytes: usize,
 }
 
 /// Run the controller until a shutdown signal.
@@ -113,6 +115,7 @@ pub async fn run(
         ),
         members: scrape::MemberClient::new(members.timeout)
             .with_max_concurrent(members.max_concurrent_scrapes)
+            .with_read_budget(members.read_budget_bytes)
             .with_metrics(metrics.clone()),
         cluster_domain,
         pods: pods.clone(),

@@ -3,6 +3,7 @@
 
 pub mod act;
 pub mod adopt;
+pub mod budget;
 pub mod build;
 #[cfg(test)]
 mod build_golden;

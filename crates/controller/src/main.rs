@@ -41,6 +41,16 @@ enum Command {
               value_parser = clap::value_parser!(u16).range(1..).map(usize::from),
               env = "MAREKVS_OPERATOR_MAX_CONCURRENT_SCRAPES")]
         max_concurrent_scrapes: usize,
+        /// Bytes of member answers that every read in flight may hold together (the line of
+        /// /metrics being parsed, a CLUSTER NODES reply). A read whose buffer does not fit
+        /// waits, within the member timeout. At least one whole view (1 MiB); the default
+        /// holds 64 full views at once, so at the default concurrency no read waits.
+        #[arg(long, default_value_t = marekvs_operator::budget::DEFAULT_MEMBER_READ_BUDGET_BYTES,
+              value_parser = clap::value_parser!(u32)
+                  .range(marekvs_operator::views::MIN_READ_BUDGET_BYTES as i64..)
+                  .map(|b| b as usize),
+              env = "MAREKVS_OPERATOR_MEMBER_READ_BUDGET_BYTES")]
+        member_read_budget_bytes: usize,
         /// Cluster DNS domain, for the gossip seed name.
         #[arg(long, default_value = "cluster.local")]
         cluster_domain: String,
@@ -109,6 +119,7 @@ async fn main() -> anyhow::Result<()> {
             namespace,
             member_timeout_ms,
             max_concurrent_scrapes,
+            member_read_budget_bytes,
             cluster_domain,
             leader_elect,
             lease_namespace,
@@ -142,6 +153,7 @@ async fn main() -> anyhow::Result<()> {
                 controller::Members {
                     timeout: Duration::from_millis(member_timeout_ms),
                     max_concurrent_scrapes,
+                    read_budget_bytes: member_read_budget_bytes,
                 },
                 cluster_domain,
                 metrics.clone(),

@@ -3,45 +3,88 @@
 use std::time::Duration;
 
 use marekvs_core::Scrape;
-use marekvs_core::metrics::parse_scrape;
+use marekvs_core::metrics::ScrapeParser;
 use tracing::{debug, warn};
 
+use crate::budget::{ByteBudget, DEFAULT_MEMBER_READ_BUDGET_BYTES};
 use crate::build::PORT_METRICS;
 
 /// A real node's `/metrics` is a few KiB. A body larger than this is not a node answering
-/// (or a broken one): it is refused before it is buffered, so a member cannot make the
-/// operator allocate without bound.
+/// (or a broken one): the scrape is refused once this many bytes have come.
 pub const MAX_METRICS_BYTES: usize = 4 << 20;
+/// A real node's longest `/metrics` line is well under 1 KiB. The body is parsed a line at a
+/// time as it arrives and never held whole; only the line being read is held (paid from the
+/// byte budget), and a longer one makes the scrape unknown.
+pub const MAX_METRICS_LINE_BYTES: usize = 64 << 10;
 
-/// The body as text, or `None` once it passes `cap` bytes (or fails mid-way).
-async fn read_capped(mut r: reqwest::Response, cap: usize, ip: &str) -> Option<String> {
-    if r.content_length().is_some_and(|n| n > cap as u64) {
-        warn!(
-            ip,
-            bytes = r.content_length(),
-            cap,
-            "metrics body too large; scrape refused"
-        );
-        return None;
+/// Why a body was not parsed to the end (logged; the scrape is unknown).
+fn refused(ip: &str, why: &str) -> Option<Scrape> {
+    warn!(ip, "metrics refused: {why}");
+    None
+}
+
+/// One complete line to the parser: text is UTF-8 in the exposition format, and a line that is
+/// not is not a node answering (skipping it could hide a gate figure's sample).
+fn feed(parser: &mut ScrapeParser, line: &[u8]) -> Result<(), &'static str> {
+    if line.len() > MAX_METRICS_LINE_BYTES {
+        return Err("a line past the line cap");
     }
-    let mut body = Vec::new();
+    parser.line(std::str::from_utf8(line).map_err(|_| "a line not UTF-8")?);
+    Ok(())
+}
+
+/// The body parsed as it arrives: never held whole, never copied. `None` once it passes
+/// [`MAX_METRICS_BYTES`], holds a line past [`MAX_METRICS_LINE_BYTES`] or not UTF-8, or fails
+/// mid-way.
+async fn parse_streamed(mut r: reqwest::Response, budget: &ByteBudget, ip: &str) -> Option<Scrape> {
+    if r.content_length()
+        .is_some_and(|n| n > MAX_METRICS_BYTES as u64)
+    {
+        return refused(ip, "body too large");
+    }
+    let mut parser = ScrapeParser::default();
+    // The start of a line whose end has not come yet.
+    let mut partial = budget.buffer(MAX_METRICS_LINE_BYTES).await;
+    let mut total = 0usize;
     loop {
-        match r.chunk().await {
-            Ok(Some(chunk)) => {
-                if body.len() + chunk.len() > cap {
-                    warn!(ip, cap, "metrics body too large; scrape refused");
-                    return None;
-                }
-                body.extend_from_slice(&chunk);
-            }
+        let chunk = match r.chunk().await {
+            Ok(Some(chunk)) => chunk,
             Ok(None) => break,
             Err(e) => {
                 debug!(ip, "reading metrics failed: {e}");
                 return None;
             }
+        };
+        total += chunk.len();
+        if total > MAX_METRICS_BYTES {
+            return refused(ip, "body too large");
+        }
+        let mut rest: &[u8] = &chunk;
+        while let Some(end) = rest.iter().position(|&b| b == b'\n') {
+            let (line, after) = rest.split_at(end);
+            rest = &after[1..];
+            let fed = if partial.is_empty() {
+                feed(&mut parser, line)
+            } else {
+                if partial.extend(line).is_err() {
+                    return refused(ip, "a line past the line cap");
+                }
+                let fed = feed(&mut parser, partial.as_slice());
+                partial.clear();
+                fed
+            };
+            if let Err(why) = fed {
+                return refused(ip, why);
+            }
+        }
+        if partial.extend(rest).is_err() {
+            return refused(ip, "a line past the line cap");
         }
     }
-    Some(String::from_utf8_lossy(&body).into_owned())
+    if let Err(why) = feed(&mut parser, partial.as_slice()) {
+        return refused(ip, why);
+    }
+    parser.finish()
 }
 
 /// Scrapes in flight at once across the whole operator, unless `--max-concurrent-scrapes`
@@ -56,6 +99,8 @@ pub struct MemberClient {
     timeout: Duration,
     /// One permit per scrape in flight, shared by every clone (every reconcile).
     slots: std::sync::Arc<tokio::sync::Semaphore>,
+    /// What every read in flight may hold of member bytes, shared by every clone.
+    budget: ByteBudget,
     metrics: Option<std::sync::Arc<crate::telemetry::Metrics>>,
 }
 
@@ -78,6 +123,7 @@ impl MemberClient {
             http,
             timeout,
             slots: std::sync::Arc::new(tokio::sync::Semaphore::new(DEFAULT_MAX_CONCURRENT_SCRAPES)),
+            budget: ByteBudget::new(DEFAULT_MEMBER_READ_BUDGET_BYTES),
             metrics: None,
         }
     }
@@ -91,6 +137,18 @@ impl MemberClient {
     pub fn with_max_concurrent(mut self, n: usize) -> Self {
         self.slots = std::sync::Arc::new(tokio::sync::Semaphore::new(n.max(1)));
         self
+    }
+
+    /// Member reads in flight hold at most `bytes` of what members sent, together (at least one
+    /// whole view, [`crate::views::MAX_VIEW_BYTES`], so every read can finish).
+    pub fn with_read_budget(mut self, bytes: usize) -> Self {
+        self.budget = ByteBudget::new(bytes.max(crate::views::MIN_READ_BUDGET_BYTES));
+        self
+    }
+
+    /// The byte budget every read of a member draws on.
+    pub fn budget(&self) -> &ByteBudget {
+        &self.budget
     }
 
     /// Record scrape latency and failures here.
@@ -162,7 +220,7 @@ impl MemberClient {
                 return None;
             }
         };
-        parse_scrape(&read_capped(r, MAX_METRICS_BYTES, ip).await?)
+        parse_streamed(r, &self.budget, ip).await
     }
 
     /// `/drain`: true once the node answered 2xx (it is Leaving). Any other status, a
@@ -303,6 +361,57 @@ mod tests {
         junk.extend_from_slice(&[0xff, 0xfe, 0, 1, 2, 3]);
         raw_member("127.42.1.5", junk).await;
         assert!(client.scrape("127.42.1.5").await.is_none());
+    }
+
+    /// HTTP/1.1 with the body sent in chunks of the given sizes, however they cut lines.
+    fn chunked_at(body: &[u8], sizes: &[usize]) -> Vec<u8> {
+        let mut out = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n".to_vec();
+        let mut rest = body;
+        for &n in sizes.iter().cycle() {
+            if rest.is_empty() {
+                break;
+            }
+            let (c, after) = rest.split_at(n.min(rest.len()));
+            out.extend_from_slice(format!("{:x}\r\n", c.len()).as_bytes());
+            out.extend_from_slice(c);
+            out.extend_from_slice(b"\r\n");
+            rest = after;
+        }
+        out.extend_from_slice(b"0\r\n\r\n");
+        out
+    }
+
+    #[tokio::test]
+    async fn a_body_is_parsed_line_by_line_as_it_arrives_and_never_held_whole() {
+        let client = MemberClient::new(Duration::from_secs(5)).with_read_budget(2 << 20);
+        // Samples that only read right if every line is whole: two under-replication samples
+        // (the maximum, 7, counts), CRLF endings, and no ending on the last line.
+        let body = format!(
+            "{GOOD}marekvs_cluster_underreplicated_partitions{{shard=\"a\"}} 7\r\n\
+             marekvs_ring_ops 123456"
+        );
+        let whole = marekvs_core::metrics::parse_scrape(&body).expect("parses whole");
+        assert_eq!(whole.underreplicated, 7);
+        assert_eq!(whole.ring_ops, Some(123_456));
+        // Chunks of 1, 2, 3, 5, 7 and 11 bytes: most lines arrive in pieces.
+        raw_member(
+            "127.42.2.1",
+            chunked_at(body.as_bytes(), &[1, 2, 3, 5, 7, 11]),
+        )
+        .await;
+        assert_eq!(client.scrape("127.42.2.1").await, Some(whole));
+        // While it reads, a scrape holds its line buffer, no more; after, nothing.
+        assert_eq!(client.budget().available(), 2 << 20);
+        // One line past the line cap (a comment, so parsing it whole would have succeeded):
+        // refused, as a line that is not UTF-8 is.
+        let long = format!("{GOOD}# {}\n", "x".repeat(MAX_METRICS_LINE_BYTES));
+        assert!(marekvs_core::metrics::parse_scrape(&long).is_some());
+        raw_member("127.42.2.2", chunked(long.as_bytes())).await;
+        assert_eq!(client.scrape("127.42.2.2").await, None);
+        let mut latin1 = GOOD.as_bytes().to_vec();
+        latin1.extend_from_slice(b"# caf\xe9\n");
+        raw_member("127.42.2.3", chunked(&latin1)).await;
+        assert_eq!(client.scrape("127.42.2.3").await, None);
     }
 
     fn pods_at(ips: &[&str]) -> BTreeMap<u32, std::sync::Arc<Pod>> {

@@ -15,11 +15,20 @@ use marekvs_core::View;
 use tokio::io::{AsyncBufReadExt as _, AsyncReadExt as _, AsyncWriteExt as _, BufReader};
 use tracing::{debug, warn};
 
+use crate::budget::{Buffer, ByteBudget};
+
 /// The RESP port of a member.
 pub const PORT_RESP: u16 = 6379;
 /// A real node's `CLUSTER NODES` is about 100 bytes a member; more than this is not a node
 /// answering, and is refused before it is buffered.
 pub const MAX_VIEW_BYTES: u64 = 1 << 20;
+/// The smallest byte budget for member reads: one whole view (and its CRLF) must fit.
+pub const MIN_READ_BUDGET_BYTES: usize = MAX_VIEW_BYTES as usize + 2;
+/// `CLUSTER MYID` is a 40-hex id; a longer reply is not a node answering.
+const MAX_ID_BYTES: usize = 64;
+/// A status or length line of a reply (`+OK`, `$123`, an error) is short; a longer one is not
+/// a node answering.
+const MAX_REPLY_LINE_BYTES: u64 = 4 << 10;
 
 /// The password members want on their RESP port. Its `Debug` never shows the password: a
 /// `{:?}` in a log line or a panic message must not leak it.
@@ -136,7 +145,7 @@ pub async fn read_one(
         Password::Unreadable => return ViewRead::none(),
     };
     client
-        .bounded(ip, read_view(ip, pass, client.timeout()))
+        .bounded(ip, read_view(ip, pass, client.timeout(), client.budget()))
         .await
         .unwrap_or_else(ViewRead::none)
 }
@@ -161,9 +170,15 @@ impl ViewRead {
 
 /// One member's view, or `None` (unknown), with the bytes sent: counted only once every reply
 /// came back, since only then has the node read them all (it counts its input as it reads).
-pub async fn read_view(ip: &str, password: Option<&str>, timeout: Duration) -> ViewRead {
+pub async fn read_view(
+    ip: &str,
+    password: Option<&str>,
+    timeout: Duration,
+    budget: &ByteBudget,
+) -> ViewRead {
     let mut sent = Some(0);
-    let view = match tokio::time::timeout(timeout, exchange(ip, password, &mut sent)).await {
+    let view = match tokio::time::timeout(timeout, exchange(ip, password, budget, &mut sent)).await
+    {
         Ok(Ok(v)) => Some(v),
         Ok(Err(e)) => {
             debug!(ip, "view not read: {e}");
@@ -192,6 +207,7 @@ fn command(out: &mut Vec<u8>, args: &[&str]) {
 async fn exchange(
     ip: &str,
     password: Option<&str>,
+    budget: &ByteBudget,
     sent: &mut Option<u64>,
 ) -> Result<View, String> {
     let addr = if ip.contains(':') {
@@ -213,24 +229,32 @@ async fn exchange(
         .write_all(&req)
         .await
         .map_err(|e| format!("write: {e}"))?;
-    let mut r = BufReader::new(stream.take(MAX_VIEW_BYTES));
+    // The whole answer: one view at most, with the short replies before it.
+    let mut r = BufReader::new(stream.take(MAX_VIEW_BYTES + (64 << 10)));
     let auth = match password {
         Some(_) => Some(line(&mut r).await?),
         None => None,
     };
-    let id = bulk(&mut r).await;
-    let nodes = bulk(&mut r).await?;
+    let id = bulk(&mut r, &ByteBudget::new(MAX_ID_BYTES + 2)).await;
+    let nodes = bulk(&mut r, budget).await?;
     *sent = Some(req.len() as u64);
     if let Some(auth) = auth.filter(|a| a != "+OK") {
         return Err(format!("AUTH refused: {auth}"));
     }
-    parse_view(id?.trim(), &nodes)
+    let id = id?;
+    parse_view(utf8(&id)?.trim(), utf8(&nodes)?)
+}
+
+fn utf8(b: &Buffer) -> Result<&str, String> {
+    std::str::from_utf8(b.as_slice()).map_err(|_| "reply not UTF-8".into())
 }
 
 /// One reply line, without its CRLF.
 async fn line<R: tokio::io::AsyncBufRead + Unpin>(r: &mut R) -> Result<String, String> {
     let mut buf = Vec::new();
-    r.read_until(b'\n', &mut buf)
+    (&mut *r)
+        .take(MAX_REPLY_LINE_BYTES)
+        .read_until(b'\n', &mut buf)
         .await
         .map_err(|e| format!("read: {e}"))?;
     if !buf.ends_with(b"\r\n") {
@@ -240,25 +264,42 @@ async fn line<R: tokio::io::AsyncBufRead + Unpin>(r: &mut R) -> Result<String, S
     String::from_utf8(buf).map_err(|_| "reply not UTF-8".into())
 }
 
-/// A bulk string reply; an error reply or anything else is an error.
-async fn bulk<R: tokio::io::AsyncBufRead + Unpin>(r: &mut R) -> Result<String, String> {
+/// A bulk string reply, read into a buffer of the announced length, paid from `budget` before
+/// it is allocated (the id's reply has a small budget of its own: paying for it from the
+/// shared one while holding the view's buffer could make reads wait on one another); an error
+/// reply, a reply longer than the budget or anything else is an error.
+async fn bulk<R: tokio::io::AsyncBufRead + Unpin>(
+    r: &mut R,
+    budget: &ByteBudget,
+) -> Result<Buffer, String> {
     let head = line(r).await?;
     let Some(n) = head.strip_prefix('$') else {
-        return Err(format!("not a bulk string: {head}"));
+        return Err(format!("not a bulk string: {}", shown(&head)));
     };
-    let n: u64 = n.parse().map_err(|_| format!("bad length: {head}"))?;
-    if n > MAX_VIEW_BYTES {
+    let n: u64 = n
+        .parse()
+        .map_err(|_| format!("bad length: {}", shown(&head)))?;
+    let whole = n.saturating_add(2);
+    if n > MAX_VIEW_BYTES || whole > budget.total() as u64 {
         return Err(format!("reply of {n} bytes refused"));
     }
-    let mut body = vec![0; n as usize + 2];
-    r.read_exact(&mut body)
-        .await
-        .map_err(|e| format!("read: {e}"))?;
-    if !body.ends_with(b"\r\n") {
+    let whole = whole as usize;
+    let mut body = budget.buffer(whole).await;
+    while body.len() < whole {
+        let came = r.fill_buf().await.map_err(|e| format!("read: {e}"))?;
+        if came.is_empty() {
+            return Err("reply cut short".into());
+        }
+        let take = came.len().min(whole - body.len());
+        body.extend(&came[..take])
+            .map_err(|_| "reply past its length".to_string())?;
+        r.consume(take);
+    }
+    if !body.as_slice().ends_with(b"\r\n") {
         return Err("bulk string without its CRLF".into());
     }
     body.truncate(n as usize);
-    String::from_utf8(body).map_err(|_| "reply not UTF-8".into())
+    Ok(body)
 }
 
 /// At most the first 64 characters of member text, for an error message (which a log shows).
@@ -480,18 +521,19 @@ mod tests {
         .await;
         member("127.43.0.5", b"$999999999\r\n".to_vec()).await;
         let t = Duration::from_millis(500);
-        let r = read_view("127.43.0.1", None, t).await;
+        let budget = ByteBudget::new(MIN_READ_BUDGET_BYTES);
+        let r = read_view("127.43.0.1", None, t, &budget).await;
         assert_eq!(r.view.expect("read").id, A);
         // CLUSTER MYID and CLUSTER NODES, as RESP arrays: 27 + 28 bytes the node counts.
         assert_eq!(r.sent, Some(55));
-        let r = read_view("127.43.0.2", Some("pw"), t).await;
+        let r = read_view("127.43.0.2", Some("pw"), t, &budget).await;
         assert!(r.view.is_some());
         assert_eq!(r.sent, Some(55 + 22), "AUTH pw too");
         // Refused or cut short: no view, and what the node read of the request is unknown.
         for ip in ["127.43.0.3", "127.43.0.4", "127.43.0.5"] {
             let pass = (ip == "127.43.0.3").then_some("bad");
             assert_eq!(
-                read_view(ip, pass, t).await,
+                read_view(ip, pass, t, &budget).await,
                 ViewRead {
                     view: None,
                     sent: None
@@ -500,13 +542,43 @@ mod tests {
             );
         }
         // Nothing listening: nothing sent.
-        assert_eq!(read_view("127.43.0.6", None, t).await, ViewRead::none());
+        assert_eq!(
+            read_view("127.43.0.6", None, t, &budget).await,
+            ViewRead::none()
+        );
         // A member that accepts and never answers costs one timeout.
         let _hung = tokio::net::TcpListener::bind(("127.43.0.7", PORT_RESP))
             .await
             .unwrap();
         let start = std::time::Instant::now();
-        assert_eq!(read_view("127.43.0.7", None, t).await.sent, None);
+        assert_eq!(read_view("127.43.0.7", None, t, &budget).await.sent, None);
         assert!(start.elapsed() < Duration::from_millis(900));
+    }
+
+    #[tokio::test]
+    async fn a_view_is_paid_from_the_byte_budget_before_it_is_buffered() {
+        // A whole 1 MiB view: its member's line, then blank lines (which a view may hold).
+        let mut nodes = format!("{A} 127.43.0.8:6379@7373 myself,master - 0 0 0 connected\n");
+        nodes.push_str(&" ".repeat(MAX_VIEW_BYTES as usize - nodes.len() - 1));
+        nodes.push('\n');
+        assert_eq!(nodes.len() as u64, MAX_VIEW_BYTES);
+        let answer = format!("{}{}", bulk_reply(A), bulk_reply(&nodes));
+        member("127.43.0.8", answer.into_bytes()).await;
+        let t = Duration::from_secs(2);
+        let budget = ByteBudget::new(MIN_READ_BUDGET_BYTES);
+        let r = read_view("127.43.0.8", None, t, &budget).await;
+        assert_eq!(r.view.expect("a whole view fits the smallest budget").id, A);
+        assert_eq!(budget.available(), MIN_READ_BUDGET_BYTES, "given back");
+        // While other reads hold the budget, this one waits, and past its timeout is unknown.
+        let held = budget.buffer(1).await;
+        let r = read_view("127.43.0.8", None, Duration::from_millis(300), &budget).await;
+        assert_eq!(r.view, None);
+        drop(held);
+        // A view the budget can never pay for is refused at once, not waited for.
+        let small = ByteBudget::new(100_000);
+        let start = std::time::Instant::now();
+        assert_eq!(read_view("127.43.0.8", None, t, &small).await.view, None);
+        assert!(start.elapsed() < t / 2, "refused, not timed out");
+        assert_eq!(small.available(), 100_000);
     }
 }

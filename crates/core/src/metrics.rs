@@ -28,7 +28,7 @@ enum Combine {
 }
 
 /// One figure's samples so far.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 struct Figure {
     how: Combine,
     /// A sample whose value is not a finite number at least 0 makes the figure unknown
@@ -87,35 +87,73 @@ impl Figure {
 /// unusable (`None`): unknown is never safe. How the samples of each metric combine is
 /// [`Combine`]'s: gauges the gate blocks on read as their maximum, rounded up.
 pub fn parse_scrape(text: &str) -> Option<Scrape> {
-    let mut view = Figure::new(Combine::Agree, true);
-    let mut underrep = Figure::new(Combine::Max, true);
-    let mut join = Figure::new(Combine::Max, true);
-    let mut boots = Figure::new(Combine::Sum, true);
-    let mut repairs = Figure::new(Combine::Sum, true);
-    let mut commands = Figure::new(Combine::Sum, false);
+    let mut parser = ScrapeParser::default();
+    for line in text.lines() {
+        parser.line(line);
+    }
+    parser.finish()
+}
+
+/// [`parse_scrape`] a line at a time, so a body can be parsed as it arrives and never held
+/// whole: feed every line (with or without its line ending), then [`ScrapeParser::finish`].
+#[derive(Clone, Debug)]
+pub struct ScrapeParser {
+    view: Figure,
+    underrep: Figure,
+    join: Figure,
+    boots: Figure,
+    repairs: Figure,
+    commands: Figure,
     // The fill is used / total = 1 - avail / total: highest with the most capacity and the
     // least space available any sample reports.
-    let mut disk_total = Figure::new(Combine::Max, false);
-    let mut disk_avail = Figure::new(Combine::Min, false);
-    let mut write_stopped = Figure::new(Combine::Max, false);
+    disk_total: Figure,
+    disk_avail: Figure,
+    write_stopped: Figure,
     // Shown only (occupancy, not a backlog).
-    let mut ring = Figure::new(Combine::Max, true);
+    ring: Figure,
     // Strict, but not needed for the scrape: a leaver whose rounds or input are unknown holds
     // its hand-off, nothing else does.
-    let mut rounds = Figure::new(Combine::Sum, true);
-    let mut input = Figure::new(Combine::Sum, true);
+    rounds: Figure,
+    input: Figure,
     // Strict too, for the leaver only: a ring still shipping holds its hand-off.
-    let mut sent = Figure::new(Combine::Sum, false);
-    let mut inflight = Figure::new(Combine::Max, true);
-    let mut writes = Figure::new(Combine::Sum, false);
-    let mut uptime = Figure::new(Combine::Min, false);
-    for line in text.lines() {
+    sent: Figure,
+    inflight: Figure,
+    writes: Figure,
+    uptime: Figure,
+}
+
+impl Default for ScrapeParser {
+    fn default() -> Self {
+        ScrapeParser {
+            view: Figure::new(Combine::Agree, true),
+            underrep: Figure::new(Combine::Max, true),
+            join: Figure::new(Combine::Max, true),
+            boots: Figure::new(Combine::Sum, true),
+            repairs: Figure::new(Combine::Sum, true),
+            commands: Figure::new(Combine::Sum, false),
+            disk_total: Figure::new(Combine::Max, false),
+            disk_avail: Figure::new(Combine::Min, false),
+            write_stopped: Figure::new(Combine::Max, false),
+            ring: Figure::new(Combine::Max, true),
+            rounds: Figure::new(Combine::Sum, true),
+            input: Figure::new(Combine::Sum, true),
+            sent: Figure::new(Combine::Sum, false),
+            inflight: Figure::new(Combine::Max, true),
+            writes: Figure::new(Combine::Sum, false),
+            uptime: Figure::new(Combine::Min, false),
+        }
+    }
+}
+
+impl ScrapeParser {
+    /// One line of the body; a trailing `\r\n` or `\n` is ignored.
+    pub fn line(&mut self, line: &str) {
         let line = line.trim();
         if line.is_empty() || line.starts_with('#') {
-            continue;
+            return;
         }
         let Some((series, rest)) = split_sample(line) else {
-            continue;
+            return;
         };
         let name = series.split('{').next().unwrap_or(series);
         let value = || {
@@ -124,54 +162,58 @@ pub fn parse_scrape(text: &str) -> Option<Scrape> {
                 .and_then(|v| v.parse::<f64>().ok())
         };
         if name == "marekvs_commands_total" && label(series, "cmd").is_some_and(is_write_command) {
-            writes.add(value());
+            self.writes.add(value());
         }
         if name == "marekvs_uptime_seconds" {
-            uptime.add(value().map(|v| v * 1000.0));
-            continue;
+            self.uptime.add(value().map(|v| v * 1000.0));
+            return;
         }
         let figure = match name {
-            "marekvs_cluster_members" => &mut view,
-            "marekvs_cluster_underreplicated_partitions" => &mut underrep,
-            "marekvs_join_gate_pending_pids" => &mut join,
-            "marekvs_bootstraps_completed_total" => &mut boots,
-            "marekvs_ae_repair_ops_total" => &mut repairs,
-            "marekvs_commands_total" => &mut commands,
-            "marekvs_disk_total_bytes" => &mut disk_total,
-            "marekvs_disk_avail_bytes" => &mut disk_avail,
-            "marekvs_disk_write_stopped" => &mut write_stopped,
-            "marekvs_ring_ops" => &mut ring,
-            "marekvs_ae_rounds_total" => &mut rounds,
-            "marekvs_net_input_bytes_total" => &mut input,
-            "marekvs_repl_ops_sent_total" => &mut sent,
-            "marekvs_repl_inflight_bytes" => &mut inflight,
-            _ => continue,
+            "marekvs_cluster_members" => &mut self.view,
+            "marekvs_cluster_underreplicated_partitions" => &mut self.underrep,
+            "marekvs_join_gate_pending_pids" => &mut self.join,
+            "marekvs_bootstraps_completed_total" => &mut self.boots,
+            "marekvs_ae_repair_ops_total" => &mut self.repairs,
+            "marekvs_commands_total" => &mut self.commands,
+            "marekvs_disk_total_bytes" => &mut self.disk_total,
+            "marekvs_disk_avail_bytes" => &mut self.disk_avail,
+            "marekvs_disk_write_stopped" => &mut self.write_stopped,
+            "marekvs_ring_ops" => &mut self.ring,
+            "marekvs_ae_rounds_total" => &mut self.rounds,
+            "marekvs_net_input_bytes_total" => &mut self.input,
+            "marekvs_repl_ops_sent_total" => &mut self.sent,
+            "marekvs_repl_inflight_bytes" => &mut self.inflight,
+            _ => return,
         };
         figure.add(value());
     }
-    Some(Scrape {
-        view_members: view.read()?,
-        underreplicated: underrep.read()?,
-        join_pending: join.read()?,
-        bootstraps_total: boots.read()?,
-        repairs_total: repairs.read()?,
-        commands_total: commands.read().unwrap_or(0),
-        disk: match (disk_total.read(), disk_avail.read()) {
-            (Some(total), Some(avail)) if total > 0 => Some(Disk {
-                used_bytes: total.saturating_sub(avail),
-                total_bytes: total,
-            }),
-            _ => None,
-        },
-        write_stopped: write_stopped.read().is_some_and(|v| v >= 1),
-        ring_ops: ring.read(),
-        ae_rounds: rounds.read(),
-        client_input_bytes: input.read(),
-        write_commands: writes.read().unwrap_or(0),
-        uptime_ms: uptime.read(),
-        repl_sent: sent.read(),
-        repl_inflight_bytes: inflight.read(),
-    })
+
+    /// The scrape the lines fed make, as [`parse_scrape`] reads it.
+    pub fn finish(self) -> Option<Scrape> {
+        Some(Scrape {
+            view_members: self.view.read()?,
+            underreplicated: self.underrep.read()?,
+            join_pending: self.join.read()?,
+            bootstraps_total: self.boots.read()?,
+            repairs_total: self.repairs.read()?,
+            commands_total: self.commands.read().unwrap_or(0),
+            disk: match (self.disk_total.read(), self.disk_avail.read()) {
+                (Some(total), Some(avail)) if total > 0 => Some(Disk {
+                    used_bytes: total.saturating_sub(avail),
+                    total_bytes: total,
+                }),
+                _ => None,
+            },
+            write_stopped: self.write_stopped.read().is_some_and(|v| v >= 1),
+            ring_ops: self.ring.read(),
+            ae_rounds: self.rounds.read(),
+            client_input_bytes: self.input.read(),
+            write_commands: self.writes.read().unwrap_or(0),
+            uptime_ms: self.uptime.read(),
+            repl_sent: self.sent.read(),
+            repl_inflight_bytes: self.inflight.read(),
+        })
+    }
 }
 
 /// The value of label `name` in a series `metric{a="x",b="y"}` (escapes kept as they are:

@@ -297,7 +297,8 @@ impl World {
     /// `myself,master` for the member and `master` for the others, the generation being the
     /// node's boot time in Unix seconds (a view only holds peers it believes up, so no `fail`).
     pub fn cluster_nodes(&mut self, key: &str) -> Result<String, NotServing> {
-        let swapped = self.faults(key).view_stranger_for;
+        let faults = self.faults(key);
+        let swapped = faults.view_stranger_for;
         let epoch_unix = self.epoch_unix;
         let (ck, cluster) = self.serving_cluster(key)?;
         let view = cluster.view(key)?;
@@ -326,6 +327,9 @@ impl World {
                 crate::node_resp::RESP_PORT,
                 GOSSIP_PORT,
             );
+        }
+        if let Some(bytes) = faults.view_padding_bytes {
+            pad_with_blank_lines(&mut out, bytes as usize);
         }
         Ok(out)
     }
@@ -388,9 +392,33 @@ impl World {
     }
 }
 
+/// A view made huge with lines of spaces (blank: a reader skips them), to `bytes` in all.
+fn pad_with_blank_lines(text: &mut String, bytes: usize) {
+    let line = format!("{}\n", " ".repeat(1023));
+    text.reserve(bytes.saturating_sub(text.len()));
+    while text.len() + line.len() <= bytes {
+        text.push_str(&line);
+    }
+    if text.len() < bytes {
+        text.push_str(&" ".repeat(bytes - text.len() - 1));
+        text.push('\n');
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_padded_view_is_exactly_as_long_as_asked_and_its_lines_are_blank() {
+        for bytes in [0, 90, 1024, 1025, 1 << 20, (1 << 20) + 7] {
+            let line = "0123 127.0.0.1:6379@7373 myself,master - 0 0 0 connected\n".to_string();
+            let mut text = line.clone();
+            pad_with_blank_lines(&mut text, bytes);
+            assert_eq!(text.len(), bytes.max(line.len()), "{bytes}");
+            assert!(text[line.len()..].lines().all(|l| l.trim().is_empty()));
+        }
+    }
 
     fn spec(i: usize) -> MemberSpec {
         MemberSpec {

@@ -133,4 +133,6 @@ pub struct Faults {
     /// as one side of a partition healed over an unknown node would. Only what it reports
     /// changes (its gossip, placement and metrics do not).
     pub view_stranger_for: Option<String>,
+    /// Its `CLUSTER NODES` is padded with blank lines to this many bytes (still a valid view).
+    pub view_padding_bytes: Option<u64>,
 }
