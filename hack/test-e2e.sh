@@ -91,7 +91,9 @@ export MAREKVS_E2E_OPERATOR_PODS=1 MAREKVS_E2E_POD_LOGS=$STATE/logs/pods
 # the operator's ServiceAccount: the suite proves the least-privilege RBAC is enough.
 export MAREKVS_OPERATOR_KUBECONFIG=$(operator_kubeconfig)
 export KUBECONFIG=$KUBECONFIG_PATH MAREKVS_E2E_POD_NETWORK=$POD_NETWORK
-export MAREKVS_OPERATOR_BIN=$target/marekvs-operator
+# E2E_OPERATOR_BIN runs the tests' operators from another build (an older commit's, to show a
+# test fails without a fix); by default, this tree's.
+export MAREKVS_OPERATOR_BIN=${E2E_OPERATOR_BIN:-$target/marekvs-operator}
 # The kubectl plugin, run directly and through the pinned kubectl (plugin discovery on PATH).
 export MAREKVS_KUBECTL_MKV_BIN=$target/kubectl-mkv MAREKVS_E2E_KUBECTL=$bin/kubectl
 export MAREKVS_E2E_LOG_DIR=$STATE/logs MAREKVS_E2E_CLUSTER=$NAME
