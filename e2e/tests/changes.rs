@@ -820,6 +820,105 @@ async fn pod_template_options_roll_and_client_service_options_apply_in_place() -
     env.cleanup().await
 }
 
+/// A change whose new pod the API server refuses (`change`, with `refusal` in the server's
+/// words): the cluster turns Blocked `PodRefused` with that message, and no member is touched:
+/// no pod drained, relabelled or deleted. Changed back, the cluster is Healthy again with the
+/// same pods (no member was ever restarted).
+async fn a_refused_pod_drains_no_one(
+    label: &str,
+    change: serde_json::Value,
+    refusal: &str,
+) -> anyhow::Result<()> {
+    let env = TestEnv::new(label).await?;
+    let ns = env.namespace.clone();
+    let _op = Operator::start(&ns)?;
+    let api = create(&env, "demo", spec(3)).await?;
+    let three = ["demo-0", "demo-1", "demo-2"];
+    wait_healthy(&api, "demo", &three, T).await?;
+    let pods: Api<Pod> = Api::namespaced(env.client.clone(), &ns);
+    let before = pods_now(&pods).await?;
+    patch_spec(&api, "demo", change.clone()).await?;
+    let c = wait_cluster(&api, "demo", "Blocked on PodRefused", T, |s| {
+        condition(s, "Blocked").is_some_and(|c| c.status == "True" && c.reason == "PodRefused")
+    })
+    .await?;
+    let status = status_of(&c);
+    let blocked = condition(&status, "Blocked").context("Blocked")?;
+    eprintln!("{label}: {}", blocked.message);
+    assert!(
+        blocked.message.contains(refusal) && blocked.message.contains("demo-2"),
+        "{}",
+        blocked.message
+    );
+    // It stays so, touching no member.
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let c = api.get("demo").await?;
+    assert_eq!(status_of(&c).phase, Some(ClusterPhase::Blocked));
+    assert_eq!(
+        pods_now(&pods).await?,
+        before,
+        "a pod was deleted or restarted"
+    );
+    for p in pods.list(&Default::default()).await?.items {
+        let meta = &p.metadata;
+        let annotations = meta.annotations.clone().unwrap_or_default();
+        assert!(
+            !annotations.contains_key("marekvs.io/drained-at"),
+            "{} drained",
+            name_of(&p)
+        );
+        let labels = meta.labels.clone().unwrap_or_default();
+        assert_eq!(
+            labels.get("marekvs.io/client-traffic").map(String::as_str),
+            Some("on"),
+            "{}",
+            name_of(&p)
+        );
+    }
+    // Changed back: the same pods, Healthy.
+    let undo: serde_json::Map<String, serde_json::Value> = change
+        .as_object()
+        .context("a change is an object")?
+        .keys()
+        .map(|k| (k.clone(), serde_json::Value::Null))
+        .collect();
+    patch_spec(&api, "demo", serde_json::Value::Object(undo)).await?;
+    wait_healthy(&api, "demo", &three, T).await?;
+    assert_eq!(
+        pods_now(&pods).await?,
+        before,
+        "changed back, no member restarted"
+    );
+    env.cleanup().await
+}
+
+async fn an_unknown_service_account_blocks_the_update_and_drains_no_one() -> anyhow::Result<()> {
+    a_refused_pod_drains_no_one(
+        "refused-sa",
+        json!({"serviceAccountName": "no-such-account"}),
+        "no-such-account",
+    )
+    .await
+}
+
+async fn an_unknown_priority_class_blocks_the_update_and_drains_no_one() -> anyhow::Result<()> {
+    a_refused_pod_drains_no_one(
+        "refused-pc",
+        json!({"priorityClassName": "no-such-class"}),
+        "no-such-class",
+    )
+    .await
+}
+
+async fn an_invalid_env_name_blocks_the_update_and_drains_no_one() -> anyhow::Result<()> {
+    a_refused_pod_drains_no_one(
+        "refused-env",
+        json!({"env": [{"name": "BAD=NAME", "value": "x"}]}),
+        "BAD=NAME",
+    )
+    .await
+}
+
 fn main() -> std::process::ExitCode {
     harness::run(marekvs_e2e::cases![
         a_spec_change_restarts_one_member_at_a_time_behind_the_hand_off_gate,
@@ -828,5 +927,8 @@ fn main() -> std::process::ExitCode {
         a_full_disk_grows_the_cluster_blocks_shrinking_and_a_write_stop_is_reported needs [Simulator],
         another_storage_class_is_refused_unless_volumes_may_be_replaced_then_moves_one_at_a_time,
         pod_template_options_roll_and_client_service_options_apply_in_place,
+        an_unknown_service_account_blocks_the_update_and_drains_no_one,
+        an_unknown_priority_class_blocks_the_update_and_drains_no_one,
+        an_invalid_env_name_blocks_the_update_and_drains_no_one,
     ])
 }

@@ -39,7 +39,7 @@ same_variants!(VictimReason <=> VictimReason { UserChosen, NotReady, HighestOrdi
 same_variants!(BlockReason <=> BlockReason {
     NotAllReady, MetricsUnavailable, Underreplicated, JoinPending, ViewsNotConverged,
     RepairInProgress, Replacing, HandoffTimeout, Paused, LookAlike, Fenced, WakeRefused,
-    LeaverBacklog, SingleCopy,
+    LeaverBacklog, SingleCopy, PodRefused,
 });
 same_variants!(QuietReset <=> QuietReset {
     FirstSeen, ClientInput, Restarted, Shipping, ViewChanged, Unknown,
@@ -160,6 +160,7 @@ mod tests {
             marekvs_core::BlockReason::WakeRefused,
             marekvs_core::BlockReason::LeaverBacklog,
             marekvs_core::BlockReason::SingleCopy,
+            marekvs_core::BlockReason::PodRefused,
         ] {
             let api = BlockReason::from(b);
             assert_eq!(marekvs_core::BlockReason::from(api), b);

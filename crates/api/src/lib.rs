@@ -1144,6 +1144,10 @@ pub enum BlockReason {
     /// `replicationFactor` 1: removing a member, or its volume, would lose its partitions
     /// (marekvs moves them only after the member has exited). Refused.
     SingleCopy,
+    /// The API server refuses the pod the spec now builds for the member a rolling change
+    /// would restart next (a server-side dry run of its creation; the message gives the
+    /// server's words): no member is drained until the spec is fixed.
+    PodRefused,
 }
 
 /// What keeps a held scale-down step from passing.

@@ -224,6 +224,7 @@ async fn act(
         Action::CreatePvc(_) => "create_pvc",
         Action::CreatePod(_) => "create_pod",
         Action::Drain(_) => "drain",
+        Action::CheckPod(_) => "check_pod",
         Action::DeletePod(_) => "delete_pod",
         Action::DeletePvc(_) => "delete_pvc",
         Action::SetClientTraffic { .. } => "set_client_traffic",
@@ -276,6 +277,15 @@ async fn act(
                     .await
                     .map_err(failed(pod.name_any()))?;
             }
+        }
+        Action::CheckPod(o) => {
+            let pod = build::pod(cr, o, &ctx.cluster_domain)?;
+            let answer = crate::admission::dry_run(&pods, &pod)
+                .await
+                .map_err(failed(pod.name_any()))?;
+            let hash = build::desired_template_hash(cr, o, &ctx.cluster_domain)?;
+            let key = (cr.uid().unwrap_or_default(), o, hash);
+            ctx.admissions.remember(key, answer);
         }
         Action::DeletePod(o) => {
             if let Some(pod) = children.pods.get(&o) {

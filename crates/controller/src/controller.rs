@@ -126,6 +126,7 @@ pub async fn run(
         recreation,
         inputs,
         passwords: Default::default(),
+        admissions: Default::default(),
         failures,
     });
     tokio::spawn(on_pod_deleted(deleted_rx, crs.clone(), ctx.clone()));

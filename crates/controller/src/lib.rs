@@ -2,6 +2,7 @@
 #![forbid(unsafe_code)]
 
 pub mod act;
+pub mod admission;
 pub mod adopt;
 pub mod budget;
 pub mod build;

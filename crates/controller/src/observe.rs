@@ -183,17 +183,20 @@ pub fn unscraped(
     cluster_domain: &str,
     memory: &Memory,
     children: &Children,
+    admissions: &crate::admission::Admissions,
 ) -> Result<BTreeMap<u32, MemberObs>, Error> {
     let wish = storage_wish(cr);
+    let uid = cr.uid().unwrap_or_default();
     let (pods, pvcs) = (&children.pods, &children.pvcs);
     let mut observed: BTreeMap<u32, MemberObs> = BTreeMap::new();
     for o in pods.keys().chain(pvcs.keys()).chain(memory.members.iter()) {
         let m = observed.entry(*o).or_default();
         m.pod = match pods.get(o) {
-            Some(p) => Some(pod_obs(
-                p,
-                &build::desired_template_hash(cr, *o, cluster_domain)?,
-            )),
+            Some(p) => {
+                let hash = build::desired_template_hash(cr, *o, cluster_domain)?;
+                m.new_pod = admissions.get(&(uid.clone(), *o, hash.clone()));
+                Some(pod_obs(p, &hash))
+            }
             None => None,
         };
         m.pvc = pvcs
@@ -644,7 +647,14 @@ mod tests {
             ]
         );
         assert_eq!(c.look_alikes[0].why, LookAlikeWhy::NoController);
-        let observed = unscraped(&cr, "cluster.local", &Memory::default(), &c).unwrap();
+        let observed = unscraped(
+            &cr,
+            "cluster.local",
+            &Memory::default(),
+            &c,
+            &Default::default(),
+        )
+        .unwrap();
         for o in [2, 3, 4, 5] {
             assert!(observed[&o].look_alike, "{o}");
             assert!(

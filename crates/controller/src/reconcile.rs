@@ -59,6 +59,8 @@ pub struct Ctx {
     pub inputs: Arc<crate::input::Ledger>,
     /// Each cluster's RESP password, read from its Secret at most once a minute.
     pub passwords: views::Passwords,
+    /// What the API server said, lately, of each member's new pod (a dry run before a drain).
+    pub admissions: crate::admission::Admissions,
     /// Each cluster's failed passes in a row: the wait before its next try grows with them.
     pub failures: Arc<crate::retry::Failures>,
 }
@@ -160,7 +162,7 @@ pub async fn pass(cr: &MarekvsCluster, ctx: &Ctx) -> Result<Next, Error> {
     act::stamp_volumes(ctx, cr, &children).await;
     let prev = cr.status.clone().unwrap_or_default();
     let memory = memory_from_status(&name, &prev);
-    let unscraped = unscraped(cr, &ctx.cluster_domain, &memory, &children)?;
+    let unscraped = unscraped(cr, &ctx.cluster_domain, &memory, &children, &ctx.admissions)?;
     let recreated =
         recreate::before_scrapes(ctx, cr, &spec, &prev, &memory, &unscraped, &children).await?;
     // Each member's view by identity over RESP, then its figures; client input from the

@@ -918,8 +918,8 @@ mod tests {
     use marekvs_api::MarekvsClusterSpec;
     use marekvs_core::autoscale::ScaleDecision;
     use marekvs_core::{
-        BlockReason, Blocked, MemberPhase, PodObs, QuietReset, RemovalStep, RollStep, Scrape,
-        VictimReason,
+        BlockReason, Blocked, MemberPhase, PodAdmission, PodObs, QuietReset, RemovalStep, RollStep,
+        Scrape, VictimReason,
     };
     use serde_json::{Value, json};
 
@@ -997,6 +997,7 @@ mod tests {
             view: None,
             look_alike: false,
             client_input: Some(0),
+            new_pod: PodAdmission::Admitted,
         }
     }
 

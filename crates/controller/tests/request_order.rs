@@ -533,6 +533,7 @@ impl World {
             recreation: Arc::new(RecreationLock::default()),
             inputs: Default::default(),
             passwords: Default::default(),
+            admissions: Default::default(),
             failures: Default::default(),
         });
         World {

@@ -764,6 +764,7 @@ mod tests {
             }),
             look_alike: false,
             client_input: Some(0),
+            new_pod: crate::types::PodAdmission::Admitted,
         }
     }
 

@@ -92,6 +92,7 @@ mod tests {
             view: None,
             look_alike: false,
             client_input: Some(0),
+            new_pod: crate::types::PodAdmission::Admitted,
         }
     }
 

@@ -90,6 +90,7 @@ static UNSEEN: MemberObs = MemberObs {
     view: None,
     look_alike: false,
     client_input: Some(0),
+    new_pod: PodAdmission::Unchecked,
 };
 
 /// One pass of the runbook: what it was given, what it derived, and what it decided so far.

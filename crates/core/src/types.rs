@@ -186,6 +186,26 @@ pub struct MemberObs {
     /// since the operator started, a read cut off midway, a counter that went back), which
     /// counts as client input.
     pub client_input: Option<u64>,
+    /// Whether the API server admits the pod the spec now builds for this member (a
+    /// server-side dry run of its creation, `Action::CheckPod`). Only asked before a rolling
+    /// change drains it: a pod that cannot be made must never cost a member.
+    pub new_pod: PodAdmission,
+}
+
+/// What a server-side dry run of a member's new pod said, as recently as the shell keeps it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum PodAdmission {
+    /// Not asked, or asked too long ago: unknown, which is never safe.
+    #[default]
+    Unchecked,
+    Admitted,
+    /// Refused, with the API server's message. `ask_again`: the answer is old enough to ask
+    /// again (something outside the spec, a ServiceAccount created, may have fixed it); the
+    /// refusal stands meanwhile, so the cluster stays Blocked while it asks.
+    Refused {
+        message: String,
+        ask_again: bool,
+    },
 }
 
 /// One member's view by identity: its own id (`CLUSTER MYID`) and every member in its view
@@ -525,6 +545,9 @@ pub enum BlockReason {
     /// member's partitions move only after it has exited, so removing a member (or its
     /// volume) would lose them. Refused, never attempted.
     SingleCopy,
+    /// The API server refuses the pod the spec now builds for the member a rolling change
+    /// would restart (`PodAdmission::Refused`): draining it would leave it down.
+    PodRefused,
 }
 
 impl BlockReason {
@@ -544,6 +567,7 @@ impl BlockReason {
             BlockReason::WakeRefused => "WakeRefused",
             BlockReason::LeaverBacklog => "LeaverBacklog",
             BlockReason::SingleCopy => "SingleCopy",
+            BlockReason::PodRefused => "PodRefused",
         }
     }
 }
@@ -587,6 +611,9 @@ pub enum Action {
     CreatePod(u32),
     /// Call `/drain` on the member; on 200 record it on the pod.
     Drain(u32),
+    /// Ask the API server, with a server-side dry run, whether it admits the pod the spec now
+    /// builds for the member (`MemberObs::new_pod` reports the answer). Creates nothing.
+    CheckPod(u32),
     DeletePod(u32),
     DeletePvc(u32),
     /// Set the pod's label `marekvs.io/client-traffic` to `"on"` or `"off"` (a label patch,
@@ -604,6 +631,7 @@ impl Action {
             Action::CreatePvc(o)
             | Action::CreatePod(o)
             | Action::Drain(o)
+            | Action::CheckPod(o)
             | Action::DeletePod(o)
             | Action::DeletePvc(o)
             | Action::SetClientTraffic { ordinal: o, .. } => o,

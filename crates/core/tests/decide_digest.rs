@@ -130,7 +130,14 @@ const LOAD_PCT: u64 = 40;
 ///   strangers are described by the first three and a count of the rest (a member's answer
 ///   reaches status and Events bounded). With every stranger named the digest is the one
 ///   before.
-const DIGEST: u64 = 0xcbd9_745a_a4d9_afe1;
+/// - `0xcbd9_745a_a4d9_afe1` → `0xb315_006c_7683_e349`: a rolling change touches its member
+///   only once the API server has admitted the pod that will replace it (`MemberObs::new_pod`,
+///   a dry run the shell makes for `Action::CheckPod`); refused, the cluster is Blocked
+///   `PodRefused` and nothing is drained, and a refusal old enough is asked again while the
+///   block stands. The generator draws that answer from a stream of its own (none yet 3.6 %,
+///   refused 2.4 %, half of those old enough to ask again): with every pod admitted the digest
+///   is the one before.
+const DIGEST: u64 = 0xb315_006c_7683_e349;
 
 /// What the generator draws beyond `SplitMix64`'s own.
 trait Draws {
@@ -442,6 +449,7 @@ fn healthy(o: u32, view: u64, seen: &BTreeSet<u32>, sample: Option<&Sample>) -> 
         }),
         look_alike: false,
         client_input: Some(0),
+        new_pod: PodAdmission::Admitted,
     }
 }
 
@@ -666,6 +674,7 @@ fn gen_observed(
     r: &mut SplitMix64,
     asks: &mut SplitMix64,
     loads: &mut SplitMix64,
+    admits: &mut SplitMix64,
     shape: &Shape,
     memory: &Memory,
     spec: &ClusterSpec,
@@ -709,6 +718,17 @@ fn gen_observed(
         if let Some(p) = m.pod.as_mut() {
             p.outdated = r.pct(shape.outdated_pods);
             p.replace_volume = shape.asks > 0 && asks.pct(shape.asks);
+            // The API server's last word on its new pod: none yet, or a refusal.
+            if admits.pct(6) {
+                m.new_pod = if admits.pct(40) {
+                    PodAdmission::Refused {
+                        message: "serviceaccount \"nope\" not found".into(),
+                        ask_again: admits.pct(50),
+                    }
+                } else {
+                    PodAdmission::Unchecked
+                };
+            }
         }
         if let Some(v) = m.pvc.as_mut() {
             v.outdated = r.pct(shape.outdated_pvcs);
@@ -954,6 +974,8 @@ fn branches(input: &Memory, observed: &BTreeMap<u32, MemberObs>, d: &Decision) -
 
 /// Every branch of `decide` the generator must reach.
 const REACHED: &[&str] = &[
+    "action CheckPod",
+    "blocked PodRefused",
     "note ClientConnectionsCut",
     "action CreatePvc",
     "action CreatePod",
@@ -1179,6 +1201,8 @@ fn decide_over_generated_inputs_has_the_recorded_digest() {
     let mut asks = SplitMix64(0x6672_6573_6876_6f6c);
     let mut views = SplitMix64(0x7669_6577_7369_6421);
     let mut loads = SplitMix64(0x6c6f_6164_7269_6e67);
+    // Its own stream, so the inputs drawn before it came are drawn the same.
+    let mut admits = SplitMix64(0x6164_6d69_7473_2121);
     let mut digest: u64 = 0xcbf2_9ce4_8422_2325;
     let mut counts: BTreeMap<String, usize> = BTreeMap::new();
     let mut inputs = 0usize;
@@ -1218,7 +1242,15 @@ fn decide_over_generated_inputs_has_the_recorded_digest() {
             if inputs == INPUTS {
                 break;
             }
-            let mut observed = gen_observed(&mut r, &mut asks, &mut loads, &shape, &memory, &spec);
+            let mut observed = gen_observed(
+                &mut r,
+                &mut asks,
+                &mut loads,
+                &mut admits,
+                &shape,
+                &memory,
+                &spec,
+            );
             if shape.swaps > 0 && views.pct(shape.swaps) {
                 swap_a_view(&mut views, &mut observed);
             }

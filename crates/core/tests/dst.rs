@@ -403,6 +403,13 @@ struct World {
     /// off midway).
     own_sent: BTreeMap<u32, Option<u64>>,
     version: u32,
+    /// A version whose pods the API server refuses (a spec naming a ServiceAccount that does
+    /// not exist, say): no pod of it is created, and a dry run of one is refused. The user's
+    /// next change (the next version) fixes it.
+    refused_version: Option<u32>,
+    /// The last dry run of each member's new pod: the version asked about, whether it was
+    /// admitted, and the tick it was asked at (`Action::CheckPod`; the shell keeps answers per template hash).
+    admissions: BTreeMap<u32, (u32, bool, u64)>,
     pods: BTreeMap<u32, Pod>,
     vols: BTreeMap<u32, Vol>,
     next_uid: u64,
@@ -461,6 +468,8 @@ impl World {
             t: 0,
             rf,
             version: 1,
+            refused_version: None,
+            admissions: BTreeMap::new(),
             pods: BTreeMap::new(),
             vols: BTreeMap::new(),
             next_uid: 1,
@@ -1264,6 +1273,16 @@ impl World {
                     look_alike: self.look_alikes.contains_key(&o),
                     // The ledger's, filled in by the operator's pass.
                     client_input: None,
+                    // As the shell keeps answers: per template (version), a refusal asked
+                    // again once 10 s old.
+                    new_pod: match self.admissions.get(&o) {
+                        Some(&(v, true, _)) if v == self.version => PodAdmission::Admitted,
+                        Some(&(v, false, at)) if v == self.version => PodAdmission::Refused {
+                            message: "serviceaccount \"nope\" not found".into(),
+                            ask_again: self.t >= at + 10,
+                        },
+                        _ => PodAdmission::Unchecked,
+                    },
                 },
             );
             self.own_sent.insert(o, own);
@@ -1400,6 +1419,12 @@ impl World {
                         },
                     );
                 }
+            }
+            // The API server refuses it: nothing is made.
+            Action::CreatePod(_) if self.refused_version == Some(self.version) => {}
+            Action::CheckPod(o) => {
+                let admitted = self.refused_version != Some(self.version);
+                self.admissions.insert(o, (self.version, admitted, t));
             }
             Action::CreatePod(o) => {
                 if !self.pods.contains_key(&o) && self.vols.get(&o).is_some_and(|v| !v.deleting) {
@@ -1619,6 +1644,14 @@ struct Counts {
     stop_checks: u64,
     /// Passes blocked by replicationFactor 1 (`SingleCopy`: a removal or a fresh volume refused).
     single_copy_passes: u64,
+    /// Dry runs of a member's new pod asked for before a rolling change drains it.
+    pod_checks: u64,
+    /// Drains of a rolling change (each after its new pod was admitted).
+    roll_drains: u64,
+    /// Passes blocked because the API server refuses the new pod (`PodRefused`).
+    pod_refused_passes: u64,
+    /// Specs whose pods were refused, fixed by the user once faults stopped.
+    refused_specs_fixed: u64,
     /// Loads the user stopped, once faults stopped, for a hand-off held by repairs still
     /// carrying a stalled window's backlog.
     loads_stopped_for_stalled_window: u64,
@@ -1662,6 +1695,10 @@ impl std::ops::AddAssign for Counts {
         self.fence_stale_kept_by_user += o.fence_stale_kept_by_user;
         self.stop_checks += o.stop_checks;
         self.single_copy_passes += o.single_copy_passes;
+        self.pod_checks += o.pod_checks;
+        self.roll_drains += o.roll_drains;
+        self.pod_refused_passes += o.pod_refused_passes;
+        self.refused_specs_fixed += o.refused_specs_fixed;
         self.loads_stopped_for_stalled_window += o.loads_stopped_for_stalled_window;
         self.load += o.load;
     }
@@ -1915,6 +1952,10 @@ fn inject_faults(
     }
     if rng.chance(0.01) {
         w.version += 1;
+        // One change in four makes pods the API server refuses, until the next change.
+        if rng.chance(0.25) {
+            w.refused_version = Some(w.version);
+        }
         faults += 1;
     }
     if rng.chance(0.005) {
@@ -2521,6 +2562,22 @@ fn apply_actions(
 ) {
     for a in actions {
         count_creation(w, a, counts);
+        // A rolling change drains its member only once the API server admits the pod that
+        // will replace it.
+        if let Action::Drain(o) = a
+            && matches!(&d.memory.disruption, Some(Disruption::Roll(r)) if r.ordinal == *o)
+        {
+            if w.refused_version == Some(w.version) {
+                violations.push(format!(
+                    "t={}: drained {o} for a rolling change whose new pod the API server refuses",
+                    w.t
+                ));
+            }
+            counts.roll_drains += 1;
+        }
+        if let Action::CheckPod(_) = a {
+            counts.pod_checks += 1;
+        }
         let at_risk = if w.vols.contains_key(&a.ordinal()) {
             w.unique_writes(a.ordinal(), Some(w.keep_mask(members)))
         } else {
@@ -2740,8 +2797,8 @@ fn mass_failure_allows(
             memory.phases.get(o) == Some(&MemberPhase::Joining) && !m.down.contains(o)
         }
         Action::DeletePvc(_) | Action::Drain(_) | Action::DeletePod(_) => false,
-        // A label: moves no data.
-        Action::SetClientTraffic { .. } => true,
+        // A label: moves no data. A dry run: makes nothing.
+        Action::SetClientTraffic { .. } | Action::CheckPod(_) => true,
     };
     if !ok {
         violations.push(format!(
@@ -2946,6 +3003,11 @@ fn run_world(seed: u64, trace: bool, broken: Broken) -> Outcome {
             w.view_lag.values_mut().for_each(|l| *l = 0);
             w.split = None;
             w.stranger_until.clear();
+            // The user fixes a spec whose pods are refused, as the cluster's Blocked says.
+            if w.refused_version == Some(w.version) {
+                w.version += 1;
+                counts.refused_specs_fixed += 1;
+            }
         }
         if w.trace {
             trace_world(&w, &op.persisted, &op.spec);
@@ -2965,6 +3027,9 @@ fn run_world(seed: u64, trace: bool, broken: Broken) -> Outcome {
             // With replicationFactor 1 a scale-down or a fresh volume is refused (SingleCopy):
             // once faults stop, the user keeps the members, as the refusal says.
             // A volume the spec can no longer keep stays as it is (the refusal is the outcome).
+            if pass.blocked == Some(BlockReason::PodRefused) {
+                counts.pod_refused_passes += 1;
+            }
             if pass.blocked == Some(BlockReason::SingleCopy) {
                 counts.single_copy_passes += 1;
                 if !faulty {
@@ -3121,7 +3186,8 @@ fn no_schedule_loses_data_or_disrupts_two_members_and_every_one_converges() {
          volume absences: {} stamped, {} cleared, {} volumes first served from, {} stale volumes kept for the user (another member's volume first served after they left), {} pods created on a volume away within the grace, {} passes with a member's stale volume and no pod, {} stale volumes replaced, {} stale volumes of a mass failure kept by the user; \
          {} passes with a look-alike ({} of them holding a wanted disruptive step for it); \
          hibernation: {} pods stopped, {} passes Hibernated, {} wakes, {} passes with a wake refused ({} refused volumes kept by the user), {} stale volumes replaced by a fresh-volume wake; \
-         fences: {} pods stopped, {} passes holding a wanted step for a fence, {} stale volumes of unfenced members kept by the user; {} passes checked with a member fenced or the cluster hibernated",
+         fences: {} pods stopped, {} passes holding a wanted step for a fence, {} stale volumes of unfenced members kept by the user; {} passes checked with a member fenced or the cluster hibernated; \
+         new pods: {} dry runs before a rolling drain, {} rolling drains (each after its pod was admitted), {} passes blocked on a refused pod, {} refused specs fixed by the user",
         counts.steps,
         counts.faults,
         counts.invariant_checks,
@@ -3157,6 +3223,10 @@ fn no_schedule_loses_data_or_disrupts_two_members_and_every_one_converges() {
         counts.fence_held_passes,
         counts.fence_stale_kept_by_user,
         counts.stop_checks,
+        counts.pod_checks,
+        counts.roll_drains,
+        counts.pod_refused_passes,
+        counts.refused_specs_fixed,
     );
     println!("dst: {schedules} schedules in {:.1?}", started.elapsed());
     let l = counts.load;
@@ -3226,6 +3296,13 @@ fn no_schedule_loses_data_or_disrupts_two_members_and_every_one_converges() {
         assert!(counts.fence_held_passes > 0, "{counts:?}");
         assert!(counts.stop_checks > 0, "{counts:?}");
         assert!(counts.look_alike_blocked > 0, "{counts:?}");
+        assert!(
+            counts.pod_checks > 0
+                && counts.roll_drains > 0
+                && counts.pod_refused_passes > 0
+                && counts.refused_specs_fixed > 0,
+            "{counts:?}"
+        );
         assert!(
             l.gapped > 0 && l.skipped > 0 && l.ae_delivered > 0 && l.rogue_writes > 0,
             "{l:?}"

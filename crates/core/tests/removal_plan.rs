@@ -37,6 +37,7 @@ fn healthy(n: u32) -> (Memory, BTreeMap<u32, MemberObs>) {
                 view: Some(View::of_ordinals(o, 0..n)),
                 look_alike: false,
                 client_input: Some(0),
+                new_pod: PodAdmission::Admitted,
             },
         );
     }

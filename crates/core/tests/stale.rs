@@ -36,6 +36,7 @@ fn member(pod: bool, absent_since: Option<Millis>) -> MemberObs {
         view: None,
         look_alike: false,
         client_input: Some(0),
+        new_pod: PodAdmission::Admitted,
     }
 }
 

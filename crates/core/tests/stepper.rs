@@ -35,6 +35,8 @@ struct World {
     /// The removal victim after the last decision: its pod is built labelled off, as the
     /// shell builds it (`build::pod`).
     victim: Option<u32>,
+    /// The API server refuses new pods, with this message.
+    refusing: Option<String>,
 }
 
 const ROUND_MS: Millis = 6_000;
@@ -93,6 +95,7 @@ impl World {
             last_scrape: 0,
             hide_rounds: false,
             victim: None,
+            refusing: None,
         }
     }
 
@@ -127,6 +130,15 @@ impl World {
                     if let Some(p) = self.obs.get_mut(&o).and_then(|m| m.pod.as_mut()) {
                         p.drained = true;
                     }
+                }
+                Action::CheckPod(o) => {
+                    self.obs.entry(o).or_default().new_pod = match &self.refusing {
+                        Some(why) => PodAdmission::Refused {
+                            message: why.clone(),
+                            ask_again: false,
+                        },
+                        None => PodAdmission::Admitted,
+                    };
                 }
                 Action::DeletePod(o) => {
                     if let Some(m) = self.obs.get_mut(&o) {
@@ -358,6 +370,7 @@ fn members_waiting_only_for_their_pods_are_not_polled() {
         view: None,
         look_alike: false,
         client_input: Some(0),
+        new_pod: PodAdmission::Admitted,
     };
     let requeue = |observed: BTreeMap<u32, MemberObs>| {
         let observed = with_views(observed);
@@ -671,6 +684,40 @@ fn a_spec_change_restarts_one_member_at_a_time_each_drained_and_gated() {
 }
 
 #[test]
+fn a_spec_change_whose_new_pod_is_refused_touches_no_member_until_the_spec_is_fixed() {
+    let s = spec(3, 2);
+    let mut w = World::new(2_000);
+    let mut mem = Memory::default();
+    drive(&s, &mut w, &mut mem, 0, 60);
+    change_spec(&mut w);
+    let why = "pods \"demo-2\" is forbidden: error looking up service account default/nope";
+    w.refusing = Some(why.into());
+    let ds = drive(&s, &mut w, &mut mem, 100_000, 30);
+    // Asked once, then blocked with the server's words: no drain, no label, no deletion.
+    assert_eq!(actions_of(&ds), [Action::CheckPod(2)]);
+    assert_eq!(mem.roll(), None);
+    let last = ds.last().unwrap();
+    assert_eq!(last.phase, ClusterPhase::Blocked);
+    let blocked = last.blocked.as_ref().expect("blocked");
+    assert_eq!(blocked.reason, BlockReason::PodRefused);
+    assert!(
+        blocked.message.contains("demo-2") && blocked.message.contains(why),
+        "{}",
+        blocked.message
+    );
+    // The user fixes the spec (a new template: every answer is stale): the update goes on,
+    // each member asked about, drained and restarted in turn.
+    w.refusing = None;
+    change_spec(&mut w);
+    for m in w.obs.values_mut() {
+        m.new_pod = PodAdmission::Unchecked;
+    }
+    let ds = drive(&s, &mut w, &mut mem, 200_000, 400);
+    assert_eq!(ds.last().unwrap().phase, ClusterPhase::Healthy);
+    assert_eq!(deleted_pods(&ds), vec![2, 1, 0]);
+}
+
+#[test]
 fn pause_holds_a_rollout_and_resume_continues_it() {
     let mut s = spec(3, 2);
     let mut w = World::new(2_000);
@@ -829,8 +876,8 @@ fn replacing_volumes_moves_each_member_to_a_fresh_one_after_its_hand_off() {
         assert_ne!(&now.uid, uid, "{o} kept its old volume");
         assert!(!now.outdated);
     }
-    // Per member: drain, delete the pod, delete the volume, then a new volume and pod; one
-    // member at a time, highest first.
+    // Per member: ask the API server about its new pod, drain, delete the pod, delete the
+    // volume, then a new volume and pod; one member at a time, highest first.
     let seq: Vec<Action> = ds
         .iter()
         .flat_map(|d| d.actions.iter().copied())
@@ -839,6 +886,7 @@ fn replacing_volumes_moves_each_member_to_a_fresh_one_after_its_hand_off() {
     let mut expected = Vec::new();
     for o in [2, 1, 0] {
         expected.extend([
+            Action::CheckPod(o),
             Action::DeletePod(o),
             Action::DeletePvc(o),
             Action::CreatePvc(o),
@@ -935,21 +983,26 @@ fn a_fresh_volume_asked_on_a_pod_drains_waits_for_the_gate_then_replaces_pod_and
 
     let ds = drive(&s, &mut w, &mut mem, 100_000, 600);
     assert_eq!(ds.last().unwrap().phase, ClusterPhase::Healthy);
+    // First the API server is asked whether it admits the new pod, touching nothing.
+    assert_eq!(ds[0].actions, vec![Action::CheckPod(1)]);
+    assert_eq!(ds[0].memory.roll(), None);
     // Recorded before anything is done to it but cutting its client traffic, with the volume
     // it is to leave.
-    assert_eq!(ds[0].actions, vec![traffic_off(1)]);
-    let roll = ds[0].memory.roll().expect("recorded");
+    assert_eq!(ds[1].actions, vec![traffic_off(1)]);
+    let roll = ds[1].memory.roll().expect("recorded");
     assert_eq!(
         (roll.ordinal, &roll.reason),
         (1, &RollReason::VolumeRequested { pvc: old.clone() })
     );
     assert_eq!(ds[0].phase, ClusterPhase::Replacing);
-    // Drain, delete the pod, then the volume, then a fresh volume and a pod on it.
+    // Ask the API server about the new pod, drain, delete the pod, then the volume, then a
+    // fresh volume and a pod on it.
     let mut seq = actions_of(&ds);
     seq.dedup();
     assert_eq!(
         seq,
         [
+            Action::CheckPod(1),
             Action::Drain(1),
             Action::DeletePod(1),
             Action::DeletePvc(1),
@@ -995,20 +1048,29 @@ fn a_restart_asked_on_a_pod_drains_waits_for_the_gate_then_restarts_it_on_its_ow
 
     let ds = drive(&s, &mut w, &mut mem, 100_000, 600);
     assert_eq!(ds.last().unwrap().phase, ClusterPhase::Healthy);
+    // First the API server is asked whether it admits the new pod, touching nothing.
+    assert_eq!(ds[0].actions, vec![Action::CheckPod(1)]);
+    assert_eq!(ds[0].memory.roll(), None);
     // Recorded before anything is done to it but cutting its client traffic.
-    assert_eq!(ds[0].actions, vec![traffic_off(1)]);
-    let roll = ds[0].memory.roll().expect("recorded");
+    assert_eq!(ds[1].actions, vec![traffic_off(1)]);
+    let roll = ds[1].memory.roll().expect("recorded");
     assert_eq!(
         (roll.ordinal, &roll.reason),
         (1, &RollReason::RestartRequested)
     );
     assert_eq!(ds[0].phase, ClusterPhase::Updating);
-    // Drain, delete the pod once the gate passed, a new pod on the same volume.
+    // Ask the API server about the new pod, drain, delete the pod once the gate passed, a new
+    // pod on the same volume.
     let mut seq = actions_of(&ds);
     seq.dedup();
     assert_eq!(
         seq,
-        [Action::Drain(1), Action::DeletePod(1), Action::CreatePod(1)]
+        [
+            Action::CheckPod(1),
+            Action::Drain(1),
+            Action::DeletePod(1),
+            Action::CreatePod(1)
+        ]
     );
     // The pod went only once the hand-off gate passed: bootstraps still for the settle window
     // (3 s) since the step began (a drain moves nothing), its own rounds long covered.
@@ -1042,8 +1104,11 @@ fn a_restart_asked_for_is_held_while_paused_and_cancelled_if_the_pod_stops_askin
     assert_eq!(last.phase, ClusterPhase::Paused);
     let held = &last.blocked.as_ref().expect("held").message;
     assert!(held.contains("the restart asked for demo-2"), "{held}");
-    // Unpaused, it starts; the annotation removed before the drain took: not restarted.
+    // Unpaused, it starts once its new pod is admitted; the annotation removed before the
+    // drain took: not restarted.
     s.paused = false;
+    let asked = drive(&s, &mut w, &mut mem, 199_000, 1);
+    assert_eq!(actions_of(&asked), [Action::CheckPod(2)]);
     w.scrape(200_000);
     let d = decide(&Input {
         spec: &s,
@@ -1270,6 +1335,7 @@ fn arb_obs() -> impl Strategy<Value = MemberObs> {
             view: None,
             look_alike: false,
             client_input: Some(0),
+            new_pod: PodAdmission::Admitted,
         })
 }
 
@@ -1366,6 +1432,7 @@ fn calm_asking(mem: &Memory, outdated: bool, asking: Option<u32>) -> BTreeMap<u3
                     view: None,
                     look_alike: false,
                     client_input: Some(0),
+                    new_pod: PodAdmission::Admitted,
                 },
             )
         })
@@ -2005,6 +2072,7 @@ fn a_suspected_partition_holds_every_disruptive_step_until_views_agree() {
                     view: None,
                     look_alike: false,
                     client_input: Some(0),
+                    new_pod: PodAdmission::Admitted,
                 },
             )
         })

@@ -34,6 +34,7 @@ fn member(o: u32, pod: bool, absent_since: Option<Millis>) -> MemberObs {
         view: None,
         look_alike: false,
         client_input: Some(0),
+        new_pod: PodAdmission::Admitted,
     }
 }
 

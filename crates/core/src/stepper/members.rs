@@ -247,6 +247,17 @@ impl Pass<'_> {
         if new_member {
             return true;
         }
+        // replicationFactor 1: its volume holds the only copy of every partition it owned (a
+        // drained member's partitions move only once it has exited, and then no one has them to
+        // copy from), whatever the gauges say. Found by the DST once a new pod could be refused
+        // past the grace, mid-restart. The user decides, as with `SingleCopy`.
+        if self.spec.replication_factor < 2 {
+            self.progress.push(format!(
+                "the volume of {name} is stale and is kept: with replicationFactor 1 it holds the only copy of what {name} owned. Keep it by removing the annotation {ANNOTATION_ABSENT_SINCE} (the member rejoins on it and may bring back keys deleted since), or delete data-{name} (what only it holds is lost)"
+            ));
+            self.kept_stale.push(o);
+            return false;
+        }
         // It left without a hand-off, and another member's volume first served after that (a
         // fresh volume, a new member): that one's bootstraps could not copy from it and may
         // have taken nothing, so this volume may hold the last copy. No gauge tells; the user

@@ -203,6 +203,20 @@ impl Pass<'_> {
                 ClusterPhase::Replacing
             }
             None if self.roll().is_some() || self.rolled.is_some() => ClusterPhase::Updating,
+            // A restart about to start, its new pod being checked with the API server: a move
+            // to a fresh volume asked for on the pod is a replacement.
+            None if self.checking_new_pod() => {
+                let asked = self.asked_fresh_volume();
+                if self
+                    .actions
+                    .iter()
+                    .any(|a| matches!(a, Action::CheckPod(o) if asked.contains(o)))
+                {
+                    ClusterPhase::Replacing
+                } else {
+                    ClusterPhase::Updating
+                }
+            }
             None if self.replacing => ClusterPhase::Replacing,
             None if self.joining || !self.created.is_empty() => ClusterPhase::ScalingUp,
             None if all_active
@@ -216,6 +230,12 @@ impl Pass<'_> {
             }
             None => ClusterPhase::Reconciling,
         }
+    }
+
+    fn checking_new_pod(&self) -> bool {
+        self.actions
+            .iter()
+            .any(|a| matches!(a, Action::CheckPod(_)))
     }
 
     /// Members whose own view counts partitions with too few owners (a peer it still holds

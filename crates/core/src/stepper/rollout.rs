@@ -117,9 +117,12 @@ impl Pass<'_> {
         cancelled
     }
 
-    /// Calling `/drain` on the member until its pod records it.
+    /// Calling `/drain` on the member until its pod records it, once the API server has said
+    /// it admits the pod that will replace it: a pod that cannot be made must never cost a
+    /// member (drained, then deleted, then refused on every pass).
     fn drain_for_update(&mut self, r: &mut Roll, name: &str) {
-        match &self.obs(r.ordinal).pod {
+        let m = self.obs(r.ordinal);
+        match &m.pod {
             Some(p) if p.drained => {
                 self.notes.push(normal(
                     "Draining",
@@ -127,13 +130,45 @@ impl Pass<'_> {
                 ));
                 enter(r, RollStep::HandingOff, self.now);
             }
-            Some(_) if !self.hold(format!("draining {name} for the update")) => {
+            Some(_)
+                if !self.hold(format!("draining {name} for the update"))
+                    && self.new_pod_admitted(r.ordinal) =>
+            {
                 self.actions.insert(Action::Drain(r.ordinal));
                 self.progress.push(format!(
                     "draining {name} before restarting it with the current spec"
                 ));
             }
             _ => {}
+        }
+    }
+
+    /// Whether the API server admits the pod the spec now builds for member `o`. Unknown: ask
+    /// it (a dry run, `Action::CheckPod`) and wait. Refused: the cluster is Blocked with the
+    /// server's words, and nothing is touched until the spec changes.
+    fn new_pod_admitted(&mut self, o: u32) -> bool {
+        let name = self.spec.member_name(o);
+        match self.obs(o).new_pod.clone() {
+            PodAdmission::Admitted => true,
+            PodAdmission::Unchecked => {
+                self.actions.insert(Action::CheckPod(o));
+                self.progress.push(format!(
+                    "asking the API server whether it admits {name}'s new pod before draining it"
+                ));
+                false
+            }
+            PodAdmission::Refused { message, ask_again } => {
+                if ask_again {
+                    self.actions.insert(Action::CheckPod(o));
+                }
+                self.blocked = Some(Blocked {
+                    reason: BlockReason::PodRefused,
+                    message: format!(
+                        "the API server refuses the pod the spec now builds for {name}, so no member is drained until the spec is fixed: {message}"
+                    ),
+                });
+                false
+            }
         }
     }
 
@@ -338,6 +373,12 @@ impl Pass<'_> {
         }
         if self.views_disagree() {
             self.views_held.push("the rolling update".into());
+            return;
+        }
+        // The member this restart would take: its new pod must be admitted before it is
+        // touched at all (its client traffic is cut as the restart starts).
+        let next = asked.last().or(restarts.last()).or(outdated.last());
+        if !next.is_some_and(|&o| self.new_pod_admitted(o)) {
             return;
         }
         if let Some(&o) = asked.last() {
