@@ -514,9 +514,13 @@ impl Session {
         };
         let mut world = self.ctx.world.lock();
         let key = self.ctx.key.as_str();
+        let mut padding = None;
         let text = match (upper(sub).as_str(), args) {
             ("MYID", []) => world.myid(key),
-            ("NODES", []) => world.cluster_nodes(key),
+            ("NODES", []) => {
+                padding = world.faults(key).view_padding_bytes;
+                world.cluster_nodes(key)
+            }
             ("INFO", []) => world.cluster_info(key),
             ("MYID" | "NODES" | "INFO", _) => {
                 return Reply::err(format!(
@@ -533,8 +537,16 @@ impl Session {
                 .into();
             }
         };
+        // The world is shared by every member of every test: a padded view (MiBs) is built
+        // after it is let go.
+        drop(world);
         match text {
-            Ok(text) => Reply::bulk(text).into(),
+            Ok(mut text) => {
+                if let Some(bytes) = padding {
+                    crate::world::pad_with_blank_lines(&mut text, bytes as usize);
+                }
+                Reply::bulk(text).into()
+            }
             Err(e) => e.into(),
         }
     }
