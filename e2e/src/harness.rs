@@ -28,6 +28,10 @@ pub enum Need {
     /// a podlet that runs pods of the operator image as the operator binary, with their logs
     /// in `MAREKVS_E2E_POD_LOGS` (`MAREKVS_E2E_OPERATOR_PODS`; hack/test-e2e.sh sets all four).
     Installs,
+    /// The machine to itself: the test loads the simulator and the cores so heavily (64 members
+    /// answering MiBs on every pass) that tests running beside it time out. Run it alone, with
+    /// `MAREKVS_E2E_ALONE=1 hack/test-e2e.sh <its name>`; the suite skips it, saying so.
+    Alone,
     /// A second local cluster beside the first (`MAREKVS_E2E_SIDE_KUBECONFIG` and the pod
     /// networks of both, which hack/test-e2e.sh sets).
     SideCluster,
@@ -43,6 +47,9 @@ impl Need {
             ),
             Need::SimulatedDataPlane if !set("MAREKVS_SIM_CONTROL_URL") => Some(
                 "asserts figures of the simulator's data plane (a loss sized to its ring, or 3,000 SET/s, which real members on a 2-core harness do not converge at); hack/bench.sh ladder and trap measure real members",
+            ),
+            Need::Alone if !set("MAREKVS_E2E_ALONE") => Some(
+                "loads the simulator and the cores so that tests beside it time out: run it alone, MAREKVS_E2E_ALONE=1 hack/test-e2e.sh <its name>",
             ),
             Need::OwnOperator if set("MAREKVS_E2E_EXTERNAL_OPERATOR") => {
                 Some("kills or restarts the operator, which runs elsewhere here")
