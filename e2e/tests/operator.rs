@@ -647,6 +647,36 @@ async fn bad_specs_are_refused_at_apply_time() -> anyhow::Result<()> {
             json!({"image": "x", "storage": {"size": "1Gi", "staleVolumeGraceSeconds": 5}}),
             "staleVolumeGraceSeconds",
         ),
+        // Above the nodes' tombstone grace (3600 s unset, or as extraEnv sets it): deleted keys
+        // would come back.
+        (
+            "grace-over-gc".into(),
+            json!({"image": "x", "storage": {"size": "1Gi", "staleVolumeGraceSeconds": 7200}}),
+            "cannot exceed the nodes' tombstone grace",
+        ),
+        (
+            "grace-over-set-gc".into(),
+            json!({"image": "x", "extraEnv": {"MAREKVS_GC_GRACE_SECS": "600"},
+                   "storage": {"size": "1Gi", "staleVolumeGraceSeconds": 900}}),
+            "cannot exceed the nodes' tombstone grace",
+        ),
+        // Below 300 s while the tombstone grace is longer: a routine restart would cost a
+        // volume.
+        (
+            "grace-too-short".into(),
+            json!({"image": "x", "storage": {"size": "1Gi", "staleVolumeGraceSeconds": 60}}),
+            "at least 300 s",
+        ),
+        (
+            "gc-not-digits".into(),
+            json!({"image": "x", "extraEnv": {"MAREKVS_GC_GRACE_SECS": "+10"}}),
+            "digits only",
+        ),
+        (
+            "gc-in-env".into(),
+            json!({"image": "x", "env": [{"name": "MAREKVS_GC_GRACE_SECS", "value": "10"}]}),
+            "env cannot set MAREKVS_GC_GRACE_SECS",
+        ),
         (
             "reclaimstr".into(),
             json!({"image": "x", "reclaimPvcs": "no"}),
@@ -2161,7 +2191,12 @@ async fn a_kept_volume_is_reused_within_the_grace_and_replaced_once_stale() -> a
     let ns = env.namespace.clone();
     let _op = Operator::start(&ns)?;
     let sim = Sim::from_env();
-    let api = create(&env, "demo", spec(4)).await?;
+    // A grace the test can wait out: the nodes' tombstone grace (the bound of the stale-volume
+    // grace, set where the CRD can read it) and the stale-volume grace, both 60 s.
+    let mut s = spec(4);
+    s["extraEnv"] = json!({"MAREKVS_GC_GRACE_SECS": "60"});
+    s["storage"]["staleVolumeGraceSeconds"] = json!(60);
+    let api = create(&env, "demo", s).await?;
     let four = ["demo-0", "demo-1", "demo-2", "demo-3"];
     let three = &four[..3];
     wait_healthy(&api, "demo", &four, T).await?;
@@ -2177,7 +2212,7 @@ async fn a_kept_volume_is_reused_within_the_grace_and_replaced_once_stale() -> a
         );
     }
 
-    // 4 → 3 with the default grace (1 h): the volume is kept, its absence recorded.
+    // 4 → 3 with a 60 s grace: the volume is kept, its absence recorded.
     patch_spec(&api, "demo", json!({"nodes": 3})).await?;
     wait_healthy(&api, "demo", three, T).await?;
     let c = wait_cluster(&api, "demo", "data-demo-3 kept and reusable", T, |s| {
@@ -2209,13 +2244,8 @@ async fn a_kept_volume_is_reused_within_the_grace_and_replaced_once_stale() -> a
     let s = status_of(&api.get("demo").await?);
     assert!(s.kept_volumes.is_empty(), "{:?}", s.kept_volumes);
 
-    // 4 → 3 again, now with a 10 s grace; past it the kept volume is reported stale.
-    patch_spec(
-        &api,
-        "demo",
-        json!({"nodes": 3, "storage": {"staleVolumeGraceSeconds": 10}}),
-    )
-    .await?;
+    // 4 → 3 again; past the grace the kept volume is reported stale.
+    patch_spec(&api, "demo", json!({"nodes": 3})).await?;
     wait_healthy(&api, "demo", three, T).await?;
     let c = wait_cluster(&api, "demo", "data-demo-3 no longer reusable", T, |s| {
         s.kept_volumes.len() == 1 && !s.kept_volumes[0].reusable
@@ -2225,8 +2255,8 @@ async fn a_kept_volume_is_reused_within_the_grace_and_replaced_once_stale() -> a
     let (since, stale_at) = (kept.absent_since.unwrap(), kept.stale_at.unwrap());
     assert_eq!(
         stale_at.0.as_millisecond() - since.0.as_millisecond(),
-        10_000,
-        "stale 10 s after it left"
+        60_000,
+        "stale 60 s after it left"
     );
     assert_eq!(
         pvc_uid(&env, "data-demo-3").await?,
@@ -2257,7 +2287,7 @@ async fn a_kept_volume_is_reused_within_the_grace_and_replaced_once_stale() -> a
         .unwrap_or_default();
     assert!(
         note.starts_with("data-demo-3 has been away from the cluster for ")
-            && note.contains("longer than the stale-volume grace of 10s")
+            && note.contains("longer than the stale-volume grace of 60s")
             && note.contains("demo-3 rejoins on a fresh volume"),
         "{note}"
     );
@@ -2274,6 +2304,8 @@ async fn a_member_down_longer_than_the_grace_rejoins_on_a_fresh_volume() -> anyh
     let ns = env.namespace.clone();
     let _op = Operator::start(&ns)?;
     let mut s = spec(4);
+    // The stale-volume grace may not exceed the nodes' tombstone grace, set to match.
+    s["extraEnv"] = json!({"MAREKVS_GC_GRACE_SECS": "10"});
     s["storage"]["staleVolumeGraceSeconds"] = json!(10);
     let api = create(&env, "demo", s).await?;
     let all = ["demo-0", "demo-1", "demo-2", "demo-3"];
@@ -2367,7 +2399,12 @@ async fn hibernation_and_fencing_keep_every_volume_and_a_fence_holds_the_scale_d
     let ns = env.namespace.clone();
     let _op = Operator::start(&ns)?;
     let sim = Sim::from_env();
-    let api = create(&env, "demo", spec(4)).await?;
+    // A grace the test can wait out at the end, long enough for every stop before it: the
+    // nodes' tombstone grace (the bound of the stale-volume grace) and the grace, both 120 s.
+    let mut s = spec(4);
+    s["extraEnv"] = json!({"MAREKVS_GC_GRACE_SECS": "120"});
+    s["storage"]["staleVolumeGraceSeconds"] = json!(120);
+    let api = create(&env, "demo", s).await?;
     let four = ["demo-0", "demo-1", "demo-2", "demo-3"];
     wait_healthy(&api, "demo", &four, T).await?;
     let data = write_keys(&env, &four, "demo-0", "hibernate").await?;
@@ -2460,13 +2497,8 @@ async fn hibernation_and_fencing_keep_every_volume_and_a_fence_holds_the_scale_d
         ),
     }
 
-    // Hibernate again with a 10 s grace; a wake past it is refused and starts nothing.
-    patch_spec(
-        &api,
-        "demo",
-        json!({"hibernation": true, "storage": {"staleVolumeGraceSeconds": 10}}),
-    )
-    .await?;
+    // Hibernate again; a wake past the grace is refused and starts nothing.
+    patch_spec(&api, "demo", json!({"hibernation": true})).await?;
     wait_cluster(&api, "demo", "Hibernated again", T, |s| {
         s.phase == Some(ClusterPhase::Hibernated)
     })
@@ -2480,7 +2512,7 @@ async fn hibernation_and_fencing_keep_every_volume_and_a_fence_holds_the_scale_d
         })
         .await?;
     }
-    tokio::time::sleep(Duration::from_secs(12)).await;
+    tokio::time::sleep(Duration::from_secs(122)).await;
     patch_spec(&api, "demo", json!({"hibernation": false})).await?;
     let c = wait_cluster(&api, "demo", "the wake refused", T, |s| {
         s.phase == Some(ClusterPhase::Blocked) && s.block_reason == Some(BlockReason::WakeRefused)

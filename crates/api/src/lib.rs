@@ -63,6 +63,10 @@ mod convert;
     .message("fencedMembers names replicationFactor or more members: their pods would all stop at once, without drain, and partitions held only by them would be unavailable until they are unfenced. Fence fewer, or set fencedMembersAcknowledged: true"))]
 #[x_kube(validation = Rule::new("!has(self.env) || !has(self.extraEnv) || self.env.all(e, !(e.name in self.extraEnv))")
     .message("a variable cannot be set in both extraEnv and env: keep it in one of them"))]
+#[x_kube(validation = Rule::new("!has(self.storage) || self.storage.staleVolumeGraceSeconds <= (has(self.extraEnv) && 'MAREKVS_GC_GRACE_SECS' in self.extraEnv && self.extraEnv['MAREKVS_GC_GRACE_SECS'].matches('^[1-9][0-9]{0,8}$') ? int(self.extraEnv['MAREKVS_GC_GRACE_SECS']) : 3600)")
+    .message("storage.staleVolumeGraceSeconds cannot exceed the nodes' tombstone grace (extraEnv MAREKVS_GC_GRACE_SECS, 3600 s when unset): a volume away longer may hold keys deleted meanwhile whose tombstones the other members have purged, and mounting it would bring them back"))]
+#[x_kube(validation = Rule::new("!has(self.storage) || self.storage.staleVolumeGraceSeconds >= 300 || self.storage.staleVolumeGraceSeconds >= (has(self.extraEnv) && 'MAREKVS_GC_GRACE_SECS' in self.extraEnv && self.extraEnv['MAREKVS_GC_GRACE_SECS'].matches('^[1-9][0-9]{0,8}$') ? int(self.extraEnv['MAREKVS_GC_GRACE_SECS']) : 3600)")
+    .message("storage.staleVolumeGraceSeconds must be at least 300 s (or the nodes' tombstone grace, extraEnv MAREKVS_GC_GRACE_SECS, when that is shorter): a routine restart (a node reboot, a slow image pull) must not cost a member its volume"))]
 pub struct MarekvsClusterSpec {
     /// Container image for the marekvs nodes.
     #[schemars(length(min = 1, max = 512))]
@@ -110,6 +114,8 @@ pub struct MarekvsClusterSpec {
         .message("extraEnv cannot set MAREKVS_SEEDS, MAREKVS_REPLICAS_N, MAREKVS_DATA_DIR, MAREKVS_ADVERTISE_IP, MAREKVS_NODE_ID or MAREKVS_REQUIREPASS: the operator manages them (a password goes in spec.auth.passwordSecretRef)"))]
     #[x_kube(validation = Rule::new("!('MAREKVS_AE_PARTITIONS_PER_ROUND' in self)")
         .message("extraEnv cannot set MAREKVS_AE_PARTITIONS_PER_ROUND: the hand-off gate counts anti-entropy rounds that each cover every partition a member owns"))]
+    #[x_kube(validation = Rule::new("!('MAREKVS_GC_GRACE_SECS' in self) || self['MAREKVS_GC_GRACE_SECS'].matches('^[1-9][0-9]{0,8}$')")
+        .message("extraEnv MAREKVS_GC_GRACE_SECS, the nodes' tombstone grace, must be a whole number of seconds from 1 to 999999999, digits only: storage.staleVolumeGraceSeconds is checked against it"))]
     pub extra_env: BTreeMap<String, String>,
 
     /// Environment of the marekvs container as Kubernetes `EnvVar`s, for values from a Secret
@@ -122,6 +128,8 @@ pub struct MarekvsClusterSpec {
     #[schemars(length(max = 64), extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
     #[x_kube(validation = Rule::new("self.all(e, !(e.name in ['MAREKVS_SEEDS', 'MAREKVS_REPLICAS_N', 'MAREKVS_DATA_DIR', 'MAREKVS_ADVERTISE_IP', 'MAREKVS_NODE_ID']))")
         .message("env cannot set MAREKVS_SEEDS, MAREKVS_REPLICAS_N, MAREKVS_DATA_DIR, MAREKVS_ADVERTISE_IP or MAREKVS_NODE_ID: the operator manages them"))]
+    #[x_kube(validation = Rule::new("self.all(e, e.name != 'MAREKVS_GC_GRACE_SECS')")
+        .message("env cannot set MAREKVS_GC_GRACE_SECS: set it in extraEnv, where storage.staleVolumeGraceSeconds is checked against it"))]
     #[x_kube(validation = Rule::new("self.all(e, e.name != 'MAREKVS_AE_PARTITIONS_PER_ROUND')")
         .message("env cannot set MAREKVS_AE_PARTITIONS_PER_ROUND: the hand-off gate counts anti-entropy rounds that each cover every partition a member owns"))]
     #[x_kube(validation = Rule::new("self.all(e, e.name != 'MAREKVS_REQUIREPASS' || (!has(e.value) && has(e.valueFrom) && has(e.valueFrom.secretKeyRef) && !has(e.valueFrom.configMapKeyRef) && !has(e.valueFrom.fieldRef) && !has(e.valueFrom.resourceFieldRef) && has(e.valueFrom.secretKeyRef.name) && e.valueFrom.secretKeyRef.name != '' && (!has(e.valueFrom.secretKeyRef.optional) || !e.valueFrom.secretKeyRef.optional)))")
@@ -419,11 +427,12 @@ pub struct StorageSpec {
     /// How long, in seconds, a volume may be away from the cluster (its member removed with
     /// the volume kept, or its pod gone or not ready) and still be mounted again. Past it the
     /// volume may hold keys deleted meanwhile whose tombstones the other members have purged:
-    /// it is deleted and its member rejoins on a fresh volume. Set it to the nodes' tombstone
-    /// grace (`gc_grace`, 1 h by default) or lower, never higher. At least 10 s (a pod restart
-    /// must not cost a member its volume), at most 30 days.
+    /// it is deleted and its member rejoins on a fresh volume. Never above the nodes' tombstone
+    /// grace (extraEnv `MAREKVS_GC_GRACE_SECS`, 3600 s when unset), and at least 300 s (or that
+    /// grace, when shorter): a routine restart (a node reboot, a slow image pull) must not cost
+    /// a member its volume.
     #[serde(default = "default_stale_volume_grace")]
-    #[schemars(range(min = 10, max = 2592000))]
+    #[schemars(range(min = 1, max = 2592000))]
     pub stale_volume_grace_seconds: i32,
 
     /// Waking from `hibernation` after longer than `staleVolumeGraceSeconds` starts every
