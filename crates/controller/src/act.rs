@@ -260,11 +260,16 @@ async fn act(
                 return Ok(Made::Done);
             };
             // The address must still be this pod's: read past the cache that it is the pod
-            // observed (its uid; a pod keeps its IP for life), or drain no one this pass.
-            if !still_the_pod(&pods, pod)
+            // observed (its uid), still at that IP and not finished (a pod that ended let its
+            // IP go), or drain no one this pass.
+            if !still_the_pod(&pods, pod, &ip)
                 .await
                 .map_err(failed(pod.name_any()))?
             {
+                return Ok(Made::Done);
+            }
+            // And the process at it must answer as this member (`CLUSTER MYID`).
+            if !answers_as(ctx, cr, o, pod, &ip).await {
                 return Ok(Made::Done);
             }
             if ctx.members.drain(&ip).await {
@@ -340,12 +345,44 @@ fn delete_exactly(uid: Option<String>) -> DeleteParams {
 }
 
 /// Whether the pod named as `pod` is still `pod` (same uid), read from the API server.
-async fn still_the_pod(pods: &Api<Pod>, pod: &Pod) -> Result<bool, kube::Error> {
+async fn still_the_pod(pods: &Api<Pod>, pod: &Pod, ip: &str) -> Result<bool, kube::Error> {
     match pods.get(&pod.name_any()).await {
-        Ok(now) => Ok(now.uid().is_some() && now.uid() == pod.uid()),
+        Ok(now) => {
+            let status = now.status.as_ref();
+            let ended = status
+                .and_then(|s| s.phase.as_deref())
+                .is_some_and(|p| p == "Succeeded" || p == "Failed");
+            let same_ip = status.and_then(|s| s.pod_ip.as_deref()) == Some(ip);
+            Ok(now.uid().is_some() && now.uid() == pod.uid() && same_ip && !ended)
+        }
         Err(kube::Error::Api(e)) if e.code == 404 => Ok(false),
         Err(e) => Err(e),
     }
+}
+
+/// Whether member `o`'s address answers `CLUSTER MYID` with the member's own id (a node's id
+/// is its hostname's ordinal). The bytes sent go to the client-input ledger, so that the
+/// check never reads as a client's input on the leaver.
+async fn answers_as(ctx: &Ctx, cr: &MarekvsCluster, o: u32, pod: &Pod, ip: &str) -> bool {
+    let password = ctx.passwords.get(&ctx.client, cr).await;
+    let read = crate::views::read_id(ip, &password, ctx.members.timeout()).await;
+    let cluster = (cr.namespace().unwrap_or_default(), cr.name_any());
+    let uid = pod.uid().unwrap_or_default();
+    let now = crate::reconcile::now_ms();
+    ctx.inputs
+        .sent_between_passes(&cluster, o, &uid, read.sent, now);
+    let expected = marekvs_core::View::ordinal_id(o);
+    if read.id.as_deref() == Some(expected.as_str()) {
+        return true;
+    }
+    warn!(
+        pod = pod.name_any(),
+        ip,
+        answered = ?read.id,
+        expected,
+        "not draining: the address does not answer as this member (CLUSTER MYID)"
+    );
+    false
 }
 
 /// A merge patch of a pod's metadata, only to the pod observed: the patch carries its uid, so

@@ -24,6 +24,21 @@ impl Ledger {
         all.entry(cluster.clone()).or_default().observe(reads, now)
     }
 
+    /// See `marekvs_core::input::Ledger::sent_between_passes`.
+    pub fn sent_between_passes(
+        &self,
+        cluster: &(String, String),
+        ordinal: u32,
+        pod_uid: &str,
+        sent: Option<u64>,
+        now: marekvs_core::Millis,
+    ) {
+        let mut all = self.clusters.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(l) = all.get_mut(cluster) {
+            l.sent_between_passes(ordinal, pod_uid, sent, now);
+        }
+    }
+
     /// A pass of the cluster was recorded (its status written, or unchanged).
     pub fn recorded(&self, cluster: &(String, String)) {
         let mut all = self.clusters.lock().unwrap_or_else(|e| e.into_inner());

@@ -219,14 +219,15 @@ pub struct MemberRead {
 /// Each member read once: its view over RESP first, then its `/metrics`, so that the figure of
 /// RESP input the scrape reads already holds the bytes the view read sent (`input.rs`).
 /// Members are read concurrently, each read with its own short timeout: k dead members cost
-/// about one timeout, not k. A pod without an IP is not read.
+/// about one timeout, not k. A pod without an IP is not read, nor one that ended (`Succeeded`
+/// or `Failed`): its IP was let go and may be another pod's (the password is never sent to it).
 pub async fn read_members(
     client: &MemberClient,
     pods: &BTreeMap<u32, Arc<Pod>>,
     password: &crate::views::Password,
 ) -> BTreeMap<u32, MemberRead> {
     let futs = pods.iter().map(|(o, p)| {
-        let ip = p.status.as_ref().and_then(|s| s.pod_ip.clone());
+        let ip = live_ip(p);
         async move {
             let Some(ip) = ip else {
                 return (*o, MemberRead::default());
@@ -237,6 +238,15 @@ pub async fn read_members(
         }
     });
     join_all(futs).await.into_iter().collect()
+}
+
+/// A pod's IP while it can still be its own: not once the pod ended.
+pub fn live_ip(p: &Pod) -> Option<String> {
+    let status = p.status.as_ref()?;
+    if matches!(status.phase.as_deref(), Some("Succeeded" | "Failed")) {
+        return None;
+    }
+    status.pod_ip.clone()
 }
 
 /// Each member's figures alone, read concurrently (the scrape tests' reader).
@@ -729,6 +739,27 @@ mod tests {
             .unwrap()
             .insert(crate::build::ANNOTATION_ADOPT.into(), "everything".into());
         assert!(Children::sorted(&other, pods(), pvcs()).orphans.is_empty());
+    }
+
+    #[test]
+    fn an_ended_pods_ip_is_not_read() {
+        let pod = |phase: &str| -> Pod {
+            serde_json::from_value(json!({
+                "metadata": {"name": "demo-1"},
+                "status": {"phase": phase, "podIP": "127.0.0.9"}
+            }))
+            .unwrap()
+        };
+        for phase in ["Pending", "Running", "Unknown"] {
+            assert_eq!(
+                live_ip(&pod(phase)).as_deref(),
+                Some("127.0.0.9"),
+                "{phase}"
+            );
+        }
+        for phase in ["Succeeded", "Failed"] {
+            assert_eq!(live_ip(&pod(phase)), None, "{phase}");
+        }
     }
 
     #[test]

@@ -210,14 +210,7 @@ async fn exchange(
     budget: &ByteBudget,
     sent: &mut Option<u64>,
 ) -> Result<View, String> {
-    let addr = if ip.contains(':') {
-        format!("[{ip}]:{PORT_RESP}")
-    } else {
-        format!("{ip}:{PORT_RESP}")
-    };
-    let mut stream = tokio::net::TcpStream::connect(&addr)
-        .await
-        .map_err(|e| format!("connect: {e}"))?;
+    let mut stream = connect(ip).await?;
     let mut req = Vec::new();
     if let Some(p) = password {
         command(&mut req, &["AUTH", p]);
@@ -243,6 +236,83 @@ async fn exchange(
     }
     let id = id?;
     parse_view(utf8(&id)?.trim(), utf8(&nodes)?)
+}
+
+async fn connect(ip: &str) -> Result<tokio::net::TcpStream, String> {
+    let addr = if ip.contains(':') {
+        format!("[{ip}]:{PORT_RESP}")
+    } else {
+        format!("{ip}:{PORT_RESP}")
+    };
+    tokio::net::TcpStream::connect(&addr)
+        .await
+        .map_err(|e| format!("connect: {e}"))
+}
+
+/// One member's own id read alone, with the bytes sent (as [`ViewRead`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct IdRead {
+    /// Its `CLUSTER MYID`, lower case (`None`: unknown).
+    pub id: Option<String>,
+    pub sent: Option<u64>,
+}
+
+/// A member's own id (`CLUSTER MYID`, after `AUTH` when the cluster has a password), read just
+/// before the operator drains it: the address must still answer as the member the drain is for.
+pub async fn read_id(ip: &str, password: &Password, timeout: Duration) -> IdRead {
+    let pass = match password {
+        Password::None => None,
+        Password::Known(p) => Some(p.as_str()),
+        Password::Unreadable => {
+            return IdRead {
+                id: None,
+                sent: Some(0),
+            };
+        }
+    };
+    let mut sent = Some(0);
+    let id = match tokio::time::timeout(timeout, ask_id(ip, pass, &mut sent)).await {
+        Ok(Ok(id)) => Some(id),
+        Ok(Err(e)) => {
+            debug!(ip, "id not read: {e}");
+            None
+        }
+        Err(_) => {
+            debug!(ip, "id not read: timed out");
+            sent = None;
+            None
+        }
+    };
+    IdRead { id, sent }
+}
+
+async fn ask_id(
+    ip: &str,
+    password: Option<&str>,
+    sent: &mut Option<u64>,
+) -> Result<String, String> {
+    let mut stream = connect(ip).await?;
+    let mut req = Vec::new();
+    if let Some(p) = password {
+        command(&mut req, &["AUTH", p]);
+    }
+    command(&mut req, &["CLUSTER", "MYID"]);
+    *sent = None;
+    stream
+        .write_all(&req)
+        .await
+        .map_err(|e| format!("write: {e}"))?;
+    let mut r = BufReader::new(stream.take(64 << 10));
+    let auth = match password {
+        Some(_) => Some(line(&mut r).await?),
+        None => None,
+    };
+    let id = bulk(&mut r, &ByteBudget::new(MAX_ID_BYTES + 2)).await?;
+    *sent = Some(req.len() as u64);
+    if let Some(auth) = auth.filter(|a| a != "+OK") {
+        return Err(format!("AUTH refused: {}", shown(&auth)));
+    }
+    Ok(node_id(utf8(&id)?.trim())?.to_ascii_lowercase())
 }
 
 fn utf8(b: &Buffer) -> Result<&str, String> {
@@ -553,6 +623,42 @@ mod tests {
         let start = std::time::Instant::now();
         assert_eq!(read_view("127.43.0.7", None, t, &budget).await.sent, None);
         assert!(start.elapsed() < Duration::from_millis(900));
+    }
+
+    #[tokio::test]
+    async fn an_id_read_alone_answers_the_members_own_id_or_unknown() {
+        let t = Duration::from_millis(500);
+        member("127.43.1.1", bulk_reply(A).into_bytes()).await;
+        member(
+            "127.43.1.2",
+            format!("+OK\r\n{}", bulk_reply(A)).into_bytes(),
+        )
+        .await;
+        member("127.43.1.3", bulk_reply("not-an-id").into_bytes()).await;
+        member(
+            "127.43.1.4",
+            b"-WRONGPASS invalid username-password pair\r\n$40\r\n".to_vec(),
+        )
+        .await;
+        let r = read_id("127.43.1.1", &Password::None, t).await;
+        assert_eq!(r.id.as_deref(), Some(A));
+        // CLUSTER MYID as a RESP array: 27 bytes the node counts.
+        assert_eq!(r.sent, Some(27));
+        let pw = Password::Known("pw".into());
+        let r = read_id("127.43.1.2", &pw, t).await;
+        assert_eq!((r.id.as_deref(), r.sent), (Some(A), Some(27 + 22)));
+        // Not an id: unknown, though the node read every byte.
+        let r = read_id("127.43.1.3", &Password::None, t).await;
+        assert_eq!((r.id, r.sent), (None, Some(27)));
+        // AUTH refused and the rest cut short: unknown, and so is what the node read.
+        let r = read_id("127.43.1.4", &Password::Known("bad".into()), t).await;
+        assert_eq!((r.id, r.sent), (None, None));
+        // A password that could not be read: nothing is sent.
+        let r = read_id("127.43.1.1", &Password::Unreadable, t).await;
+        assert_eq!((r.id, r.sent), (None, Some(0)));
+        // Nothing listening: nothing sent.
+        let r = read_id("127.43.1.5", &Password::None, t).await;
+        assert_eq!((r.id, r.sent), (None, Some(0)));
     }
 
     #[tokio::test]

@@ -212,6 +212,9 @@ fn metrics(rounds: u64, input: u64) -> String {
 struct Counters {
     rounds: Arc<AtomicU64>,
     input: Arc<AtomicU64>,
+    /// The ordinal whose id the member answers `CLUSTER MYID` with when it is asked alone (not
+    /// with `CLUSTER NODES`, as the identity check before a drain asks); `u32::MAX`: its own.
+    alone_as: Arc<AtomicU32>,
 }
 
 /// A member's HTTP port: `/metrics` and `/drain`, each call logged.
@@ -271,14 +274,20 @@ async fn member_resp(
 
     let answer = format!("${}\r\n{}\r\n${}\r\n{nodes}\r\n", 40, id(o), nodes.len());
     while let Ok((mut s, _)) = listener.accept().await {
-        let (answer, c) = (answer.clone(), c.clone());
+        let (mut answer, c) = (answer.clone(), c.clone());
         tokio::spawn(async move {
             let mut buf = [0u8; 256];
             // Counted as read, as a node counts `marekvs_net_input_bytes_total`.
             let mut authed = false;
+            let mut alone = false;
             if let Ok(n) = s.read(&mut buf).await {
                 c.input.fetch_add(n as u64, Ordering::Relaxed);
                 authed = buf[..n].windows(4).any(|w| w == b"AUTH");
+                alone = !buf[..n].windows(5).any(|w| w == b"NODES");
+            }
+            let alone_as = c.alone_as.load(Ordering::Relaxed);
+            if alone && alone_as != u32::MAX {
+                answer = format!("${}\r\n{}\r\n", 40, id(alone_as));
             }
             let answer = if authed {
                 format!("+OK\r\n{answer}")
@@ -440,6 +449,8 @@ struct World {
     ctx: Arc<Ctx>,
     /// Every member's `marekvs_ae_rounds_total`.
     rounds: Arc<AtomicU64>,
+    /// Per member, [`Counters::alone_as`].
+    alone_as: Vec<Arc<AtomicU32>>,
     log: Shared<String>,
     sent: Shared<Sent>,
     script: Shared<(Method, String, Reply)>,
@@ -485,10 +496,14 @@ impl World {
         let (ips, listeners) = bind_members().await;
         let mut tasks = Vec::new();
         let rounds = Arc::new(AtomicU64::new(100));
+        let alone_as: Vec<Arc<AtomicU32>> = (0..MEMBERS)
+            .map(|_| Arc::new(AtomicU32::new(u32::MAX)))
+            .collect();
         for (o, (l, r)) in (0..MEMBERS).zip(listeners) {
             let c = Counters {
                 rounds: rounds.clone(),
                 input: Arc::default(),
+                alone_as: alone_as[o as usize].clone(),
             };
             tasks.push(tokio::spawn(member_server(l, o, log.clone(), c.clone())));
             tasks.push(tokio::spawn(member_resp(r, o, ips.clone(), c, strangers)));
@@ -539,6 +554,7 @@ impl World {
         World {
             ctx,
             rounds,
+            alone_as,
             log,
             sent,
             script,
@@ -749,6 +765,40 @@ async fn a_removal_is_recorded_before_each_of_its_actions() {
                 Step::Scrapes,
                 status_write(answer(&cr)),
                 Step::Api(Method::GET, pod_path(3), Reply::Ok(recreated)),
+                Step::Api(Method::PATCH, pod_path(3), pod_answer(3)),
+            ],
+        )
+        .await;
+    result_again.unwrap();
+
+    // The same pass where the pod is still the one observed, but its address answers
+    // `CLUSTER MYID`, asked alone just before the drain, as node 7: another node's process.
+    // No /drain, nothing recorded.
+    world.alone_as[3].store(7, Ordering::Relaxed);
+    let (result_again, _) = world
+        .pass(
+            &cr,
+            vec![
+                Step::Scrapes,
+                status_write(answer(&cr)),
+                Step::Api(Method::GET, pod_path(3), Reply::Ok(victim.clone())),
+                Step::Api(Method::PATCH, pod_path(3), pod_answer(3)),
+            ],
+        )
+        .await;
+    result_again.unwrap();
+    world.alone_as[3].store(u32::MAX, Ordering::Relaxed);
+
+    // And where the pod observed has ended (Failed: its IP let go, maybe another pod's now).
+    let mut ended = victim.clone();
+    ended["status"]["phase"] = json!("Failed");
+    let (result_again, _) = world
+        .pass(
+            &cr,
+            vec![
+                Step::Scrapes,
+                status_write(answer(&cr)),
+                Step::Api(Method::GET, pod_path(3), Reply::Ok(ended)),
                 Step::Api(Method::PATCH, pod_path(3), pod_answer(3)),
             ],
         )

@@ -582,6 +582,24 @@ impl HandoffGate<'_> {
         if expected.len() != views.len() {
             return fail("two members report the same id (CLUSTER MYID)".into());
         }
+        // A node takes its id from its hostname's ordinal (`demo-3` is node 3): a member whose
+        // address answers with another id is another node at that address (a pod IP reused).
+        let mut strangers: Vec<String> = views
+            .iter()
+            .filter(|(o, v)| v.id != View::ordinal_id(**o))
+            .map(|(o, v)| format!("{}-{o} answers as {}", self.name, id_name(&v.id)))
+            .collect();
+        if strangers.len() > crate::views::STRANGERS_NAMED {
+            let more = strangers.len() - crate::views::STRANGERS_NAMED;
+            strangers.truncate(crate::views::STRANGERS_NAMED);
+            strangers.push(format!("{more} more"));
+        }
+        if !strangers.is_empty() {
+            return fail(format!(
+                "a member's address answers with another node's id (CLUSTER MYID; a node's id is its ordinal): {}",
+                strangers.join(", ")
+            ));
+        }
         let names: BTreeMap<String, String> = views
             .iter()
             .map(|(o, v)| (v.id.clone(), format!("{}-{o}", self.name)))
@@ -600,6 +618,14 @@ impl HandoffGate<'_> {
             ));
         }
         Ok(())
+    }
+}
+
+/// A node id as a person reads it: `node 7` for an ordinal's id, else its first 12 digits.
+fn id_name(id: &str) -> String {
+    match u32::from_str_radix(id, 16) {
+        Ok(n) if View::ordinal_id(n) == id => format!("node {n}"),
+        _ => format!("node {}", id.chars().take(12).collect::<String>()),
     }
 }
 
@@ -834,6 +860,18 @@ mod tests {
         assert_eq!(
             reason(check(&twins, &samples, 3, None, 10_000)),
             Some(BlockReason::ViewsNotConverged)
+        );
+
+        // Each view whole and the same, but member 1's address answers as node 7: another
+        // node's process, not demo-1.
+        let mut other = seeing(&[&[0, 2, 7], &[0, 2, 7], &[0, 2, 7]]);
+        other[1].view.as_mut().unwrap().id = View::ordinal_id(7);
+        let b = check(&other, &samples, 3, None, 10_000).unwrap_err();
+        assert_eq!(b.reason, BlockReason::ViewsNotConverged);
+        assert!(
+            b.message.ends_with("demo-1 answers as node 7"),
+            "{}",
+            b.message
         );
     }
 

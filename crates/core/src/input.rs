@@ -66,6 +66,18 @@ impl Ledger {
             .collect()
     }
 
+    /// Bytes the operator sent to member `o`'s RESP port between two passes' reads (the
+    /// identity check before a drain), at `now`: taken off its next scrape's figure, like a
+    /// pass's own (`None`: cut off, so the member's client input is unknown for a while).
+    pub fn sent_between_passes(&mut self, o: u32, pod_uid: &str, sent: Option<u64>, now: Millis) {
+        let read = Read {
+            pod_uid: pod_uid.to_string(),
+            input: None,
+            sent,
+        };
+        fold(&mut self.entries, o, &read, now);
+    }
+
     /// A pass was recorded (its status written, or unchanged): what it saw is in status now.
     pub fn recorded(&mut self) {
         for e in self.entries.values_mut() {
@@ -200,6 +212,34 @@ mod tests {
         // Once past, a client's bytes count again.
         input += 55 + 30;
         assert_eq!(l.observe_at(&read(Some(input), Some(55)))[&0], Some(30));
+    }
+
+    #[test]
+    fn bytes_sent_between_passes_are_taken_off_the_next_scrape_not_counted_as_a_clients() {
+        let mut l = Clocked::default();
+        l.observe_at(&read(Some(1_000), Some(55)));
+        l.recorded();
+        assert_eq!(l.observe_at(&read(Some(1_055), Some(55)))[&0], Some(0));
+        // The identity check before a drain sends AUTH and CLUSTER MYID (49 bytes).
+        l.ledger
+            .sent_between_passes(0, "p1", Some(49), l.clock + 500);
+        assert_eq!(l.observe_at(&read(Some(1_159), Some(55)))[&0], Some(0));
+        // Without it, those bytes would have read as a client's.
+        let mut without = Clocked::default();
+        without.observe_at(&read(Some(1_000), Some(55)));
+        without.recorded();
+        without.observe_at(&read(Some(1_055), Some(55)));
+        assert_eq!(
+            without.observe_at(&read(Some(1_159), Some(55)))[&0],
+            Some(49)
+        );
+        // A check cut off: unknown until its bytes can no longer land.
+        l.recorded();
+        l.ledger.sent_between_passes(0, "p1", None, l.clock + 500);
+        assert_eq!(l.observe_at(&read(Some(1_300), Some(55)))[&0], None);
+        // Sent to another pod under the name: no baseline holds, unknown until one is read.
+        l.ledger.sent_between_passes(0, "p2", Some(49), l.clock);
+        assert_eq!(l.observe_at(&read(Some(1_355), Some(55)))[&0], None);
     }
 
     #[test]
