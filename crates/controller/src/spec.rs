@@ -33,6 +33,7 @@ pub fn cluster_spec(cr: &MarekvsCluster) -> Result<ClusterSpec, Error> {
         stale_volume_grace_ms: i64::from(s.storage.stale_volume_grace_seconds.max(1)) * 1000,
         hibernation: s.hibernation,
         fresh_volumes_on_wake: s.storage.fresh_volumes_on_wake,
+        scale_up_batch: marekvs_core::SCALE_UP_BATCH,
         // An entry that names no ordinal of this cluster fences nothing (the CEL rule rejects
         // most at apply time).
         fenced: s

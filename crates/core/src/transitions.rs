@@ -141,6 +141,7 @@ mod tests {
             stale_volume_grace_ms: 3_600_000,
             hibernation: false,
             fresh_volumes_on_wake: false,
+            scale_up_batch: crate::SCALE_UP_BATCH,
             fenced: Default::default(),
         }
     }

@@ -111,7 +111,15 @@ pub struct ClusterSpec {
     /// Ordinals of `spec.fencedMembers`: their pods are stopped and not re-created, their
     /// volumes and membership kept; no disruptive step runs while any is fenced.
     pub fenced: BTreeSet<u32>,
+    /// Scale-up adds members in batches: at most this many joining at once, or more as the
+    /// cluster grows (as many as serve already, their donors; see `scale_up`). The operator
+    /// uses [`SCALE_UP_BATCH`]; the DST draws smaller ones, so that the batch binds.
+    pub scale_up_batch: u32,
 }
+
+/// The fewest members a scale-up may have joining at once (a cluster's first members
+/// included): a 1,000-member spec starts 16, then as many as are serving, doubling.
+pub const SCALE_UP_BATCH: u32 = 16;
 
 impl ClusterSpec {
     /// Never fewer than replicationFactor + 1 members.

@@ -278,6 +278,7 @@ fn gen_spec(r: &mut SplitMix64) -> ClusterSpec {
         stale_volume_grace_ms: 3_600_000,
         hibernation: false,
         fresh_volumes_on_wake: false,
+        scale_up_batch: marekvs_core::SCALE_UP_BATCH,
         fenced: Default::default(),
     }
 }

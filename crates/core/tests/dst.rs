@@ -88,7 +88,9 @@
 //! it on the volume, `stale`): a wake from hibernation included; no pod or PVC is created for
 //! a fenced member, nor while hibernated; no disruptive step (drain, pod or volume deletion
 //! other than stopping a fenced or hibernated pod, a new removal or restart) while a member is
-//! fenced. Once faults stop, the cluster converges to the spec (with replicationFactor 1 a
+//! fenced; a scale-up adds members only while those joining stay within its batch (the larger
+//! of `spec.scale_up_batch`, drawn small here, replicationFactor + 1 and the members serving).
+//! Once faults stop, the cluster converges to the spec (with replicationFactor 1 a
 //! scale-down is refused, `SingleCopy`: the user keeps the members).
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -1655,6 +1657,8 @@ struct Counts {
     /// Loads the user stopped, once faults stopped, for a hand-off held by repairs still
     /// carrying a stalled window's backlog.
     loads_stopped_for_stalled_window: u64,
+    /// Passes whose scale-up added members up to its batch and left others for later.
+    scale_ups_batched: u64,
     load: LoadCounts,
 }
 
@@ -1700,6 +1704,7 @@ impl std::ops::AddAssign for Counts {
         self.pod_refused_passes += o.pod_refused_passes;
         self.refused_specs_fixed += o.refused_specs_fixed;
         self.loads_stopped_for_stalled_window += o.loads_stopped_for_stalled_window;
+        self.scale_ups_batched += o.scale_ups_batched;
         self.load += o.load;
     }
 }
@@ -2279,6 +2284,15 @@ impl Operator {
         look_alike_holds(&observed, &d, &sizing.spec, t, counts, violations);
         count_load(w, &status.memory, &d, &observed);
         check_victim(w, &status.memory, &sizing.spec, &d, counts, violations);
+        scale_up_in_batches(
+            &sizing.spec,
+            &status.memory,
+            &observed,
+            &d,
+            t,
+            counts,
+            violations,
+        );
         stops_hold(
             &sizing.spec,
             &status.memory,
@@ -2858,6 +2872,45 @@ fn views_hold(
     }
 }
 
+/// Scale-up adds members in batches: the members a pass adds (not adopted: no pod yet), with
+/// those already Joining, never exceed the larger of the batch, replicationFactor + 1 and the
+/// members serving.
+fn scale_up_in_batches(
+    spec: &ClusterSpec,
+    before: &Memory,
+    observed: &BTreeMap<u32, MemberObs>,
+    d: &Decision,
+    t: u64,
+    counts: &mut Counts,
+    violations: &mut Vec<String>,
+) {
+    let added = d
+        .memory
+        .members
+        .difference(&before.members)
+        .filter(|o| observed.get(o).is_none_or(|m| m.pod.is_none()))
+        .count();
+    if added == 0 {
+        return;
+    }
+    let joining = before
+        .members
+        .iter()
+        .filter(|o| before.phases.get(o) == Some(&MemberPhase::Joining))
+        .count();
+    let serving = before.members.len() - joining;
+    let cap = (spec.scale_up_batch.max(spec.floor()) as usize).max(serving);
+    counts.invariant_checks += 1;
+    if joining + added > cap {
+        violations.push(format!(
+            "t={t}: {added} members added beside {joining} joining, past the batch of {cap} ({serving} serving)"
+        ));
+    }
+    if joining + added == cap && before.members.len() + added < spec.target() as usize {
+        counts.scale_ups_batched += 1;
+    }
+}
+
 /// The invariants that hold after every step.
 fn check_step(w: &mut World, members: &BTreeSet<u32>, counts: &mut Counts) -> Vec<String> {
     let t = w.t;
@@ -2952,6 +3005,9 @@ fn run_world(seed: u64, trace: bool, broken: Broken) -> Outcome {
         hibernation: false,
         fresh_volumes_on_wake: false,
         fenced: Default::default(),
+        // Drawn apart from the schedule's stream (its other draws stay as they were): small
+        // batches bind on these small clusters.
+        scale_up_batch: [1, 2, SCALE_UP_BATCH][SplitMix64(seed ^ 0x5ca1_ab1e).below(3) as usize],
     };
     let policy = rng.chance(0.3).then(|| Policy {
         min_nodes: rf + 1,
@@ -3187,7 +3243,8 @@ fn no_schedule_loses_data_or_disrupts_two_members_and_every_one_converges() {
          {} passes with a look-alike ({} of them holding a wanted disruptive step for it); \
          hibernation: {} pods stopped, {} passes Hibernated, {} wakes, {} passes with a wake refused ({} refused volumes kept by the user), {} stale volumes replaced by a fresh-volume wake; \
          fences: {} pods stopped, {} passes holding a wanted step for a fence, {} stale volumes of unfenced members kept by the user; {} passes checked with a member fenced or the cluster hibernated; \
-         new pods: {} dry runs before a rolling drain, {} rolling drains (each after its pod was admitted), {} passes blocked on a refused pod, {} refused specs fixed by the user",
+         new pods: {} dry runs before a rolling drain, {} rolling drains (each after its pod was admitted), {} passes blocked on a refused pod, {} refused specs fixed by the user; \
+         {} scale-ups that added a batch and left members for later",
         counts.steps,
         counts.faults,
         counts.invariant_checks,
@@ -3227,6 +3284,7 @@ fn no_schedule_loses_data_or_disrupts_two_members_and_every_one_converges() {
         counts.roll_drains,
         counts.pod_refused_passes,
         counts.refused_specs_fixed,
+        counts.scale_ups_batched,
     );
     println!("dst: {schedules} schedules in {:.1?}", started.elapsed());
     let l = counts.load;
@@ -3319,6 +3377,7 @@ fn no_schedule_loses_data_or_disrupts_two_members_and_every_one_converges() {
             "{l:?}"
         );
         assert!(counts.loads_stopped_for_stalled_window > 0, "{counts:?}");
+        assert!(counts.scale_ups_batched > 0, "{counts:?}");
         assert!(
             l.victim_deletions_checked > 0
                 && l.deletions_past_join_gauge > 0

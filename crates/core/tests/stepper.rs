@@ -2702,3 +2702,60 @@ fn a_held_deletion_is_gated_again_when_a_client_wrote_to_the_leaver_meanwhile() 
     drive(&s, &mut w, &mut mem, now + 2_000, 200);
     assert_eq!(names(&mem), vec![0, 1, 2]);
 }
+
+/// A 40-member spec from nothing: 16 join first (`SCALE_UP_BATCH`), the next ones only once
+/// those serve, and never more at once than already serve (their donors); each pass that
+/// leaves members for later says so.
+#[test]
+fn a_scale_up_adds_members_in_batches_no_larger_than_the_members_serving() {
+    let s = spec(40, 2);
+    assert_eq!(s.scale_up_batch, 16);
+    let mut w = World::new(0);
+    let mut mem = Memory::default();
+    let ds = drive(&s, &mut w, &mut mem, 0, 60);
+    let created: Vec<usize> = ds
+        .iter()
+        .map(|d| {
+            d.actions
+                .iter()
+                .filter(|a| matches!(a, Action::CreatePod(_)))
+                .count()
+        })
+        .filter(|n| *n > 0)
+        .collect();
+    assert_eq!(created, [16, 16, 8]);
+    let held: Vec<&str> = ds.iter().filter_map(|d| d.progress.as_deref()).collect();
+    assert!(
+        held.iter().any(|p| p.contains(
+            "adding 0 of 24 members now: at most 16 join at once (as many as serve already)"
+        )),
+        "{held:?}"
+    );
+    assert!(
+        held.iter()
+            .any(|p| p.contains("adding 0 of 8 members now: at most 16")),
+        "{held:?}"
+    );
+    assert_eq!(ds.last().unwrap().phase, ClusterPhase::Healthy);
+    assert_eq!(names(&mem), (0..40).collect::<Vec<_>>());
+
+    // A batch of 1 still starts a new cluster with replicationFactor + 1 members.
+    let one = ClusterSpec {
+        scale_up_batch: 1,
+        ..spec(5, 2)
+    };
+    let mut w = World::new(0);
+    let mut mem = Memory::default();
+    let ds = drive(&one, &mut w, &mut mem, 0, 60);
+    let created: Vec<usize> = ds
+        .iter()
+        .map(|d| {
+            d.actions
+                .iter()
+                .filter(|a| matches!(a, Action::CreatePod(_)))
+                .count()
+        })
+        .filter(|n| *n > 0)
+        .collect();
+    assert_eq!(created, [3, 2]);
+}

@@ -52,7 +52,9 @@ impl Pass<'_> {
         }
     }
 
-    /// Scale up: all missing members at once, lowest free ordinals first.
+    /// Scale up, lowest free ordinals first, in batches: at most as many members joining at
+    /// once as already serve (the donors their bootstraps read from), and never fewer than
+    /// `spec.scale_up_batch` or replicationFactor + 1 (a new cluster's first members).
     pub(super) fn scale_up(&mut self) {
         if self.removal().is_some() || self.members.len() >= self.target || self.spec.hibernation {
             return;
@@ -60,6 +62,10 @@ impl Pass<'_> {
         let want = self.target - self.members.len();
         if self.mass.is_some() {
             self.mass_held.push(format!("adding {want} members"));
+            return;
+        }
+        let want = self.scale_up_batch(want);
+        if want == 0 {
             return;
         }
         let taken: BTreeSet<u32> = self
@@ -90,6 +96,24 @@ impl Pass<'_> {
                 format!("creating {}{on}", self.spec.member_name(o)),
             ));
         }
+    }
+
+    /// How many of `want` missing members join now: the rest wait until those joining serve.
+    fn scale_up_batch(&mut self, want: usize) -> usize {
+        let joining = self
+            .members
+            .iter()
+            .filter(|o| self.memory.phases.get(o) == Some(&MemberPhase::Joining))
+            .count();
+        let serving = self.members.len() - joining;
+        let cap = (self.spec.scale_up_batch.max(self.spec.floor()) as usize).max(serving);
+        let now = want.min(cap.saturating_sub(joining));
+        if now < want {
+            self.progress.push(format!(
+                "adding {now} of {want} members now: at most {cap} join at once (as many as serve already), the rest as those joining become Active"
+            ));
+        }
+        now
     }
 
     /// Children of every member: PVC first, then the pod on it. Returns the members whose pod

@@ -19,6 +19,7 @@ pub fn spec(nodes: u32, rf: u32) -> ClusterSpec {
         stale_volume_grace_ms: 3_600_000,
         hibernation: false,
         fresh_volumes_on_wake: false,
+        scale_up_batch: marekvs_core::SCALE_UP_BATCH,
         fenced: Default::default(),
     }
 }
