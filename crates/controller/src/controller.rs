@@ -28,6 +28,15 @@ pub struct Members {
     pub read_budget_bytes: usize,
 }
 
+impl Members {
+    fn client(&self, metrics: &Arc<telemetry::Metrics>) -> scrape::MemberClient {
+        scrape::MemberClient::new(self.timeout)
+            .with_max_concurrent(self.max_concurrent_scrapes)
+            .with_read_budget(self.read_budget_bytes)
+            .with_metrics(metrics.clone())
+    }
+}
+
 /// Run the controller until a shutdown signal.
 pub async fn run(
     client: Client,
@@ -113,10 +122,7 @@ pub async fn run(
             build::MANAGER,
             std::env::var("POD_NAME").ok(),
         ),
-        members: scrape::MemberClient::new(members.timeout)
-            .with_max_concurrent(members.max_concurrent_scrapes)
-            .with_read_budget(members.read_budget_bytes)
-            .with_metrics(metrics.clone()),
+        members: members.client(&metrics),
         cluster_domain,
         pods: pods.clone(),
         pvcs: pvcs.clone(),
@@ -142,14 +148,10 @@ pub async fn run(
             m.triggered(&cr.namespace().unwrap_or_default(), &cr.name_any());
         }
     });
-    let m = metrics.clone();
-    let pod_stream = pod_stream.inspect(move |r| note_child(&m, r));
-    let m = metrics.clone();
-    let pvc_stream = pvc_stream.inspect(move |r| note_child(&m, r));
-    let m = metrics.clone();
-    let service_stream = service_stream.inspect(move |r| note_child(&m, r));
-    let m = metrics.clone();
-    let pdb_stream = pdb_stream.inspect(move |r| note_child(&m, r));
+    let pod_stream = noted(pod_stream, &metrics);
+    let pvc_stream = noted(pvc_stream, &metrics);
+    let service_stream = noted(service_stream, &metrics);
+    let pdb_stream = noted(pdb_stream, &metrics);
     let first_pass = (metrics.clone(), crs.clone());
     tokio::spawn(ready_when_synced(
         (
@@ -332,6 +334,19 @@ fn watch_backoff() -> watcher::ExponentialBackoff {
 }
 
 /// A child changed: its cluster (the instance label) is due for a reconcile.
+/// A child watch's events, each noted in the metrics as a trigger of its cluster's pass.
+fn noted<K, S>(
+    events: S,
+    metrics: &Arc<telemetry::Metrics>,
+) -> impl futures::Stream<Item = Result<K, watcher::Error>> + use<K, S>
+where
+    K: ResourceExt,
+    S: futures::Stream<Item = Result<K, watcher::Error>>,
+{
+    let m = metrics.clone();
+    events.inspect(move |r| note_child(&m, r))
+}
+
 fn note_child<K: ResourceExt>(m: &telemetry::Metrics, r: &Result<K, watcher::Error>) {
     if let Ok(o) = r
         && let (Some(ns), Some(name)) = (o.namespace(), o.labels().get(build::LABEL_INSTANCE))
