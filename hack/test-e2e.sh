@@ -81,7 +81,9 @@ export MAREKVS_E2E_SIDE_KUBECONFIG=$KUBECONFIG_PATH MAREKVS_E2E_SIDE_POD_NETWORK
 export MAREKVS_E2E_SIDE_POD_LOGS=$STATE/logs/pods
 
 cluster_env test
-"$here/cluster-up.sh" test >/dev/null
+# The API server logs every change the operators ask for: a test counts a deposed leader's.
+APISERVER_AUDIT=mutations "$here/cluster-up.sh" test >/dev/null
+export MAREKVS_E2E_AUDIT_LOG=$STATE/logs/audit.log
 # Pods of the operator image (the shipped installs, e2e/tests/install.rs) run as this build.
 MAREKVS_SIM_OPERATOR_BIN=$target/marekvs-operator "$here/sim-up.sh" test >/dev/null
 bin=$("$here/build-control-plane.sh")

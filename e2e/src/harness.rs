@@ -32,6 +32,9 @@ pub enum Need {
     /// answering MiBs on every pass) that tests running beside it time out. Run it alone, with
     /// `MAREKVS_E2E_ALONE=1 hack/test-e2e.sh <its name>`; the suite skips it, saying so.
     Alone,
+    /// The API server's audit log of the changes the operator's ServiceAccount asks for
+    /// (`MAREKVS_E2E_AUDIT_LOG`; hack/test-e2e.sh starts its API server so).
+    AuditLog,
     /// A second local cluster beside the first (`MAREKVS_E2E_SIDE_KUBECONFIG` and the pod
     /// networks of both, which hack/test-e2e.sh sets).
     SideCluster,
@@ -50,6 +53,9 @@ impl Need {
             ),
             Need::Alone if !set("MAREKVS_E2E_ALONE") => Some(
                 "loads the simulator and the cores so that tests beside it time out: run it alone, MAREKVS_E2E_ALONE=1 hack/test-e2e.sh <its name>",
+            ),
+            Need::AuditLog if !set("MAREKVS_E2E_AUDIT_LOG") => Some(
+                "counts requests in the API server's audit log, which hack/test-e2e.sh has its API server write",
             ),
             Need::OwnOperator if set("MAREKVS_E2E_EXTERNAL_OPERATOR") => {
                 Some("kills or restarts the operator, which runs elsewhere here")

@@ -593,6 +593,17 @@ impl Operator {
         Ok(())
     }
 
+    /// Send it `SIGSTOP` (`"STOP"`: frozen, as a process the kernel stops scheduling or a node
+    /// that hangs; its monotonic clock runs on) or `SIGCONT` (`"CONT"`).
+    pub fn signal(&self, signal: &str) -> anyhow::Result<()> {
+        let pid = self.pid().context("no operator process")?;
+        let status = std::process::Command::new("kill")
+            .args([format!("-{signal}"), pid.to_string()])
+            .status()?;
+        anyhow::ensure!(status.success(), "kill -{signal} {pid}: {status}");
+        Ok(())
+    }
+
     /// Its process id (its leader-election identity ends with `-<pid>`).
     pub fn pid(&self) -> Option<u32> {
         self.child.as_ref().and_then(|c| c.id())

@@ -196,6 +196,164 @@ async fn kill_9_the_operator_again_and_again_through_a_scale_down_and_a_rollout(
     env.cleanup().await
 }
 
+/// One change an operator asked the API server for, as its audit log has it.
+#[derive(Debug)]
+struct Change {
+    user_agent: String,
+    verb: String,
+    what: String,
+    code: u16,
+    received: k8s_openapi::jiff::Timestamp,
+    completed: k8s_openapi::jiff::Timestamp,
+}
+
+/// Every change in the audit log (`MAREKVS_E2E_AUDIT_LOG`: the changes the operator's
+/// ServiceAccount asks for, `APISERVER_AUDIT=mutations` in hack/cluster-up.sh).
+fn audited_changes() -> anyhow::Result<Vec<Change>> {
+    let path = std::env::var("MAREKVS_E2E_AUDIT_LOG").context("MAREKVS_E2E_AUDIT_LOG")?;
+    let text = std::fs::read_to_string(&path).with_context(|| {
+        format!("the API server wrote no audit log at {path}: was the cluster started without APISERVER_AUDIT=mutations? (hack/cluster-down.sh test, then run again)")
+    })?;
+    let time =
+        |e: &serde_json::Value, field: &str| -> anyhow::Result<k8s_openapi::jiff::Timestamp> {
+            Ok(e[field].as_str().context("a timestamp")?.parse()?)
+        };
+    text.lines()
+        .map(|line| {
+            let e: serde_json::Value = serde_json::from_str(line)?;
+            let o = &e["objectRef"];
+            Ok(Change {
+                user_agent: e["userAgent"].as_str().unwrap_or_default().to_string(),
+                verb: e["verb"].as_str().unwrap_or_default().to_string(),
+                what: format!(
+                    "{}/{}{}",
+                    o["resource"].as_str().unwrap_or_default(),
+                    o["name"].as_str().unwrap_or_default(),
+                    o["subresource"]
+                        .as_str()
+                        .map(|s| format!("/{s}"))
+                        .unwrap_or_default()
+                ),
+                code: e["responseStatus"]["code"].as_u64().unwrap_or_default() as u16,
+                received: time(&e, "requestReceivedTimestamp")?,
+                completed: time(&e, "stageTimestamp")?,
+            })
+        })
+        .collect()
+}
+
+/// Three times over, the leader is frozen (SIGSTOP) in the middle of a scale-up's creations,
+/// past its lease, and woken (SIGCONT) as soon as the standby holds the Lease, with its next
+/// creation ready to send; the woken one exits and comes back as the standby. Counted from the
+/// API server's own audit log, where each replica's User-Agent names it: once the new leader
+/// has written, not one change of the old leader reaches the API server (its client's guard
+/// refuses them unsent past its term, and it exits on finding the Lease lost).
+async fn a_leader_frozen_past_its_lease_gets_no_change_through_after_the_new_leaders_first_write()
+-> anyhow::Result<()> {
+    let started = k8s_openapi::jiff::Timestamp::now();
+    let env = TestEnv::new("frozen").await?;
+    let ns = env.namespace.clone();
+    let turn = LeaseTurn::take(&env).await?;
+    let leases: Api<Lease> = LeaseTurn::api(&env);
+    let lease_env = [("MAREKVS_OPERATOR_LEASE_SECONDS", "6")];
+    let mut leader = Operator::start_electing(&ns, &turn, &lease_env)?;
+    wait_holder(&leases, &leader).await?;
+    let mut standby = Operator::start_electing(&ns, &turn, &lease_env)?;
+    let api = create(&env, "demo", spec(3)).await?;
+    wait_healthy(&api, "demo", &["demo-0", "demo-1", "demo-2"], T).await?;
+    let pvcs: Api<k8s_openapi::api::core::v1::PersistentVolumeClaim> = env.api();
+    let mut reached = Vec::new();
+    for round in 1..=ROUNDS {
+        let (old, new) = (leader.pid().unwrap(), standby.pid().unwrap());
+        // A scale-up by 8: the leader creates 16 objects (PVCs, then pods) one after
+        // another; it is frozen once the first two exist (the kernel stops running it, its
+        // monotonic clock runs on).
+        let before = pvcs.list(&Default::default()).await?.items.len();
+        let nodes = before + 8;
+        patch_spec(&api, "demo", json!({"nodes": nodes})).await?;
+        let asked = Instant::now();
+        let made = loop {
+            let n = pvcs.list(&Default::default()).await?.items.len();
+            if n >= before + 2 {
+                break n - before;
+            }
+            anyhow::ensure!(asked.elapsed() < T, "the leader created nothing");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        };
+        leader.signal("STOP")?;
+        let frozen = Instant::now();
+        // Woken as soon as the standby holds the Lease: its first write.
+        let suffix = format!("-{new}");
+        loop {
+            if holder(&leases).await.is_some_and(|h| h.ends_with(&suffix)) {
+                break;
+            }
+            anyhow::ensure!(frozen.elapsed() < T, "the standby never took over");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let took_over = frozen.elapsed();
+        leader.signal("CONT")?;
+        let woken = Instant::now();
+        let code = wait_until("the woken leader exits", T, || {
+            let code = leader.exit_code();
+            async move { Ok(code) }
+        })
+        .await?;
+        let exited = woken.elapsed();
+        assert_eq!(code, Some(3), "a deposed leader exits with 3");
+        let all: Vec<String> = (0..nodes).map(|o| format!("demo-{o}")).collect();
+        let all: Vec<&str> = all.iter().map(String::as_str).collect();
+        wait_healthy(&api, "demo", &all, T * 2).await?;
+
+        let changes = audited_changes()?;
+        let of = |pid: u32| {
+            let tail = format!("-{pid})");
+            changes
+                .iter()
+                .filter(move |c| c.user_agent.ends_with(&tail) && c.received > started)
+                .collect::<Vec<_>>()
+        };
+        let (old_changes, new_changes) = (of(old), of(new));
+        // The log names each replica: the old leader's own changes while it led are in it.
+        anyhow::ensure!(
+            old_changes.iter().any(|c| (200..300).contains(&c.code)),
+            "no change of the old leader (pid {old}) in the audit log: {} changes there",
+            changes.len()
+        );
+        let first_write = new_changes
+            .iter()
+            .filter(|c| (200..300).contains(&c.code))
+            .map(|c| c.completed)
+            .min()
+            .context("the new leader's first write is in the audit log")?;
+        let after: Vec<String> = old_changes
+            .iter()
+            .filter(|c| c.received > first_write)
+            .map(|c| format!("{} {} -> {}", c.verb, c.what, c.code))
+            .collect();
+        eprintln!(
+            "frozen leader, round {round}: frozen after {made} of 8 PVCs; the standby took over {:.1}s after SIGSTOP (lease {LEASE_SECONDS}s) and the frozen one was woken at once; after the new leader's first write ({first_write}) {} changes of the old leader reached the API server {after:?}; it exited {:.1}s after SIGCONT",
+            took_over.as_secs_f64(),
+            after.len(),
+            exited.as_secs_f64()
+        );
+        reached.extend(after);
+        // The woken one comes back as the standby.
+        leader.supervise()?;
+        std::mem::swap(&mut leader, &mut standby);
+    }
+    // Not one reaches the API server, let alone succeeds: its guard refuses them unsent.
+    assert!(
+        reached.is_empty(),
+        "changes of a deposed leader reached the API server: {reached:?}"
+    );
+    drop((leader, standby));
+    env.cleanup().await
+}
+
+/// How many times the frozen-leader test freezes a leader.
+const ROUNDS: usize = 3;
+
 /// How many times the chaos test kills the operator.
 const KILLS: u32 = 25;
 
@@ -203,5 +361,6 @@ fn main() -> std::process::ExitCode {
     harness::run(marekvs_e2e::cases![
         a_standby_takes_over_within_the_lease_and_a_deposed_leader_stops_at_once needs [OwnOperator],
         kill_9_the_operator_again_and_again_through_a_scale_down_and_a_rollout needs [OwnOperator],
+        a_leader_frozen_past_its_lease_gets_no_change_through_after_the_new_leaders_first_write needs [OwnOperator, AuditLog],
     ])
 }

@@ -131,7 +131,19 @@ async fn main() -> anyhow::Result<()> {
             init_logging(log_format);
             let metrics = Arc::new(telemetry::Metrics::default());
             telemetry::serve(metrics.clone(), metrics_addr).await?;
-            let config = kube::Config::infer().await?;
+            // The replica's identity: the Lease holder's, and in its User-Agent, so that the
+            // API server's audit log tells the replicas apart.
+            let identity = std::env::var("POD_NAME").unwrap_or_else(|_| {
+                format!(
+                    "{}-{}",
+                    std::env::var("HOSTNAME").unwrap_or_else(|_| "local".into()),
+                    std::process::id()
+                )
+            });
+            let mut config = kube::Config::infer().await?;
+            config
+                .headers
+                .push((http::header::USER_AGENT, telemetry::user_agent(&identity)));
             let lease_duration = Duration::from_secs(lease_duration_seconds.max(2));
             let (term, change_timeout) = if leader_elect {
                 // Every change is sent within the term, and none outlasts the margin between
@@ -168,13 +180,6 @@ async fn main() -> anyhow::Result<()> {
                 .or_else(|| std::env::var("POD_NAMESPACE").ok())
                 .or(namespace)
                 .unwrap_or_else(|| "marekvs-system".into());
-            let identity = std::env::var("POD_NAME").unwrap_or_else(|_| {
-                format!(
-                    "{}-{}",
-                    std::env::var("HOSTNAME").unwrap_or_else(|_| "local".into()),
-                    std::process::id()
-                )
-            });
             let elector =
                 lease::Elector::new(client, &lease_ns, &lease_name, &identity, lease_duration)
                     .with_term(term);

@@ -32,6 +32,8 @@ pub struct Provisioner {
 
 /// Claims handled at once: one at a time bound about 4 PVCs a second at 1,600 members.
 const CONCURRENT_CLAIMS: usize = 16;
+/// How often a claim is tried before the provisioner waits for its next event (about 30 s).
+const CLAIM_ATTEMPTS: u32 = 10;
 
 impl Provisioner {
     pub async fn run(self) -> anyhow::Result<()> {
@@ -78,8 +80,17 @@ impl Worker {
                         let slot = slots.clone().acquire_owned().await?;
                         let me = self.clone();
                         tokio::spawn(async move {
-                            if let Err(e) = me.on_claim(&pvc).await {
-                                warn!("PVC {}: {e:#}", pvc.name_any())
+                            // A claim is retried after a failure (an API server busy or
+                            // restarting): no other event may ever come for it, and a claim
+                            // left without a volume keeps its pod Pending for good.
+                            for attempt in 0..CLAIM_ATTEMPTS {
+                                match me.on_claim(&pvc).await {
+                                    Ok(()) => break,
+                                    Err(e) => {
+                                        warn!("PVC {} (attempt {}): {e:#}", pvc.name_any(), attempt + 1);
+                                        tokio::time::sleep(std::time::Duration::from_millis(250 << attempt.min(4))).await;
+                                    }
+                                }
                             }
                             drop(slot);
                         });
