@@ -144,11 +144,17 @@ start_bg kube-controller-manager "$bin/kube-controller-manager" \
   "${kcm_extra[@]}"
 
 # --- kube-scheduler ---
+# A pod found unschedulable waits in the scheduler's unschedulable queue until an event says it
+# may fit, or 5 min by default. Twice in CI a member's new pod stayed Pending, on no node, for
+# the 120 s its test waited (with Immediate binding the pod first waits for its PVC; a missed
+# requeue after the PVC is bound looks like kubernetes/kubernetes#125762). Retried every 10 s,
+# such a pod is late by seconds, not minutes.
 start_bg kube-scheduler "$bin/kube-scheduler" \
   --kubeconfig "$KUBECONFIG_PATH" \
   --authentication-kubeconfig "$KUBECONFIG_PATH" --authorization-kubeconfig "$KUBECONFIG_PATH" \
   --bind-address 127.0.0.1 --secure-port "$SCHED_PORT" \
   --kube-api-qps 200 --kube-api-burst 400 \
+  --pod-max-in-unschedulable-pods-duration 10s \
   --leader-elect=false
 
 # --- kwok: keeps the fake nodes alive; pods on them are run by marekvs-sim ---
