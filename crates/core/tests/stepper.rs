@@ -2703,6 +2703,19 @@ fn a_held_deletion_is_gated_again_when_a_client_wrote_to_the_leaver_meanwhile() 
     assert_eq!(names(&mem), vec![0, 1, 2]);
 }
 
+/// How many pods each pass that created any created, in order.
+fn pods_created_per_pass(ds: &[Decision]) -> Vec<usize> {
+    ds.iter()
+        .map(|d| {
+            d.actions
+                .iter()
+                .filter(|a| matches!(a, Action::CreatePod(_)))
+                .count()
+        })
+        .filter(|n| *n > 0)
+        .collect()
+}
+
 /// A 40-member spec from nothing: 16 join first (`SCALE_UP_BATCH`), the next ones only once
 /// those serve, and never more at once than already serve (their donors); each pass that
 /// leaves members for later says so.
@@ -2713,16 +2726,7 @@ fn a_scale_up_adds_members_in_batches_no_larger_than_the_members_serving() {
     let mut w = World::new(0);
     let mut mem = Memory::default();
     let ds = drive(&s, &mut w, &mut mem, 0, 60);
-    let created: Vec<usize> = ds
-        .iter()
-        .map(|d| {
-            d.actions
-                .iter()
-                .filter(|a| matches!(a, Action::CreatePod(_)))
-                .count()
-        })
-        .filter(|n| *n > 0)
-        .collect();
+    let created = pods_created_per_pass(&ds);
     assert_eq!(created, [16, 16, 8]);
     let held: Vec<&str> = ds.iter().filter_map(|d| d.progress.as_deref()).collect();
     assert!(
@@ -2747,15 +2751,6 @@ fn a_scale_up_adds_members_in_batches_no_larger_than_the_members_serving() {
     let mut w = World::new(0);
     let mut mem = Memory::default();
     let ds = drive(&one, &mut w, &mut mem, 0, 60);
-    let created: Vec<usize> = ds
-        .iter()
-        .map(|d| {
-            d.actions
-                .iter()
-                .filter(|a| matches!(a, Action::CreatePod(_)))
-                .count()
-        })
-        .filter(|n| *n > 0)
-        .collect();
+    let created = pods_created_per_pass(&ds);
     assert_eq!(created, [3, 2]);
 }
