@@ -1475,6 +1475,142 @@ async fn unknown_is_never_safe_refused_metrics_or_a_hung_node_block_the_scale_do
     env.cleanup().await
 }
 
+/// One member per node (required pod anti-affinity; the harness has 3 nodes), 3 → 5: the
+/// scheduler can place neither new pod, so their containers never start, and the gate holds
+/// every ordinary removal (not every member is ready). Back to 3: the two are removed at once,
+/// highest first, each without a drain (`NeverStarted`: they hold no data), and every key
+/// reads back. On the way, each volume's count of pods made: 1 for a member's first pod, at
+/// least 2 once its pod was deleted and re-created.
+async fn members_that_never_started_are_removed_without_the_gate_when_the_spec_shrinks_back()
+-> anyhow::Result<()> {
+    let env = TestEnv::new("unstarted").await?;
+    let ns = env.namespace.clone();
+    let _op = Operator::start(&ns)?;
+    let sim = Sim::from_env();
+    let mut one_per_node = spec(3);
+    one_per_node["affinity"] = json!({"podAntiAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": [{
+            "labelSelector": {"matchLabels": {"app.kubernetes.io/instance": "demo"}},
+            "topologyKey": "kubernetes.io/hostname",
+        }],
+    }});
+    let api = create(&env, "demo", one_per_node).await?;
+    let three = ["demo-0", "demo-1", "demo-2"];
+    wait_healthy(&api, "demo", &three, T).await?;
+    let data = write_keys(&env, &three, "demo-0", "unstarted").await?;
+    let pods: Api<Pod> = env.api();
+    let pvcs: Api<PersistentVolumeClaim> = env.api();
+    let pods_made = |name: &'static str| {
+        let pvcs = pvcs.clone();
+        async move {
+            let pvc = pvcs.get(name).await?;
+            anyhow::Ok(
+                kube::ResourceExt::annotations(&pvc)
+                    .get("marekvs.io/pods-made")
+                    .cloned(),
+            )
+        }
+    };
+    assert_eq!(pods_made("data-demo-0").await?.as_deref(), Some("1"));
+
+    // A pod deleted and re-created on its volume: the second pod made for it.
+    let old_pod = pods.get("demo-0").await?.metadata.uid;
+    pods.delete("demo-0", &DeleteParams::default()).await?;
+    wait_until("demo-0 re-created", T, || async {
+        Ok(pods
+            .get_opt("demo-0")
+            .await?
+            .filter(|p| p.metadata.uid != old_pod && pod_condition(p, "Ready"))
+            .map(|_| ()))
+    })
+    .await?;
+    wait_healthy(&api, "demo", &three, T).await?;
+    // At least 2: the watch's fast re-creation and a pass could both count an attempt if they
+    // raced; an over-count only ever sends a member to the gate.
+    let made: u32 = pods_made("data-demo-0")
+        .await?
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    eprintln!("unstarted: data-demo-0 counts {made} pods made after one re-creation");
+    assert!(made >= 2, "data-demo-0 counts {made} pods made");
+
+    patch_spec(&api, "demo", json!({"nodes": 5})).await?;
+    for name in ["demo-3", "demo-4"] {
+        wait_until(&format!("{name} unschedulable"), T, || async {
+            Ok(pods.get_opt(name).await?.filter(|p| {
+                p.status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .is_some_and(|cs| {
+                        cs.iter().any(|c| {
+                            c.type_ == "PodScheduled"
+                                && c.status == "False"
+                                && c.reason.as_deref() == Some("Unschedulable")
+                        })
+                    })
+            }))
+        })
+        .await?;
+    }
+    wait_cluster(&api, "demo", "demo-3 and demo-4 Joining", T, |s| {
+        s.members
+            .iter()
+            .filter(|m| m.phase == MemberPhase::Joining && m.pod.is_some())
+            .count()
+            == 2
+    })
+    .await?;
+    assert_eq!(pods_made("data-demo-3").await?.as_deref(), Some("1"));
+    assert_eq!(pods_made("data-demo-4").await?.as_deref(), Some("1"));
+
+    patch_spec(&api, "demo", json!({"nodes": 3})).await?;
+    let shrunk = Instant::now();
+    wait_cluster(&api, "demo", "back to demo-0, demo-1, demo-2", T, |s| {
+        s.instance_names.iter().map(String::as_str).eq(three)
+    })
+    .await?;
+    eprintln!(
+        "unstarted: demo-4 and demo-3 removed {:.1}s after spec.nodes went back to 3",
+        shrunk.elapsed().as_secs_f64()
+    );
+    wait_events(
+        &env.client,
+        &ns,
+        "demo",
+        &["ScaleDownStarted", "MemberRemoved"],
+    )
+    .await?;
+    let started = event_notes(&env.client, &ns, "demo", "ScaleDownStarted").await?;
+    let removed = event_notes(&env.client, &ns, "demo", "MemberRemoved").await?;
+    for name in ["demo-4", "demo-3"] {
+        assert!(
+            started.iter().any(|n| n.starts_with(&format!(
+                "removing {name} (its container never started: it holds no data, so no drain and no hand-off gate)"
+            ))),
+            "{started:?}"
+        );
+        assert!(
+            removed.iter().any(|n| n.starts_with(&format!(
+                "{name} removed; its container never started, so it held no data"
+            ))),
+            "{removed:?}"
+        );
+    }
+    let drained = event_notes(&env.client, &ns, "demo", "Draining").await?;
+    assert!(drained.is_empty(), "a member was drained: {drained:?}");
+    for name in ["demo-3", "demo-4"] {
+        assert!(
+            pods.get_opt(name).await?.is_none(),
+            "{name} still has a pod"
+        );
+    }
+
+    wait_healthy(&api, "demo", &three, T).await?;
+    read_back(&env, &data).await?;
+    assert_no_loss(&sim, &ns).await?;
+    env.cleanup().await
+}
+
 /// Two members of an RF 2 cluster crash and stay down: every copy of some partitions is on
 /// them. The operator reports a mass failure, re-creates nothing on a fresh volume, starts no
 /// removal although spec.nodes shrank, and once they are back it proceeds: every key reads back,
@@ -2562,6 +2698,7 @@ fn main() -> std::process::ExitCode {
         kubectl_scale_moves_spec_nodes_and_respects_the_floor,
         a_paused_scale_down_is_planned_in_order_and_the_first_listed_member_leaves_first,
         a_mass_failure_replaces_no_volume_and_removes_no_one_until_members_are_back needs [Simulator],
+        members_that_never_started_are_removed_without_the_gate_when_the_spec_shrinks_back,
         a_view_with_a_stranger_in_place_of_a_member_holds_the_scale_down_until_views_agree needs [Simulator],
         with_a_password_views_are_read_after_auth_and_a_refused_auth_holds_the_scale_down needs [OwnOperator],
         a_kept_volume_is_reused_within_the_grace_and_replaced_once_stale,

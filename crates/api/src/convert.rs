@@ -35,7 +35,7 @@ same_variants!(MemberPhase <=> MemberPhase {
 });
 same_variants!(RemovalStep <=> RemovalStep { Draining, HandingOff, Deleting, Settling });
 same_variants!(RolloutStep <=> RollStep { Draining, HandingOff, Deleting, Rejoining });
-same_variants!(VictimReason <=> VictimReason { UserChosen, NotReady, HighestOrdinal });
+same_variants!(VictimReason <=> VictimReason { UserChosen, NotReady, HighestOrdinal, NeverStarted });
 same_variants!(BlockReason <=> BlockReason {
     NotAllReady, MetricsUnavailable, Underreplicated, JoinPending, ViewsNotConverged,
     RepairInProgress, Replacing, HandoffTimeout, Paused, LookAlike, Fenced, WakeRefused,

@@ -750,7 +750,8 @@ pub struct PlanStep {
     pub member: String,
     /// Its ordinal.
     pub ordinal: i32,
-    /// Why this member: listed in `spec.removeMembers`, not ready, or the highest ordinal.
+    /// Why this member: listed in `spec.removeMembers`, not ready, the highest ordinal, or its
+    /// container never started (removed without the gate).
     pub reason: VictimReason,
     /// What would hold this step right now; absent when it is under way, or when the next
     /// pass may start it.
@@ -1118,11 +1119,14 @@ pub enum RolloutReason {
 /// - `UserChosen`: listed in `spec.removeMembers`.
 /// - `NotReady`: it had no pod or was not ready.
 /// - `HighestOrdinal`: the highest ordinal.
+/// - `NeverStarted`: its container never started, on a volume no pod used before: it holds
+///   no data, so it is removed without the hand-off gate and without a drain.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
 pub enum VictimReason {
     UserChosen,
     NotReady,
     HighestOrdinal,
+    NeverStarted,
 }
 
 /// Why a wanted disruptive step is held (docs/scale-down.md lists each gate).
@@ -1279,7 +1283,7 @@ mod tests {
             ["properties"]["plan"]["items"]["properties"];
         assert_eq!(
             plan["reason"]["enum"],
-            serde_json::json!(["UserChosen", "NotReady", "HighestOrdinal"]),
+            serde_json::json!(["UserChosen", "NotReady", "HighestOrdinal", "NeverStarted"]),
             "{plan}"
         );
         assert_eq!(

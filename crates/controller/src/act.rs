@@ -19,10 +19,10 @@ use tracing::warn;
 
 use crate::build::{
     self, ANNOTATION_ABSENT_SINCE, ANNOTATION_CLUSTER_UID, ANNOTATION_DRAINED_AT,
-    ANNOTATION_DRAINED_RESTARTS, ANNOTATION_SERVED_SINCE, MANAGER,
+    ANNOTATION_DRAINED_RESTARTS, ANNOTATION_PODS_MADE, ANNOTATION_SERVED_SINCE, MANAGER,
 };
 use crate::error::Error;
-use crate::observe::{Children, controller_of, restarts, volume};
+use crate::observe::{Children, controller_of, never_started, restarts, volume};
 use crate::reconcile::Ctx;
 use crate::report::publish;
 use crate::spec::storage_wish;
@@ -190,8 +190,12 @@ pub async fn run_actions(
     children: &Children,
 ) -> Result<BTreeSet<Action>, Error> {
     let mut already_there = BTreeSet::new();
+    // The volumes made in this pass with their pod already counted (`build::pvc`).
+    let mut counted = BTreeSet::new();
     for action in actions {
-        match act(ctx, cr, *action, children).await {
+        let pod_follows =
+            matches!(action, Action::CreatePvc(o) if actions.contains(&Action::CreatePod(*o)));
+        match act(ctx, cr, *action, children, pod_follows, &mut counted).await {
             Ok(Made::Done) => {}
             Ok(Made::AlreadyThere) => {
                 already_there.insert(*action);
@@ -219,6 +223,8 @@ async fn act(
     cr: &MarekvsCluster,
     action: Action,
     children: &Children,
+    pod_follows: bool,
+    counted: &mut BTreeSet<u32>,
 ) -> Result<Made, Error> {
     ctx.metrics.actions.inc(match action {
         Action::CreatePvc(_) => "create_pvc",
@@ -226,6 +232,7 @@ async fn act(
         Action::Drain(_) => "drain",
         Action::CheckPod(_) => "check_pod",
         Action::DeletePod(_) => "delete_pod",
+        Action::DeleteUnstartedPod(_) => "delete_unstarted_pod",
         Action::DeletePvc(_) => "delete_pvc",
         Action::SetClientTraffic { .. } => "set_client_traffic",
     });
@@ -241,12 +248,23 @@ async fn act(
     };
     match action {
         Action::CreatePvc(o) => {
-            let pvc = build::pvc(cr, o)?;
-            let r = pvcs.create(&post_params(), &pvc).await.map(|_| ());
-            ok_if(r, &[409]).map_err(failed(pvc.name_any()))?;
+            let pvc = build::pvc(cr, o, u32::from(pod_follows))?;
+            match pvcs.create(&post_params(), &pvc).await {
+                Ok(_) if pod_follows => {
+                    counted.insert(o);
+                }
+                r => ok_if(r.map(|_| ()), &[409]).map_err(failed(pvc.name_any()))?,
+            }
         }
         Action::CreatePod(o) => {
             let pod = build::pod(cr, o, &ctx.cluster_domain)?;
+            if !counted.contains(&o)
+                && pod_there_or_counted(&pods, &pvcs, &pod.name_any(), &build::pvc_name(cr, o))
+                    .await
+                    .map_err(failed(pod.name_any()))?
+            {
+                return Ok(Made::AlreadyThere);
+            }
             match pods.create(&post_params(), &pod).await {
                 Err(kube::Error::Api(e)) if e.code == 409 => return Ok(Made::AlreadyThere),
                 r => r.map(|_| ()).map_err(failed(pod.name_any()))?,
@@ -300,6 +318,13 @@ async fn act(
                 ok_if(r.map(|_| ()), &[404, 409]).map_err(failed(pod.name_any()))?;
             }
         }
+        Action::DeleteUnstartedPod(o) => {
+            if let Some(pod) = children.pods.get(&o) {
+                delete_if_never_started(&pods, pod)
+                    .await
+                    .map_err(failed(pod.name_any()))?;
+            }
+        }
         Action::SetClientTraffic { ordinal, on } => {
             if let Some(pod) = children.pods.get(&ordinal) {
                 // A label only: the client Service selects "on"; the pod is not restarted.
@@ -342,6 +367,79 @@ fn delete_exactly(uid: Option<String>) -> DeleteParams {
         }),
         ..DeleteParams::default()
     }
+}
+
+/// Before a pod is made on a volume that already exists: whether the pod is already there,
+/// read past the cache (a pass right after a creation often still misses it in its cache), and
+/// if not, count the pod about to be made on the volume. An attempt that would only find its
+/// pod there is not counted, so a member's first pod counts as one.
+async fn pod_there_or_counted(
+    pods: &Api<Pod>,
+    pvcs: &Api<PersistentVolumeClaim>,
+    pod: &str,
+    pvc: &str,
+) -> Result<bool, kube::Error> {
+    if pods.get_opt(pod).await?.is_some() {
+        return Ok(true);
+    }
+    count_pod_made(pvcs, pvc).await?;
+    Ok(false)
+}
+
+/// Count the pod about to be made on a member's volume (`ANNOTATION_PODS_MADE`) before it is
+/// made: read past the cache, and written only over that version (a conflict reads again). A
+/// volume without a count (made by an earlier version of the operator, or by a StatefulSet)
+/// is left unknown; no volume yet, nothing to count (its pod cannot start without it).
+async fn count_pod_made(pvcs: &Api<PersistentVolumeClaim>, name: &str) -> Result<(), kube::Error> {
+    let mut attempts = 0;
+    loop {
+        let Some(pvc) = pvcs.get_opt(name).await? else {
+            return Ok(());
+        };
+        let Some(n) = pvc
+            .annotations()
+            .get(ANNOTATION_PODS_MADE)
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            return Ok(());
+        };
+        let patch = json!({"metadata": {
+            "uid": pvc.uid(),
+            "resourceVersion": pvc.resource_version(),
+            "annotations": {ANNOTATION_PODS_MADE: n.saturating_add(1).to_string()},
+        }});
+        attempts += 1;
+        match pvcs
+            .patch(name, &PatchParams::default(), &Patch::Merge(patch))
+            .await
+        {
+            Err(kube::Error::Api(e)) if e.code == 409 && attempts < 3 => continue,
+            r => return r.map(|_| ()),
+        }
+    }
+}
+
+/// Delete a pod whose container never started, only if it still never has: read past the
+/// cache (still the pod observed, by uid), and deleted only as the version read (uid and
+/// resourceVersion), so a status saying the container started since keeps it.
+async fn delete_if_never_started(pods: &Api<Pod>, pod: &Pod) -> Result<(), kube::Error> {
+    let Some(now) = pods.get_opt(&pod.name_any()).await? else {
+        return Ok(());
+    };
+    if now.uid() != pod.uid() || !never_started(&now) {
+        return Ok(());
+    }
+    let params = DeleteParams {
+        preconditions: Some(Preconditions {
+            uid: now.uid(),
+            resource_version: now.resource_version(),
+        }),
+        ..DeleteParams::default()
+    };
+    ok_if(
+        pods.delete(&now.name_any(), &params).await.map(|_| ()),
+        &[404, 409],
+    )
 }
 
 /// Whether the pod named as `pod` is still `pod` (same uid), read from the API server.
@@ -681,5 +779,202 @@ mod absence_tests {
         let obs = crate::observe::pvc_obs(&pvc, false, &wish);
         assert_eq!(obs.served_since, Some(now));
         assert_eq!(obs.absent_since, Some(now));
+    }
+}
+
+/// The reads and writes around a pod made and a pod deleted as never started, against a
+/// scripted API server.
+#[cfg(test)]
+mod never_started_tests {
+    use super::*;
+    use http::{Request, Response};
+    use kube::Client;
+    use kube::client::Body;
+    use serde_json::Value;
+    use std::sync::Mutex;
+    use tower_test::mock;
+
+    /// (method, path, query, body) of each request.
+    type Seen = Arc<Mutex<Vec<(String, String, String, Value)>>>;
+
+    /// A client whose API server answers each request with the next of `replies`.
+    fn scripted(replies: Vec<(u16, Value)>) -> (Client, Seen) {
+        let (service, mut handle) = mock::pair::<Request<Body>, Response<Body>>();
+        let seen: Seen = Arc::default();
+        let log = seen.clone();
+        tokio::spawn(async move {
+            for (code, body) in replies {
+                let Some((request, respond)) = handle.next_request().await else {
+                    return;
+                };
+                let method = request.method().to_string();
+                let path = request.uri().path().to_string();
+                let query = request.uri().query().unwrap_or_default().to_string();
+                let bytes = request.into_body().collect_bytes().await.unwrap();
+                let sent = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+                log.lock().unwrap().push((method, path, query, sent));
+                let reason = if code == 404 { "NotFound" } else { "Conflict" };
+                let body = if code < 300 {
+                    body
+                } else {
+                    json!({"kind": "Status", "apiVersion": "v1", "metadata": {},
+                        "status": "Failure", "message": "scripted", "reason": reason, "code": code})
+                };
+                respond.send_response(
+                    Response::builder()
+                        .status(code)
+                        .header("content-type", "application/json")
+                        .body(Body::from(serde_json::to_vec(&body).unwrap()))
+                        .unwrap(),
+                );
+            }
+        });
+        (Client::new(service, "ns"), seen)
+    }
+
+    fn pvc(made: Option<&str>, rv: &str) -> Value {
+        let mut annotations = json!({ANNOTATION_CLUSTER_UID: "c1"});
+        if let Some(n) = made {
+            annotations[ANNOTATION_PODS_MADE] = json!(n);
+        }
+        json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+            "metadata": {"name": "data-demo-3", "namespace": "ns", "uid": "v1",
+                "resourceVersion": rv, "annotations": annotations}})
+    }
+
+    const PVC_PATH: &str = "/api/v1/namespaces/ns/persistentvolumeclaims/data-demo-3";
+    const POD_PATH: &str = "/api/v1/namespaces/ns/pods/demo-3";
+
+    /// Counted up from the count read past the cache, written only over that version; a
+    /// conflict reads it again. No count (or no volume): nothing written.
+    #[tokio::test]
+    async fn a_pod_made_is_counted_on_its_volume_first_over_the_version_read() {
+        let (client, seen) = scripted(vec![
+            (200, pvc(Some("1"), "7")),
+            (409, Value::Null),
+            (200, pvc(Some("1"), "8")),
+            (200, pvc(Some("2"), "9")),
+        ]);
+        count_pod_made(&Api::namespaced(client, "ns"), "data-demo-3")
+            .await
+            .unwrap();
+        let seen = seen.lock().unwrap().clone();
+        let lines: Vec<(&str, &str)> = seen
+            .iter()
+            .map(|(m, p, _, _)| (m.as_str(), p.as_str()))
+            .collect();
+        assert_eq!(
+            lines,
+            [
+                ("GET", PVC_PATH),
+                ("PATCH", PVC_PATH),
+                ("GET", PVC_PATH),
+                ("PATCH", PVC_PATH)
+            ]
+        );
+        for ((_, _, _, body), rv) in [(&seen[1], "7"), (&seen[3], "8")] {
+            assert_eq!(
+                body["metadata"],
+                json!({"uid": "v1", "resourceVersion": rv,
+                    "annotations": {ANNOTATION_PODS_MADE: "2"}})
+            );
+        }
+
+        for answer in [
+            (200, pvc(None, "7")),
+            (200, pvc(Some("many"), "7")),
+            (404, Value::Null),
+        ] {
+            let (client, seen) = scripted(vec![answer]);
+            count_pod_made(&Api::namespaced(client, "ns"), "data-demo-3")
+                .await
+                .unwrap();
+            assert_eq!(seen.lock().unwrap().len(), 1, "only the read");
+        }
+    }
+
+    /// A pod already there (the cache missed it) is neither counted nor made again.
+    #[tokio::test]
+    async fn a_pod_already_there_is_not_counted_again() {
+        let (client, seen) = scripted(vec![(200, pod("p1", json!({"phase": "Pending"})))]);
+        let there = pod_there_or_counted(
+            &Api::namespaced(client.clone(), "ns"),
+            &Api::namespaced(client, "ns"),
+            "demo-3",
+            "data-demo-3",
+        )
+        .await
+        .unwrap();
+        assert!(there);
+        assert_eq!(seen.lock().unwrap().len(), 1, "only the pod's read");
+
+        let (client, seen) = scripted(vec![
+            (404, Value::Null),
+            (200, pvc(Some("1"), "7")),
+            (200, pvc(Some("2"), "8")),
+        ]);
+        let there = pod_there_or_counted(
+            &Api::namespaced(client.clone(), "ns"),
+            &Api::namespaced(client, "ns"),
+            "demo-3",
+            "data-demo-3",
+        )
+        .await
+        .unwrap();
+        assert!(!there);
+        let seen = seen.lock().unwrap().clone();
+        let lines: Vec<(&str, &str)> = seen
+            .iter()
+            .map(|(m, p, _, _)| (m.as_str(), p.as_str()))
+            .collect();
+        assert_eq!(
+            lines,
+            [("GET", POD_PATH), ("GET", PVC_PATH), ("PATCH", PVC_PATH)]
+        );
+    }
+
+    fn pod(uid: &str, status: Value) -> Value {
+        json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "demo-3", "namespace": "ns", "uid": uid, "resourceVersion": "12"},
+            "status": status})
+    }
+
+    /// Deleted only when the pod read back is the one observed and still never started, and
+    /// then only as the version read.
+    #[tokio::test]
+    async fn a_pod_is_deleted_as_never_started_only_if_it_still_is() {
+        let pending = json!({"phase": "Pending", "conditions": [{"type": "PodScheduled",
+            "status": "False", "reason": "Unschedulable"}]});
+        let observed: Pod = serde_json::from_value(pod("p1", pending.clone())).unwrap();
+
+        let (client, seen) = scripted(vec![
+            (200, pod("p1", pending.clone())),
+            (200, pod("p1", pending.clone())),
+        ]);
+        delete_if_never_started(&Api::namespaced(client, "ns"), &observed)
+            .await
+            .unwrap();
+        let seen = seen.lock().unwrap().clone();
+        assert_eq!(seen.len(), 2);
+        assert_eq!(
+            (seen[1].0.as_str(), seen[1].1.as_str()),
+            ("DELETE", POD_PATH)
+        );
+        assert_eq!(
+            seen[1].3["preconditions"],
+            json!({"uid": "p1", "resourceVersion": "12"})
+        );
+
+        // Started since (running, or ran and waits to restart), or another pod by now: kept.
+        let started = json!({"phase": "Running", "containerStatuses": [{"name": "marekvs",
+            "image": "x", "imageID": "", "ready": false, "restartCount": 0,
+            "state": {"running": {}}}]});
+        for answer in [pod("p1", started), pod("p2", pending.clone())] {
+            let (client, seen) = scripted(vec![(200, answer)]);
+            delete_if_never_started(&Api::namespaced(client, "ns"), &observed)
+                .await
+                .unwrap();
+            assert_eq!(seen.lock().unwrap().len(), 1, "only the read");
+        }
     }
 }

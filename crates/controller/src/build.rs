@@ -62,6 +62,11 @@ pub const ANNOTATION_SERVED_SINCE: &str = marekvs_core::stale::ANNOTATION_SERVED
 /// from look-alikes (`marekvs_core::ownership`); a later object of the same name re-adopts a
 /// volume stamped with an earlier uid and stamps it again.
 pub const ANNOTATION_CLUSTER_UID: &str = "marekvs.io/cluster-uid";
+/// On a member's PVC: how many pods the operator has made for it, counted up before each
+/// attempt to create one ("0" when the PVC is made; an attempt that reads its pod already
+/// there is not counted; two racing attempts may both count: never fewer). `"1"` with that pod's container never started
+/// proves that no process ever ran on the volume (`PvcObs::pods_made`).
+pub const ANNOTATION_PODS_MADE: &str = "marekvs.io/pods-made";
 /// On the Services and the PDB: the hash of the content last applied, so an unchanged object is
 /// not applied again on every pass.
 pub const ANNOTATION_APPLIED_HASH: &str = "marekvs.io/applied-hash";
@@ -227,15 +232,23 @@ pub fn pdb(cr: &MarekvsCluster) -> Result<PodDisruptionBudget, Error> {
 }
 
 /// A member's volume. No owner reference: data outlives the custom resource on purpose, and a
-/// resource re-created with the same name adopts it (by the cluster-uid stamp).
-pub fn pvc(cr: &MarekvsCluster, ordinal: u32) -> Result<PersistentVolumeClaim, Error> {
+/// resource re-created with the same name adopts it (by the cluster-uid stamp). `pods_made`:
+/// 1 when its pod is created right after it (counted before that pod), else 0.
+pub fn pvc(
+    cr: &MarekvsCluster,
+    ordinal: u32,
+    pods_made: u32,
+) -> Result<PersistentVolumeClaim, Error> {
     let uid = cr.uid().ok_or_else(|| Error::NoUid(cr.name_any()))?;
     Ok(PersistentVolumeClaim {
         metadata: ObjectMeta {
             name: Some(pvc_name(cr, ordinal)),
             namespace: cr.namespace(),
             labels: Some(labels(cr, Some(ordinal))),
-            annotations: Some(BTreeMap::from([(ANNOTATION_CLUSTER_UID.into(), uid)])),
+            annotations: Some(BTreeMap::from([
+                (ANNOTATION_CLUSTER_UID.into(), uid),
+                (ANNOTATION_PODS_MADE.into(), pods_made.to_string()),
+            ])),
             ..Default::default()
         },
         spec: Some(PersistentVolumeClaimSpec {
@@ -1127,7 +1140,7 @@ mod tests {
 
     #[test]
     fn pvc_outlives_the_cluster_object() {
-        let v = serde_json::to_value(pvc(&cr(), 0).unwrap()).unwrap();
+        let v = serde_json::to_value(pvc(&cr(), 0, 1).unwrap()).unwrap();
         assert_eq!(v["metadata"]["name"], "data-demo-0");
         // Stamped with the uid of the object it was made for: how the operator knows its own.
         assert_eq!(
@@ -1158,7 +1171,7 @@ mod tests {
         assert!(matches!(pod(&c, 0, "cluster.local"), Err(Error::NoUid(_))));
         // The hash needs no owner; a PVC has none, but is stamped with the uid.
         assert!(desired_template_hash(&c, 0, "cluster.local").is_ok());
-        assert!(matches!(pvc(&c, 0), Err(Error::NoUid(_))));
+        assert!(matches!(pvc(&c, 0, 0), Err(Error::NoUid(_))));
     }
 
     #[test]

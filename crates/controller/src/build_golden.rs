@@ -152,7 +152,7 @@ fn render(case: &Case) -> String {
             json!({
                 "ordinal": o,
                 "desiredTemplateHash": build::desired_template_hash(&cr, o, case.cluster_domain).unwrap(),
-                "pvc": serde_json::to_value(build::pvc(&cr, o).unwrap()).unwrap(),
+                "pvc": serde_json::to_value(build::pvc(&cr, o, 1).unwrap()).unwrap(),
                 "pod": serde_json::to_value(build::pod(&cr, o, case.cluster_domain).unwrap()).unwrap(),
             })
         })

@@ -5,7 +5,10 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use futures::future::join_all;
-use k8s_openapi::api::core::v1::{ContainerStatus, PersistentVolumeClaim, Pod, PodStatus};
+use k8s_openapi::api::core::v1::{
+    ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStatus,
+    PersistentVolumeClaim, Pod, PodStatus,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::ResourceExt;
 use kube::runtime::reflector::Store;
@@ -18,8 +21,8 @@ use marekvs_core::{MemberObs, Memory, PodObs, PvcObs, Scrape};
 
 use crate::build::{
     self, ANNOTATION_ABSENT_SINCE, ANNOTATION_CLUSTER_UID, ANNOTATION_DRAINED_AT,
-    ANNOTATION_DRAINED_RESTARTS, ANNOTATION_REPLACE_VOLUME, ANNOTATION_RESTART,
-    ANNOTATION_SERVED_SINCE, ANNOTATION_TEMPLATE_HASH,
+    ANNOTATION_DRAINED_RESTARTS, ANNOTATION_PODS_MADE, ANNOTATION_REPLACE_VOLUME,
+    ANNOTATION_RESTART, ANNOTATION_SERVED_SINCE, ANNOTATION_TEMPLATE_HASH,
 };
 use crate::error::Error;
 use crate::scrape::MemberClient;
@@ -346,7 +349,29 @@ pub fn pod_obs(p: &Pod, desired_hash: &str) -> PodObs {
             .labels()
             .get(crate::build::LABEL_CLIENT_TRAFFIC)
             .is_some_and(|v| v == "off"),
+        never_started: never_started(p),
     }
+}
+
+/// No container of the pod has ever started, as its status says: Pending (or no status yet),
+/// and each container reported (if any) waiting, never running or exited, never restarted.
+/// Init containers are not counted: the member's process is the main container.
+pub fn never_started(p: &Pod) -> bool {
+    let Some(status) = p.status.as_ref() else {
+        return true;
+    };
+    if status.phase.as_deref().is_some_and(|ph| ph != "Pending") {
+        return false;
+    }
+    let ran = |s: Option<&ContainerState>| {
+        s.is_some_and(|s| s.running.is_some() || s.terminated.is_some())
+    };
+    status.container_statuses.iter().flatten().all(|c| {
+        c.restart_count == 0
+            && c.started != Some(true)
+            && !ran(c.state.as_ref())
+            && !ran(c.last_state.as_ref())
+    })
 }
 
 pub(crate) fn pvc_obs(
@@ -360,6 +385,10 @@ pub(crate) fn pvc_obs(
         outdated: replace_volumes && !wish.fits_in_place(&volume(p)),
         absent_since: annotated_time(p, ANNOTATION_ABSENT_SINCE),
         served_since: annotated_time(p, ANNOTATION_SERVED_SINCE),
+        pods_made: p
+            .annotations()
+            .get(ANNOTATION_PODS_MADE)
+            .and_then(|n| n.parse().ok()),
     }
 }
 
@@ -422,6 +451,9 @@ pub fn slim_pod(p: &mut Pod) {
                         name: c.name,
                         ready: c.ready,
                         restart_count: c.restart_count,
+                        started: c.started,
+                        state: c.state.map(ran_only),
+                        last_state: c.last_state.map(ran_only),
                         ..ContainerStatus::default()
                     })
                     .collect()
@@ -431,10 +463,100 @@ pub fn slim_pod(p: &mut Pod) {
     }
 }
 
+/// Of a container state, only whether it is (or was) running or exited, without its texts.
+fn ran_only(s: ContainerState) -> ContainerState {
+    ContainerState {
+        running: s.running.map(|_| ContainerStateRunning::default()),
+        terminated: s.terminated.map(|t| ContainerStateTerminated {
+            exit_code: t.exit_code,
+            ..ContainerStateTerminated::default()
+        }),
+        waiting: None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// A pod counts as never started only while its status says no container ever ran:
+    /// unscheduled, or waiting for its image, with no restart and no earlier state. The
+    /// cache's slimmed pod says the same.
+    #[test]
+    fn a_pod_never_started_only_while_no_container_ever_ran() {
+        let pod = |status: serde_json::Value| -> Pod {
+            serde_json::from_value(json!({"metadata": {"name": "demo-3"}, "status": status}))
+                .unwrap()
+        };
+        let waiting = json!({"waiting": {"reason": "ErrImagePull", "message": "not found"}});
+        let cases = [
+            (json!(null), true),
+            (
+                json!({"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]}),
+                true,
+            ),
+            (
+                json!({"phase": "Pending", "containerStatuses": [{"name": "marekvs", "image": "x", "imageID": "", "ready": false, "restartCount": 0, "state": waiting}]}),
+                true,
+            ),
+            // Running, or ran once and is waiting to run again.
+            (
+                json!({"phase": "Running", "containerStatuses": [{"name": "marekvs", "image": "x", "imageID": "", "ready": false, "restartCount": 0, "state": {"running": {}}}]}),
+                false,
+            ),
+            (
+                json!({"phase": "Pending", "containerStatuses": [{"name": "marekvs", "image": "x", "imageID": "", "ready": false, "restartCount": 0, "started": true, "state": waiting}]}),
+                false,
+            ),
+            (
+                json!({"phase": "Pending", "containerStatuses": [{"name": "marekvs", "image": "x", "imageID": "", "ready": false, "restartCount": 1, "state": waiting}]}),
+                false,
+            ),
+            (
+                json!({"phase": "Pending", "containerStatuses": [{"name": "marekvs", "image": "x", "imageID": "", "ready": false, "restartCount": 0, "state": waiting, "lastState": {"terminated": {"exitCode": 1}}}]}),
+                false,
+            ),
+            (
+                json!({"phase": "Pending", "containerStatuses": [{"name": "marekvs", "image": "x", "imageID": "", "ready": false, "restartCount": 0, "state": {"terminated": {"exitCode": 0}}}]}),
+                false,
+            ),
+            (json!({"phase": "Failed"}), false),
+        ];
+        for (status, expected) in cases {
+            let full = pod(status.clone());
+            assert_eq!(never_started(&full), expected, "{status}");
+            let mut slim = full.clone();
+            slim_pod(&mut slim);
+            assert_eq!(never_started(&slim), expected, "slimmed: {status}");
+            assert_eq!(pod_obs(&slim, "h").never_started, expected);
+        }
+    }
+
+    /// The count of pods made, as the volume records it; unknown when missing or unreadable.
+    #[test]
+    fn a_volumes_count_of_pods_made_is_read_or_unknown() {
+        let wish = StorageWish {
+            size: "1Gi".into(),
+            class_name: None,
+        };
+        for (value, expected) in [
+            (Some("1"), Some(1)),
+            (Some("2"), Some(2)),
+            (Some("x"), None),
+            (None, None),
+        ] {
+            let mut annotations = serde_json::Map::new();
+            if let Some(v) = value {
+                annotations.insert(ANNOTATION_PODS_MADE.into(), json!(v));
+            }
+            let pvc: PersistentVolumeClaim = serde_json::from_value(
+                json!({"metadata": {"name": "data-demo-3", "annotations": annotations}}),
+            )
+            .unwrap();
+            assert_eq!(pvc_obs(&pvc, false, &wish).pods_made, expected, "{value:?}");
+        }
+    }
 
     /// The slimmed pod of the cache tells the operator everything the full one does.
     #[test]

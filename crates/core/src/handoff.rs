@@ -782,6 +782,7 @@ mod tests {
                 replace_volume: false,
                 restart: false,
                 client_traffic_off: false,
+                never_started: false,
             }),
             pvc: None,
             scrape: Some(Scrape {

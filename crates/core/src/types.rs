@@ -156,6 +156,10 @@ pub struct PodObs {
     /// The pod carries `marekvs.io/client-traffic: "off"`: the client Service no longer
     /// selects it, so no new client writes originate on it (see `Action::SetClientTraffic`).
     pub client_traffic_off: bool,
+    /// No container of this pod has ever started: it is Pending, not one of its containers
+    /// is or was running or has exited, none has restarted (unscheduled, its image not pulled,
+    /// its volume not attached). `false` when unknown.
+    pub never_started: bool,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -173,6 +177,10 @@ pub struct PvcObs {
     /// volume once; `None` until then. A member whose volume first served after another
     /// member left may lack what only that one's volume holds (see `stale`).
     pub served_since: Option<Millis>,
+    /// How many pods the operator has made for it, as recorded on the volume (counted up
+    /// before each attempt to create one, so never fewer). `None` when unknown: a volume made by an
+    /// earlier version of the operator, or by a StatefulSet, or an unreadable count.
+    pub pods_made: Option<u32>,
 }
 
 /// Everything observed about one ordinal.
@@ -267,6 +275,11 @@ pub enum VictimReason {
     NotReady,
     /// The highest ordinal.
     HighestOrdinal,
+    /// No process ever ran on it: its only pod, the first the operator made for its volume
+    /// (or it has no volume), is Pending and its container never started (unscheduled, an
+    /// image that cannot be pulled). It holds no data and never joined, so it is removed
+    /// without the hand-off gate and without a drain (`Action::DeleteUnstartedPod`).
+    NeverStarted,
 }
 
 /// The member being removed: written to status before anything is done to it.
@@ -623,6 +636,10 @@ pub enum Action {
     /// builds for the member (`MemberObs::new_pod` reports the answer). Creates nothing.
     CheckPod(u32),
     DeletePod(u32),
+    /// Delete the pod of a member whose container never started (`VictimReason::NeverStarted`),
+    /// only if it still never has: read back past the cache, and deleted only as that exact
+    /// version of it (uid and resourceVersion), so a container that starts meanwhile keeps it.
+    DeleteUnstartedPod(u32),
     DeletePvc(u32),
     /// Set the pod's label `marekvs.io/client-traffic` to `"on"` or `"off"` (a label patch,
     /// never a restart): the client Service selects only `"on"`.
@@ -641,6 +658,7 @@ impl Action {
             | Action::Drain(o)
             | Action::CheckPod(o)
             | Action::DeletePod(o)
+            | Action::DeleteUnstartedPod(o)
             | Action::DeletePvc(o)
             | Action::SetClientTraffic { ordinal: o, .. } => o,
         }

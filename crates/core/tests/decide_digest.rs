@@ -137,7 +137,14 @@ const LOAD_PCT: u64 = 40;
 ///   block stands. The generator draws that answer from a stream of its own (none yet 3.6 %,
 ///   refused 2.4 %, half of those old enough to ask again): with every pod admitted the digest
 ///   is the one before.
-const DIGEST: u64 = 0xb315_006c_7683_e349;
+/// - `0xb315_006c_7683_e349` → `0x4bcb_3d96_7399_2e72`: a member whose container never
+///   started, on a volume with no pod before its own (`pods_made` 1), is removed without the
+///   hand-off gate: its pod deleted as never started (`DeleteUnstartedPod`), no drain, and the
+///   removal complete once the pod is gone, unless in a mass failure; given up if its
+///   container starts first (`ScaleDownDeferred`). The generator draws such pods, and such
+///   recorded removals, from a stream of their own (`never_started`): with both drawn never
+///   the digest is the one before.
+const DIGEST: u64 = 0x4bcb_3d96_7399_2e72;
 
 /// What the generator draws beyond `SplitMix64`'s own.
 trait Draws {
@@ -451,6 +458,24 @@ fn healthy(o: u32, view: u64, seen: &BTreeSet<u32>, sample: Option<&Sample>) -> 
         look_alike: false,
         client_input: Some(0),
         new_pod: PodAdmission::Admitted,
+    }
+}
+
+const UNSTARTED_PCT: u64 = 30;
+const UNSTARTED_REMOVAL_PCT: u64 = 15;
+
+/// Some pods not ready never started, on volumes whose pod count is 1 (most), 2 or unknown:
+/// drawn from a stream of their own, after everything else.
+fn never_started(r: &mut SplitMix64, observed: &mut BTreeMap<u32, MemberObs>) {
+    for m in observed.values_mut() {
+        if let Some(p) = m.pod.as_mut().filter(|p| !p.ready && !p.terminating)
+            && r.pct(UNSTARTED_PCT)
+        {
+            p.never_started = true;
+            if let Some(v) = m.pvc.as_mut() {
+                v.pods_made = r.pick(&[Some(1), Some(1), Some(2), None]);
+            }
+        }
     }
 }
 
@@ -975,6 +1000,11 @@ fn branches(input: &Memory, observed: &BTreeMap<u32, MemberObs>, d: &Decision) -
 
 /// Every branch of `decide` the generator must reach.
 const REACHED: &[&str] = &[
+    "idle :: note ScaleDownStarted removing demo-# (its container never started: it holds no data, so no drain and no hand-off gate): # → # members",
+    "removal Settling :: note MemberRemoved demo-# removed; its container never started, so it held no data; its volume is kept",
+    "action DeleteUnstartedPod",
+    "removal Deleting :: note ScaleDownDeferred demo-# started before its pod was deleted: it may hold data now, so it is removed only behind the hand-off gate, like any other member",
+    "plan first NeverStarted not held",
     "action CheckPod",
     "blocked PodRefused",
     "note ClientConnectionsCut",
@@ -1204,6 +1234,7 @@ fn decide_over_generated_inputs_has_the_recorded_digest() {
     let mut loads = SplitMix64(0x6c6f_6164_7269_6e67);
     // Its own stream, so the inputs drawn before it came are drawn the same.
     let mut admits = SplitMix64(0x6164_6d69_7473_2121);
+    let mut unstarted = SplitMix64(0x756e_7374_6172_7421);
     let mut digest: u64 = 0xcbf2_9ce4_8422_2325;
     let mut counts: BTreeMap<String, usize> = BTreeMap::new();
     let mut inputs = 0usize;
@@ -1232,6 +1263,12 @@ fn decide_over_generated_inputs_has_the_recorded_digest() {
             1_700_000_000_000 + r.upto(1_000_000_000)
         };
         let mut memory = gen_memory(&mut r, &mut asks, &spec, now.max(0));
+        // A removal recorded as of a member whose container never started.
+        if let Some(Disruption::Removal(rm)) = memory.disruption.as_mut()
+            && unstarted.pct(UNSTARTED_REMOVAL_PCT)
+        {
+            rm.reason = VictimReason::NeverStarted;
+        }
         if shape.load > 0 {
             loaded_samples(&mut loads, &mut memory, spec.settle_ms, now.max(0));
         }
@@ -1252,6 +1289,7 @@ fn decide_over_generated_inputs_has_the_recorded_digest() {
                 &memory,
                 &spec,
             );
+            never_started(&mut unstarted, &mut observed);
             if shape.swaps > 0 && views.pct(shape.swaps) {
                 swap_a_view(&mut views, &mut observed);
             }

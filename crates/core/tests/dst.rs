@@ -106,6 +106,9 @@ use marekvs_core::volumes::{StorageWish, Volume};
 use marekvs_core::*;
 
 const PARTITIONS: usize = 32;
+/// How often a pod made cannot start at once (unscheduled, its image not pulled): it starts
+/// 3 to 62 ticks later, unless deleted first.
+const UNSTARTABLE: f64 = 0.05;
 /// An Active member's bootstrap a donor did not answer is asked again after this many ticks
 /// (the node's first backoff), only while the partition is still empty on its volume.
 const ASK_AGAIN_TICKS: u64 = 5;
@@ -200,6 +203,9 @@ struct Pod {
     /// Deleted at this tick (SIGTERM); exits `EXIT_TICKS` later.
     deleted_at: Option<u64>,
     crashed_until: Option<u64>,
+    /// Its container has started at least once (what the kubelet reports). A pod made
+    /// unstartable (unscheduled, its image not pulled) waits, `crashed_until` its start.
+    ever_started: bool,
     /// When its process last stopped (a crash), for the failure detector.
     stopped_at: u64,
     /// When its process last started.
@@ -252,6 +258,7 @@ impl Pod {
             phase: Phase::Joining,
             deleted_at: None,
             crashed_until: None,
+            ever_started: true,
             stopped_at: 0,
             started_at: t,
             returning: false,
@@ -282,6 +289,7 @@ impl Pod {
     /// Its process (re)starts at `t`: Joining, undrained, counters at 0.
     fn start(&mut self, t: u64, vol: Option<&Vol>, rng: &mut SplitMix64) {
         self.crashed_until = None;
+        self.ever_started = true;
         self.phase = Phase::Joining;
         self.drained = false;
         self.started_at = t;
@@ -331,6 +339,8 @@ struct Vol {
     join_pending: BTreeSet<usize>,
     /// A user discards it (a careful replacement): what only it holds is the user's choice.
     user_discarded: bool,
+    /// Pods made for it (the shell's `pods-made` count, counted before each creation).
+    pods_made: u32,
 }
 
 impl Vol {
@@ -429,6 +439,8 @@ struct World {
     stranger_until: BTreeMap<u32, u64>,
     /// Members whose pod the operator deleted and that have no pod yet.
     op_deleted: BTreeSet<u32>,
+    /// Pods the operator deleted as never started (each checked to hold nothing).
+    unstarted_deleted: u64,
     storage: Storage,
     /// `spec.storage.staleVolumeGraceSeconds`, in ms.
     stale_grace_ms: Millis,
@@ -485,6 +497,7 @@ impl World {
             split: None,
             stranger_until: BTreeMap::new(),
             op_deleted: BTreeSet::new(),
+            unstarted_deleted: 0,
             storage: Storage {
                 size_gi: 4,
                 class: 0,
@@ -1262,6 +1275,7 @@ impl World {
                         replace_volume: p.replace_volume,
                         restart: p.restart,
                         client_traffic_off: p.client_off,
+                        never_started: !p.ever_started,
                     }),
                     pvc: self.vols.get(&o).map(|v| PvcObs {
                         uid: v.uid.to_string(),
@@ -1269,6 +1283,7 @@ impl World {
                         outdated: !self.storage.wish().fits_in_place(&v.volume()),
                         absent_since: v.absent_since,
                         served_since: v.served_since,
+                        pods_made: Some(v.pods_made),
                     }),
                     scrape,
                     view,
@@ -1418,20 +1433,35 @@ impl World {
                             heartbeat: false,
                             join_pending: BTreeSet::new(),
                             user_discarded: false,
+                            pods_made: 0,
                         },
                     );
                 }
             }
-            // The API server refuses it: nothing is made.
-            Action::CreatePod(_) if self.refused_version == Some(self.version) => {}
+            // The API server refuses it: nothing is made (the shell counted it first).
+            Action::CreatePod(o) if self.refused_version == Some(self.version) => {
+                if let Some(v) = self.vols.get_mut(&o) {
+                    v.pods_made += 1;
+                }
+            }
             Action::CheckPod(o) => {
                 let admitted = self.refused_version != Some(self.version);
                 self.admissions.insert(o, (self.version, admitted, t));
             }
             Action::CreatePod(o) => {
+                if let Some(v) = self.vols.get_mut(&o) {
+                    v.pods_made += 1;
+                }
                 if !self.pods.contains_key(&o) && self.vols.get(&o).is_some_and(|v| !v.deleting) {
                     let mut pod = Pod::new(self.version, t);
-                    pod.start(t, self.vols.get(&o), &mut self.rng);
+                    if self.rng.chance(UNSTARTABLE) {
+                        // Unscheduled or its image not pulled: it starts later, if ever.
+                        pod.ever_started = false;
+                        pod.crashed_until = Some(t + 3 + self.rng.below(60));
+                        pod.stopped_at = t;
+                    } else {
+                        pod.start(t, self.vols.get(&o), &mut self.rng);
+                    }
                     self.pods.insert(o, pod);
                     self.exited.remove(&o);
                     self.op_deleted.remove(&o);
@@ -1453,6 +1483,24 @@ impl World {
                 {
                     p.deleted_at = Some(t);
                     self.op_deleted.insert(o);
+                }
+            }
+            // The shell reads the pod back first: deleted only while it still never started.
+            // No disruption (nothing ran, nothing is served), but the claim is checked: its
+            // volume holds nothing at all.
+            Action::DeleteUnstartedPod(o) => {
+                if self
+                    .pods
+                    .get(&o)
+                    .is_some_and(|p| p.deleted_at.is_none() && !p.ever_started)
+                {
+                    if let Some(p) = (0..PARTITIONS).find(|p| self.has_local(o, *p)) {
+                        return Err(format!(
+                            "deleted the pod of {o} as never started, its volume holding partition {p}"
+                        ));
+                    }
+                    self.pods.get_mut(&o).unwrap().deleted_at = Some(t);
+                    self.unstarted_deleted += 1;
                 }
             }
             Action::DeletePvc(o) => {
@@ -1659,6 +1707,10 @@ struct Counts {
     loads_stopped_for_stalled_window: u64,
     /// Passes whose scale-up added members up to its batch and left others for later.
     scale_ups_batched: u64,
+    /// Removals started of a member whose container never started (no gate, no drain).
+    never_started_removals: u64,
+    /// Pods deleted as never started, each with its volume checked to hold nothing.
+    unstarted_pods_deleted: u64,
     load: LoadCounts,
 }
 
@@ -1705,6 +1757,8 @@ impl std::ops::AddAssign for Counts {
         self.refused_specs_fixed += o.refused_specs_fixed;
         self.loads_stopped_for_stalled_window += o.loads_stopped_for_stalled_window;
         self.scale_ups_batched += o.scale_ups_batched;
+        self.never_started_removals += o.never_started_removals;
+        self.unstarted_pods_deleted += o.unstarted_pods_deleted;
         self.load += o.load;
     }
 }
@@ -2284,6 +2338,15 @@ impl Operator {
         look_alike_holds(&observed, &d, &sizing.spec, t, counts, violations);
         count_load(w, &status.memory, &d, &observed);
         check_victim(w, &status.memory, &sizing.spec, &d, counts, violations);
+        if d.memory.removal().is_some_and(|r| {
+            r.reason == VictimReason::NeverStarted
+                && status
+                    .memory
+                    .removal()
+                    .is_none_or(|p| p.ordinal != r.ordinal)
+        }) {
+            counts.never_started_removals += 1;
+        }
         scale_up_in_batches(
             &sizing.spec,
             &status.memory,
@@ -2601,7 +2664,11 @@ fn apply_actions(
             .pods
             .get(&a.ordinal())
             .is_some_and(|p| p.deleted_at.is_none());
-        if matches!(a, Action::DeletePod(_)) && !is_stop(a, spec, d) && running && at_risk > 0 {
+        if matches!(a, Action::DeletePod(_) | Action::DeleteUnstartedPod(_))
+            && !is_stop(a, spec, d)
+            && running
+            && at_risk > 0
+        {
             w.load.pods_deleted_with_unique += 1;
             w.load.writes_at_risk += at_risk;
         }
@@ -2810,7 +2877,10 @@ fn mass_failure_allows(
         Action::CreatePvc(o) => {
             memory.phases.get(o) == Some(&MemberPhase::Joining) && !m.down.contains(o)
         }
-        Action::DeletePvc(_) | Action::Drain(_) | Action::DeletePod(_) => false,
+        Action::DeletePvc(_)
+        | Action::Drain(_)
+        | Action::DeletePod(_)
+        | Action::DeleteUnstartedPod(_) => false,
         // A label: moves no data. A dry run: makes nothing.
         Action::SetClientTraffic { .. } | Action::CheckPod(_) => true,
     };
@@ -3149,6 +3219,7 @@ fn run_world(seed: u64, trace: bool, broken: Broken) -> Outcome {
     }
     counts.steps = w.t;
     counts.load = w.load;
+    counts.unstarted_pods_deleted = w.unstarted_deleted;
     if violations.is_empty() {
         violations.extend(check_converged(
             &w,
@@ -3244,7 +3315,7 @@ fn no_schedule_loses_data_or_disrupts_two_members_and_every_one_converges() {
          hibernation: {} pods stopped, {} passes Hibernated, {} wakes, {} passes with a wake refused ({} refused volumes kept by the user), {} stale volumes replaced by a fresh-volume wake; \
          fences: {} pods stopped, {} passes holding a wanted step for a fence, {} stale volumes of unfenced members kept by the user; {} passes checked with a member fenced or the cluster hibernated; \
          new pods: {} dry runs before a rolling drain, {} rolling drains (each after its pod was admitted), {} passes blocked on a refused pod, {} refused specs fixed by the user; \
-         {} scale-ups that added a batch and left members for later",
+         {} scale-ups that added a batch and left members for later, {} removals of a member whose container never started (no gate, no drain), {} of its pods deleted (each volume checked empty)",
         counts.steps,
         counts.faults,
         counts.invariant_checks,
@@ -3285,6 +3356,8 @@ fn no_schedule_loses_data_or_disrupts_two_members_and_every_one_converges() {
         counts.pod_refused_passes,
         counts.refused_specs_fixed,
         counts.scale_ups_batched,
+        counts.never_started_removals,
+        counts.unstarted_pods_deleted,
     );
     println!("dst: {schedules} schedules in {:.1?}", started.elapsed());
     let l = counts.load;
@@ -3378,6 +3451,8 @@ fn no_schedule_loses_data_or_disrupts_two_members_and_every_one_converges() {
         );
         assert!(counts.loads_stopped_for_stalled_window > 0, "{counts:?}");
         assert!(counts.scale_ups_batched > 0, "{counts:?}");
+        assert!(counts.never_started_removals > 0, "{counts:?}");
+        assert!(counts.unstarted_pods_deleted > 0, "{counts:?}");
         assert!(
             l.victim_deletions_checked > 0
                 && l.deletions_past_join_gauge > 0

@@ -110,10 +110,15 @@ impl World {
                         outdated: false,
                         absent_since: None,
                         served_since: None,
+                        pods_made: Some(0),
                     });
                 }
                 Action::CreatePod(o) => {
-                    self.obs.entry(o).or_default().pod = Some(PodObs {
+                    let m = self.obs.entry(o).or_default();
+                    if let Some(n) = m.pvc.as_mut().and_then(|v| v.pods_made.as_mut()) {
+                        *n += 1;
+                    }
+                    m.pod = Some(PodObs {
                         ready: true,
                         terminating: false,
                         drained: false,
@@ -121,6 +126,7 @@ impl World {
                         replace_volume: false,
                         restart: false,
                         client_traffic_off: self.victim == Some(o),
+                        never_started: false,
                     });
                     self.copying_until = now + self.copying_ms;
                     self.started.insert(o, now);
@@ -150,6 +156,15 @@ impl World {
                         m.scrape = None;
                     }
                     self.copying_until = now + self.copying_ms;
+                }
+                // As the shell: only a pod whose container still never started.
+                Action::DeleteUnstartedPod(o) => {
+                    if let Some(m) = self.obs.get_mut(&o)
+                        && m.pod.as_ref().is_some_and(|p| p.never_started)
+                    {
+                        m.pod = None;
+                        m.scrape = None;
+                    }
                 }
                 Action::DeletePvc(o) => {
                     if let Some(m) = self.obs.get_mut(&o) {
@@ -1287,9 +1302,17 @@ fn arb_obs() -> impl Strategy<Value = MemberObs> {
                 prop::bool::weighted(0.3),
                 prop::bool::weighted(0.05),
                 prop::bool::weighted(0.7),
+                prop::bool::weighted(0.3),
             ),
         ),
-        prop::option::weighted(0.9, (prop::bool::weighted(0.05), prop::bool::weighted(0.2))),
+        prop::option::weighted(
+            0.9,
+            (
+                prop::bool::weighted(0.05),
+                prop::bool::weighted(0.2),
+                prop::option::weighted(0.8, 0u32..3),
+            ),
+        ),
         prop::option::weighted(
             0.8,
             (
@@ -1305,22 +1328,34 @@ fn arb_obs() -> impl Strategy<Value = MemberObs> {
     )
         .prop_map(|(pod, pvc, scrape)| MemberObs {
             pod: pod.map(
-                |(ready, terminating, drained, outdated, replace_volume, traffic_off)| PodObs {
+                |(
                     ready,
                     terminating,
                     drained,
                     outdated,
                     replace_volume,
-                    restart: false,
-                    client_traffic_off: traffic_off,
+                    traffic_off,
+                    unstarted,
+                )| {
+                    PodObs {
+                        ready,
+                        terminating,
+                        drained,
+                        outdated,
+                        replace_volume,
+                        restart: false,
+                        client_traffic_off: traffic_off,
+                        never_started: unstarted,
+                    }
                 },
             ),
-            pvc: pvc.map(|(terminating, outdated)| PvcObs {
+            pvc: pvc.map(|(terminating, outdated, pods_made)| PvcObs {
                 uid: "u".into(),
                 terminating,
                 outdated,
                 absent_since: None,
                 served_since: None,
+                pods_made,
             }),
             scrape: scrape.map(|(view, under, join, rep, rounds)| Scrape {
                 view_members: view,
@@ -1356,6 +1391,11 @@ struct Reached {
     /// Rounds whose ready members' views disagreed by identity, while a removal or a restart
     /// was in progress or wanted.
     views_held: u64,
+    /// Removals started of a member whose container never started: no gate, its pod deleted
+    /// at once.
+    never_started_removals_started: u64,
+    /// Passes that deleted a pod as never started (the start, or a later pass of the step).
+    unstarted_pods_deleted: u64,
 }
 
 impl std::ops::AddAssign for Reached {
@@ -1371,6 +1411,8 @@ impl std::ops::AddAssign for Reached {
         self.fresh_volume_started += o.fresh_volume_started;
         self.fresh_volume_deleted += o.fresh_volume_deleted;
         self.views_held += o.views_held;
+        self.never_started_removals_started += o.never_started_removals_started;
+        self.unstarted_pods_deleted += o.unstarted_pods_deleted;
     }
 }
 
@@ -1411,6 +1453,7 @@ fn calm_asking(mem: &Memory, outdated: bool, asking: Option<u32>) -> BTreeMap<u3
                 restart: false,
                 // The label the stepper asks for has taken (a restarted pod is built "on").
                 client_traffic_off: Some(*o) == disrupted && Some(*o) != moved,
+                never_started: false,
             });
             let scrape = pod.as_ref().map(|_| Scrape {
                 view_members: serving,
@@ -1422,6 +1465,7 @@ fn calm_asking(mem: &Memory, outdated: bool, asking: Option<u32>) -> BTreeMap<u3
                 outdated: false,
                 absent_since: None,
                 served_since: None,
+                pods_made: None,
             });
             (
                 *o,
@@ -1502,15 +1546,31 @@ fn no_unsafe_step(
         let deletes: Vec<u32> = d
             .actions
             .iter()
-            .filter_map(|a| {
-                if let Action::DeletePod(o) = a {
-                    Some(*o)
-                } else {
-                    None
-                }
+            .filter_map(|a| match a {
+                Action::DeletePod(o) | Action::DeleteUnstartedPod(o) => Some(*o),
+                _ => None,
             })
             .collect();
         prop_assert!(deletes.len() <= 1, "deletes {:?}", deletes);
+        // A pod is deleted as never started only for the removal of that member, recorded
+        // as such, with its pod seen never started on a volume with no pod before it.
+        for a in &d.actions {
+            if let Action::DeleteUnstartedPod(o) = a {
+                reached.unstarted_pods_deleted += 1;
+                prop_assert!(
+                    d.memory
+                        .removal()
+                        .is_some_and(|r| r.ordinal == *o && r.reason == VictimReason::NeverStarted)
+                );
+                let m = &observed[o];
+                prop_assert!(m.pod.as_ref().is_some_and(|p| p.never_started && !p.ready));
+                prop_assert!(
+                    m.pvc
+                        .as_ref()
+                        .is_none_or(|v| v.pods_made == Some(1) && v.served_since.is_none())
+                );
+            }
+        }
 
         // Views that disagree by identity hold every disruptive step, and a new removal or
         // restart.
@@ -1521,7 +1581,10 @@ fn no_unsafe_step(
             prop_assert!(
                 !d.actions.iter().any(|a| matches!(
                     a,
-                    Action::Drain(_) | Action::DeletePod(_) | Action::DeletePvc(_)
+                    Action::Drain(_)
+                        | Action::DeletePod(_)
+                        | Action::DeleteUnstartedPod(_)
+                        | Action::DeletePvc(_)
                 )),
                 "views disagree, yet {:?}",
                 d.actions
@@ -1552,7 +1615,40 @@ fn no_unsafe_step(
 
         // A new removal starts only above the floor and with every member known and safe.
         let started = mem.removal().is_none() && d.memory.removal().is_some();
-        if started {
+        let never_started = d
+            .memory
+            .removal()
+            .is_some_and(|r| r.reason == VictimReason::NeverStarted);
+        if started && never_started {
+            // Without the gate, but only a member whose container never started, on a volume
+            // with no pod before it; its pod deleted (after the record) only as such, nothing
+            // else disrupted (members created, pods labelled to take client traffic: nothing
+            // taken away).
+            reached.never_started_removals_started += 1;
+            prop_assert!(d.memory.members.len() as u32 > s.floor());
+            prop_assert!(s.replication_factor >= 2);
+            let victim = d.memory.removal().map(|r| r.ordinal).expect("started");
+            let m = &observed[&victim];
+            prop_assert!(
+                m.pod
+                    .as_ref()
+                    .is_some_and(|p| p.never_started && !p.ready && !p.terminating)
+            );
+            prop_assert!(
+                m.pvc
+                    .as_ref()
+                    .is_none_or(|v| v.pods_made == Some(1) && v.served_since.is_none())
+            );
+            for a in &d.actions {
+                prop_assert!(
+                    matches!(a, Action::CreatePvc(o) | Action::CreatePod(o) if *o != victim)
+                        || matches!(a, Action::SetClientTraffic { ordinal, on: true } if *ordinal != victim)
+                        || *a == Action::DeleteUnstartedPod(victim),
+                    "{:?}",
+                    d.actions
+                );
+            }
+        } else if started {
             reached.removal_started += 1;
             prop_assert!(d.memory.members.len() as u32 > s.floor());
             // The record is written before acting: only its client traffic is cut with it.
@@ -1750,6 +1846,8 @@ fn no_unsafe_step_under_any_observations() {
     println!("stepper property: 2,000 cases reached {reached:?}");
     // Each guarded branch must be reached: a property whose inputs never get there proves nothing.
     assert!(reached.removal_started >= 20, "{reached:?}");
+    assert!(reached.never_started_removals_started >= 1, "{reached:?}");
+    assert!(reached.unstarted_pods_deleted >= 1, "{reached:?}");
     assert!(reached.handoff_deleted >= 5, "{reached:?}");
     assert!(reached.removal_completed >= 5, "{reached:?}");
     assert!(reached.volume_deleted >= 5, "{reached:?}");
@@ -2335,6 +2433,7 @@ fn orphaned_pods_on_kept_volumes_make_their_members_wait_not_new_ones() {
                     outdated: false,
                     absent_since: None,
                     served_since: None,
+                    pods_made: None,
                 }),
                 look_alike: true,
                 client_input: Some(0),
@@ -2753,4 +2852,164 @@ fn a_scale_up_adds_members_in_batches_no_larger_than_the_members_serving() {
     let ds = drive(&one, &mut w, &mut mem, 0, 60);
     let created = pods_created_per_pass(&ds);
     assert_eq!(created, [3, 2]);
+}
+
+/// 3 → 5 where the two new members' containers never start (unscheduled, an image that
+/// cannot be pulled), and demo-1 is down as well: back to 3, the two are removed at once,
+/// highest first, without the gate and without a drain, because they hold nothing. A member
+/// whose volume had a pod before, or whose count is unknown, goes through the gate like any
+/// other; so does one whose container starts before its pod is deleted.
+#[test]
+fn a_member_that_never_started_is_removed_without_the_gate_and_without_a_drain() {
+    let s = spec(3, 2);
+    let member = |ready: bool, unstarted: bool, pods_made: Option<u32>| MemberObs {
+        pod: Some(PodObs {
+            ready,
+            never_started: unstarted,
+            ..PodObs::default()
+        }),
+        pvc: Some(PvcObs {
+            uid: "v".into(),
+            served_since: ready.then_some(1_000),
+            pods_made,
+            ..PvcObs::default()
+        }),
+        scrape: ready.then(|| Scrape {
+            view_members: 2,
+            ..Scrape::default()
+        }),
+        view: None,
+        look_alike: false,
+        client_input: Some(0),
+        new_pod: PodAdmission::Admitted,
+    };
+    let five = || Memory {
+        members: [0, 1, 2, 3, 4].into(),
+        phases: [
+            (0, MemberPhase::Active),
+            (1, MemberPhase::Unready),
+            (2, MemberPhase::Active),
+            (3, MemberPhase::Joining),
+            (4, MemberPhase::Joining),
+        ]
+        .into(),
+        ..Memory::default()
+    };
+    let unstarted = |made: [Option<u32>; 2]| {
+        with_views(BTreeMap::from([
+            (0, member(true, false, Some(1))),
+            (1, member(false, false, Some(1))),
+            (2, member(true, false, Some(1))),
+            (3, member(false, true, made[0])),
+            (4, member(false, true, made[1])),
+        ]))
+    };
+    let pass = |memory: &Memory, observed: &BTreeMap<u32, MemberObs>, now: Millis| {
+        decide(&Input {
+            spec: &s,
+            memory,
+            observed,
+            now,
+        })
+    };
+    let mut memory = five();
+    let mut observed = unstarted([Some(1), Some(1)]);
+    let mut now = 10_000;
+    let d = pass(&memory, &observed, now);
+    assert_eq!(d.plan[0].reason, VictimReason::NeverStarted);
+    for gone in [4, 3] {
+        let d = pass(&memory, &observed, now);
+        assert_eq!(
+            d.actions,
+            [Action::DeleteUnstartedPod(gone)],
+            "{:?}",
+            d.progress
+        );
+        let r = d.memory.removal().expect("a removal");
+        assert_eq!(
+            (r.ordinal, r.reason, r.step),
+            (gone, VictimReason::NeverStarted, RemovalStep::Deleting)
+        );
+        memory = d.memory;
+        // Its pod goes: the removal completes, no gate over the others.
+        observed.get_mut(&gone).unwrap().pod = None;
+        now += 1_000;
+        let d = pass(&memory, &observed, now);
+        now += 1_000;
+        let d = if d.memory.removal().is_some() {
+            memory = d.memory;
+            pass(&memory, &observed, now)
+        } else {
+            d
+        };
+        assert!(!d.memory.members.contains(&gone), "{:?}", d.memory);
+        assert!(
+            d.notes.iter().any(|n| n.reason == "MemberRemoved"
+                && n.message
+                    .contains("its container never started, so it held no data")),
+            "{:?}",
+            d.notes
+        );
+        memory = d.memory;
+        observed.remove(&gone);
+        now += 1_000;
+    }
+    assert_eq!(names(&memory), [0, 1, 2]);
+
+    // A pod made before this one on its volume (it may have run and crashed unseen), or a
+    // count unknown: the gate decides, and demo-1 is not ready.
+    for made in [Some(2), None] {
+        let d = pass(&five(), &unstarted([made, made]), now);
+        assert!(d.actions.is_empty(), "{:?}", d.actions);
+        assert_eq!(
+            d.blocked.as_ref().map(|b| b.reason),
+            Some(BlockReason::NotAllReady)
+        );
+        assert_eq!(d.plan[0].reason, VictimReason::NotReady);
+    }
+
+    // Its container starts before its pod is deleted: the removal is given up, and the gate
+    // decides the next.
+    let observed = unstarted([Some(1), Some(1)]);
+    let d = pass(&five(), &observed, now);
+    let memory = d.memory;
+    let mut started = observed.clone();
+    started
+        .get_mut(&4)
+        .unwrap()
+        .pod
+        .as_mut()
+        .unwrap()
+        .never_started = false;
+    let d = pass(&memory, &started, now + 1_000);
+    assert!(d.memory.removal().is_none(), "{:?}", d.memory);
+    assert!(d.actions.is_empty(), "{:?}", d.actions);
+    assert_eq!(d.memory.phases.get(&4), Some(&MemberPhase::Joining));
+    assert!(
+        d.notes.iter().any(|n| n.reason == "ScaleDownDeferred"),
+        "{:?}",
+        d.notes
+    );
+    // demo-4 is still the victim (not ready, highest), now behind the gate, though demo-3
+    // has still not started.
+    let d = pass(&d.memory, &started, now + 2_000);
+    assert!(d.actions.is_empty(), "{:?}", d.actions);
+    assert_eq!(
+        d.blocked.as_ref().map(|b| b.reason),
+        Some(BlockReason::NotAllReady)
+    );
+
+    // And at replicationFactor 1 no scale-down starts at all.
+    let one = spec(3, 1);
+    let d = decide(&Input {
+        spec: &one,
+        memory: &five(),
+        observed: &unstarted([Some(1), Some(1)]),
+        now,
+    });
+    assert!(d.actions.is_empty(), "{:?}", d.actions);
+    assert_eq!(
+        d.blocked.as_ref().map(|b| b.reason),
+        Some(BlockReason::SingleCopy)
+    );
 }

@@ -63,6 +63,7 @@ fn victim(reason: VictimReason) -> &'static str {
     match reason {
         VictimReason::UserChosen => "listed in spec.removeMembers",
         VictimReason::NotReady => "not ready",
+        VictimReason::NeverStarted => "container never started",
         VictimReason::HighestOrdinal => "the highest ordinal",
     }
 }

@@ -33,10 +33,26 @@ impl Pass<'_> {
         match r.step {
             RemovalStep::Draining => self.drain_victim(&mut r, &name),
             RemovalStep::HandingOff => self.hand_off_victim(&mut r, &name),
+            // Given up when its container started meanwhile: no removal is left in progress.
+            RemovalStep::Deleting if r.reason == VictimReason::NeverStarted => {
+                if !self.delete_never_started(&mut r, &name) {
+                    return;
+                }
+            }
             RemovalStep::Deleting => self.delete_victim(&mut r, &name),
+            // It held nothing: its pod gone, nothing is left to settle. In a mass failure no
+            // member leaves the membership, this one neither.
+            RemovalStep::Settling if r.reason == VictimReason::NeverStarted => {
+                if self.mass.is_none() {
+                    self.complete_removal(&r);
+                    return;
+                }
+                self.mass_held
+                    .push(format!("removing {name} from the membership"));
+            }
             RemovalStep::Settling => {
                 if self.settled_without_victim(&r, &name) {
-                    self.complete_removal(r.ordinal);
+                    self.complete_removal(&r);
                     return;
                 }
             }
@@ -204,6 +220,54 @@ impl Pass<'_> {
         }
     }
 
+    /// Deleting the pod of a victim whose container never started, without drain or gate,
+    /// while it still has not (`Action::DeleteUnstartedPod` checks that again, past the cache).
+    /// One that started meanwhile may hold data now: its removal is given up, and the next
+    /// one starts behind the gate like any other.
+    fn delete_never_started(&mut self, r: &mut Removal, name: &str) -> bool {
+        let pod = self.obs(r.ordinal).pod.clone();
+        match pod {
+            None => enter(r, RemovalStep::Settling, self.now),
+            Some(p) if p.terminating => {
+                self.progress
+                    .push(format!("waiting for the pod of {name} to go"));
+            }
+            Some(_) if !self.never_started(r.ordinal) => {
+                self.phases.insert(r.ordinal, MemberPhase::Joining);
+                self.notes.push(normal(
+                    "ScaleDownDeferred",
+                    format!(
+                        "{name} started before its pod was deleted: it may hold data now, so it is removed only behind the hand-off gate, like any other member"
+                    ),
+                ));
+                return false;
+            }
+            Some(_) => {
+                if !self.hold(format!("deleting the pod of {name}, which never started")) {
+                    self.actions.insert(Action::DeleteUnstartedPod(r.ordinal));
+                    self.progress
+                        .push(format!("deleting the pod of {name}, which never started"));
+                }
+            }
+        }
+        true
+    }
+
+    /// Whether no process can ever have run as member `o`: its pod is seen, not ready, not
+    /// going, and its container never started; and the pod is the first the operator made for
+    /// its volume (the count on the volume, made before each pod), or it has no volume. Such
+    /// a member never joined and holds no data. Its volume's count is what rules out an
+    /// earlier pod on the same volume, one that ran and crashed between two passes, unseen.
+    pub(super) fn never_started(&self, o: u32) -> bool {
+        let m = self.obs(o);
+        m.pod
+            .as_ref()
+            .is_some_and(|p| p.never_started && !p.ready && !p.terminating)
+            && m.pvc
+                .as_ref()
+                .is_none_or(|v| v.pods_made == Some(1) && v.served_since.is_none())
+    }
+
     /// The member's own anti-entropy has handed on what it holds, read in this pass
     /// (`handoff::covered`): nothing came in since it went quiet, and enough rounds began.
     pub(super) fn covered_now(&self, o: u32) -> bool {
@@ -240,7 +304,8 @@ impl Pass<'_> {
         }
     }
 
-    fn complete_removal(&mut self, v: u32) {
+    fn complete_removal(&mut self, r: &Removal) {
+        let (v, never_started) = (r.ordinal, r.reason == VictimReason::NeverStarted);
         self.completed = Some(v);
         self.members.remove(&v);
         self.phases.remove(&v);
@@ -249,12 +314,14 @@ impl Pass<'_> {
         } else {
             "; its volume is kept"
         };
+        let how = if never_started {
+            "its container never started, so it held no data"
+        } else {
+            "every remaining view converged and re-replication settled"
+        };
         self.notes.push(normal(
             "MemberRemoved",
-            format!(
-                "{} removed; every remaining view converged and re-replication settled{volume}",
-                self.spec.member_name(v)
-            ),
+            format!("{} removed; {how}{volume}", self.spec.member_name(v)),
         ));
         if self.spec.reclaim_pvcs
             && self.obs(v).pvc.is_some()
@@ -276,6 +343,9 @@ impl Pass<'_> {
             || self.drained_bystander()
             || self.spec.hibernation
         {
+            return;
+        }
+        if self.start_never_started_removal() {
             return;
         }
         match self.start_check() {
@@ -325,6 +395,7 @@ impl Pass<'_> {
         let why = match reason {
             VictimReason::UserChosen => "listed in spec.removeMembers",
             VictimReason::NotReady => "not ready",
+            VictimReason::NeverStarted => "its container never started",
             VictimReason::HighestOrdinal => "highest ordinal",
         };
         let n = self.members.len();
@@ -336,6 +407,55 @@ impl Pass<'_> {
                 n - 1
             ),
         ));
+    }
+
+    /// The victim the next removal would choose never started: it is removed at once, without
+    /// the hand-off gate and whatever the other members' state (it holds nothing to hand off),
+    /// unless something holds every disruptive step (`hold`). Not at replicationFactor 1, where
+    /// every scale-down is refused. True if the start was handled (made or held).
+    fn start_never_started_removal(&mut self) -> bool {
+        let Some(o) = self.never_started_victim() else {
+            return false;
+        };
+        let name = self.spec.member_name(o);
+        if self.hold(format!("removing {name}, which never started")) {
+            return true;
+        }
+        // Its volume, if missing, is not made for a member on its way out.
+        self.actions.remove(&Action::CreatePvc(o));
+        self.actions.insert(Action::DeleteUnstartedPod(o));
+        self.disruption = Some(Disruption::Removal(Removal {
+            ordinal: o,
+            reason: VictimReason::NeverStarted,
+            step: RemovalStep::Deleting,
+            started_at: self.now,
+            step_started_at: self.now,
+            connections_cut_at: None,
+        }));
+        self.phases.insert(o, MemberPhase::Leaving);
+        let n = self.members.len();
+        self.notes.push(normal(
+            "ScaleDownStarted",
+            format!(
+                "removing {name} (its container never started: it holds no data, so no drain and no hand-off gate): {n} → {} members",
+                n - 1
+            ),
+        ));
+        true
+    }
+
+    /// The member the next removal would choose, if its container never started and the
+    /// replication factor allows a scale-down at all. Only with its pod seen (`never_started`):
+    /// a pod created a moment ago may not be in the cache yet, and would run on, unseen, as
+    /// no member (a DST world found it: the member removed at once, its pod serving writes).
+    fn never_started_victim(&self) -> Option<u32> {
+        let (o, _) = choose_victim(&self.members, &self.spec.remove_first, |o| {
+            self.obs(o)
+                .pod
+                .as_ref()
+                .is_some_and(|p| p.ready && !p.terminating)
+        });
+        (self.never_started(o) && self.spec.replication_factor >= 2).then_some(o)
     }
 
     /// The removals that would come next, in order, and what would hold each right now:
@@ -411,8 +531,19 @@ impl Pass<'_> {
                 Some(Hold::InProgress {
                     message: "a drained member is being restarted first".into(),
                 })
+            } else if self.never_started_victim() == Some(o) {
+                self.never_started_hold()
             } else {
                 self.may_start_removal().err().map(Hold::Gate)
+            };
+            // A member that never started is removed without the gate (`start_removal`).
+            let reason = if !(k == 0 && current.is_some())
+                && self.never_started(o)
+                && self.spec.replication_factor >= 2
+            {
+                VictimReason::NeverStarted
+            } else {
+                reason
             };
             plan.push(PlannedRemoval {
                 ordinal: o,
@@ -421,6 +552,37 @@ impl Pass<'_> {
             });
         }
         self.plan = plan;
+    }
+
+    /// What holds the removal of a member that never started: only what holds every
+    /// disruptive step (`hold`), never the gate.
+    fn never_started_hold(&self) -> Option<Hold> {
+        if self.spec.paused {
+            return Some(Hold::Paused);
+        }
+        let blocked = |reason, message: &str| Blocked {
+            reason,
+            message: message.into(),
+        };
+        self.fence_block("the scale-down")
+            .or_else(|| {
+                self.mass.is_some().then(|| {
+                    blocked(
+                        BlockReason::NotAllReady,
+                        "replicationFactor or more members are down (a mass failure)",
+                    )
+                })
+            })
+            .or_else(|| {
+                self.views_disagree().then(|| {
+                    blocked(
+                        BlockReason::ViewsNotConverged,
+                        "the members' views disagree by identity",
+                    )
+                })
+            })
+            .or_else(|| self.look_alike_block("the scale-down"))
+            .map(Hold::Gate)
     }
 
     fn may_start_removal(&self) -> Result<(), Blocked> {

@@ -25,7 +25,9 @@ impl Pass<'_> {
         let members: Vec<u32> = self.members.iter().copied().collect();
         for o in members {
             // A pod deleted in this pass needs no label (a new pod is built with "on").
-            if self.actions.contains(&Action::DeletePod(o)) {
+            if self.actions.contains(&Action::DeletePod(o))
+                || self.actions.contains(&Action::DeleteUnstartedPod(o))
+            {
                 continue;
             }
             let Some(p) = self.obs(o).pod.as_ref().filter(|p| !p.terminating) else {
