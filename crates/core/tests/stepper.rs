@@ -1302,7 +1302,7 @@ fn arb_obs() -> impl Strategy<Value = MemberObs> {
                 prop::bool::weighted(0.3),
                 prop::bool::weighted(0.05),
                 prop::bool::weighted(0.7),
-                prop::bool::weighted(0.3),
+                prop::bool::weighted(0.5),
             ),
         ),
         prop::option::weighted(
@@ -1310,7 +1310,8 @@ fn arb_obs() -> impl Strategy<Value = MemberObs> {
             (
                 prop::bool::weighted(0.05),
                 prop::bool::weighted(0.2),
-                prop::option::weighted(0.8, 0u32..3),
+                // Mostly a first pod, so that removals without the gate are reached.
+                prop::option::weighted(0.8, prop_oneof![3 => Just(1u32), 1 => 0u32..3]),
             ),
         ),
         prop::option::weighted(
@@ -1396,6 +1397,8 @@ struct Reached {
     never_started_removals_started: u64,
     /// Passes that deleted a pod as never started (the start, or a later pass of the step).
     unstarted_pods_deleted: u64,
+    /// Removals of a member that never started completed.
+    never_started_completed: u64,
 }
 
 impl std::ops::AddAssign for Reached {
@@ -1413,6 +1416,7 @@ impl std::ops::AddAssign for Reached {
         self.views_held += o.views_held;
         self.never_started_removals_started += o.never_started_removals_started;
         self.unstarted_pods_deleted += o.unstarted_pods_deleted;
+        self.never_started_completed += o.never_started_completed;
     }
 }
 
@@ -1702,11 +1706,18 @@ fn no_unsafe_step(
                 prop_assert!(rounds >= x.rounds_at_quiet.map(handoff::rounds_needed));
                 prop_assert!(x.rounds_at_quiet.is_some());
             }
-            // Completing a removal needs the others known, converged without it and settled.
+            // Completing a removal needs the others known, converged without it and settled;
+            // one of a member that never started, only its pod gone.
             if d.memory.removal().is_none() && !d.memory.members.contains(&r.ordinal) {
                 reached.removal_completed += 1;
                 prop_assert!(observed.get(&r.ordinal).is_none_or(|m| m.pod.is_none()));
-                for o in &d.memory.members {
+                let others = if r.reason == VictimReason::NeverStarted {
+                    reached.never_started_completed += 1;
+                    BTreeSet::new()
+                } else {
+                    d.memory.members.clone()
+                };
+                for o in &others {
                     let sc = observed[o].scrape.as_ref().expect("scraped");
                     prop_assert_eq!(sc.view_members, d.memory.members.len() as u64);
                     prop_assert_eq!(sc.underreplicated, 0);
