@@ -21,9 +21,9 @@ use crate::build::{
     self, ANNOTATION_ABSENT_SINCE, ANNOTATION_CLUSTER_UID, ANNOTATION_DRAINED_AT,
     ANNOTATION_DRAINED_RESTARTS, ANNOTATION_PODS_MADE, ANNOTATION_SERVED_SINCE, MANAGER,
 };
+use crate::ctx::Ctx;
 use crate::error::Error;
 use crate::observe::{Children, controller_of, never_started, restarts, volume};
-use crate::reconcile::Ctx;
 use crate::report::publish;
 use crate::spec::storage_wish;
 
@@ -466,7 +466,7 @@ async fn answers_as(ctx: &Ctx, cr: &MarekvsCluster, o: u32, pod: &Pod, ip: &str)
     let read = crate::views::read_id(ip, &password, ctx.members.timeout()).await;
     let cluster = (cr.namespace().unwrap_or_default(), cr.name_any());
     let uid = pod.uid().unwrap_or_default();
-    let now = crate::reconcile::now_ms();
+    let now = crate::ctx::now_ms();
     ctx.inputs
         .sent_between_passes(&cluster, o, &uid, read.sent, now);
     let expected = marekvs_core::View::ordinal_id(o);
@@ -780,201 +780,200 @@ mod absence_tests {
         assert_eq!(obs.served_since, Some(now));
         assert_eq!(obs.absent_since, Some(now));
     }
-}
 
-/// The reads and writes around a pod made and a pod deleted as never started, against a
-/// scripted API server.
-#[cfg(test)]
-mod never_started_tests {
-    use super::*;
-    use http::{Request, Response};
-    use kube::Client;
-    use kube::client::Body;
-    use serde_json::Value;
-    use std::sync::Mutex;
-    use tower_test::mock;
+    /// The reads and writes around a pod made and a pod deleted as never started, against a
+    /// scripted API server.
+    mod never_started {
+        use super::super::*;
+        use http::{Request, Response};
+        use kube::Client;
+        use kube::client::Body;
+        use serde_json::Value;
+        use std::sync::Mutex;
+        use tower_test::mock;
 
-    /// (method, path, query, body) of each request.
-    type Seen = Arc<Mutex<Vec<(String, String, String, Value)>>>;
+        /// (method, path, query, body) of each request.
+        type Seen = Arc<Mutex<Vec<(String, String, String, Value)>>>;
 
-    /// A client whose API server answers each request with the next of `replies`.
-    fn scripted(replies: Vec<(u16, Value)>) -> (Client, Seen) {
-        let (service, mut handle) = mock::pair::<Request<Body>, Response<Body>>();
-        let seen: Seen = Arc::default();
-        let log = seen.clone();
-        tokio::spawn(async move {
-            for (code, body) in replies {
-                let Some((request, respond)) = handle.next_request().await else {
-                    return;
-                };
-                let method = request.method().to_string();
-                let path = request.uri().path().to_string();
-                let query = request.uri().query().unwrap_or_default().to_string();
-                let bytes = request.into_body().collect_bytes().await.unwrap();
-                let sent = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-                log.lock().unwrap().push((method, path, query, sent));
-                let reason = if code == 404 { "NotFound" } else { "Conflict" };
-                let body = if code < 300 {
-                    body
-                } else {
-                    json!({"kind": "Status", "apiVersion": "v1", "metadata": {},
-                        "status": "Failure", "message": "scripted", "reason": reason, "code": code})
-                };
-                respond.send_response(
-                    Response::builder()
-                        .status(code)
-                        .header("content-type", "application/json")
-                        .body(Body::from(serde_json::to_vec(&body).unwrap()))
-                        .unwrap(),
-                );
+        /// A client whose API server answers each request with the next of `replies`.
+        fn scripted(replies: Vec<(u16, Value)>) -> (Client, Seen) {
+            let (service, mut handle) = mock::pair::<Request<Body>, Response<Body>>();
+            let seen: Seen = Arc::default();
+            let log = seen.clone();
+            tokio::spawn(async move {
+                for (code, body) in replies {
+                    let Some((request, respond)) = handle.next_request().await else {
+                        return;
+                    };
+                    let method = request.method().to_string();
+                    let path = request.uri().path().to_string();
+                    let query = request.uri().query().unwrap_or_default().to_string();
+                    let bytes = request.into_body().collect_bytes().await.unwrap();
+                    let sent = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+                    log.lock().unwrap().push((method, path, query, sent));
+                    let reason = if code == 404 { "NotFound" } else { "Conflict" };
+                    let body = if code < 300 {
+                        body
+                    } else {
+                        json!({"kind": "Status", "apiVersion": "v1", "metadata": {},
+                            "status": "Failure", "message": "scripted", "reason": reason, "code": code})
+                    };
+                    respond.send_response(
+                        Response::builder()
+                            .status(code)
+                            .header("content-type", "application/json")
+                            .body(Body::from(serde_json::to_vec(&body).unwrap()))
+                            .unwrap(),
+                    );
+                }
+            });
+            (Client::new(service, "ns"), seen)
+        }
+
+        fn pvc(made: Option<&str>, rv: &str) -> Value {
+            let mut annotations = json!({ANNOTATION_CLUSTER_UID: "c1"});
+            if let Some(n) = made {
+                annotations[ANNOTATION_PODS_MADE] = json!(n);
             }
-        });
-        (Client::new(service, "ns"), seen)
-    }
-
-    fn pvc(made: Option<&str>, rv: &str) -> Value {
-        let mut annotations = json!({ANNOTATION_CLUSTER_UID: "c1"});
-        if let Some(n) = made {
-            annotations[ANNOTATION_PODS_MADE] = json!(n);
-        }
-        json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
-            "metadata": {"name": "data-demo-3", "namespace": "ns", "uid": "v1",
-                "resourceVersion": rv, "annotations": annotations}})
-    }
-
-    const PVC_PATH: &str = "/api/v1/namespaces/ns/persistentvolumeclaims/data-demo-3";
-    const POD_PATH: &str = "/api/v1/namespaces/ns/pods/demo-3";
-
-    /// Counted up from the count read past the cache, written only over that version; a
-    /// conflict reads it again. No count (or no volume): nothing written.
-    #[tokio::test]
-    async fn a_pod_made_is_counted_on_its_volume_first_over_the_version_read() {
-        let (client, seen) = scripted(vec![
-            (200, pvc(Some("1"), "7")),
-            (409, Value::Null),
-            (200, pvc(Some("1"), "8")),
-            (200, pvc(Some("2"), "9")),
-        ]);
-        count_pod_made(&Api::namespaced(client, "ns"), "data-demo-3")
-            .await
-            .unwrap();
-        let seen = seen.lock().unwrap().clone();
-        let lines: Vec<(&str, &str)> = seen
-            .iter()
-            .map(|(m, p, _, _)| (m.as_str(), p.as_str()))
-            .collect();
-        assert_eq!(
-            lines,
-            [
-                ("GET", PVC_PATH),
-                ("PATCH", PVC_PATH),
-                ("GET", PVC_PATH),
-                ("PATCH", PVC_PATH)
-            ]
-        );
-        for ((_, _, _, body), rv) in [(&seen[1], "7"), (&seen[3], "8")] {
-            assert_eq!(
-                body["metadata"],
-                json!({"uid": "v1", "resourceVersion": rv,
-                    "annotations": {ANNOTATION_PODS_MADE: "2"}})
-            );
+            json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                "metadata": {"name": "data-demo-3", "namespace": "ns", "uid": "v1",
+                    "resourceVersion": rv, "annotations": annotations}})
         }
 
-        for answer in [
-            (200, pvc(None, "7")),
-            (200, pvc(Some("many"), "7")),
-            (404, Value::Null),
-        ] {
-            let (client, seen) = scripted(vec![answer]);
+        const PVC_PATH: &str = "/api/v1/namespaces/ns/persistentvolumeclaims/data-demo-3";
+        const POD_PATH: &str = "/api/v1/namespaces/ns/pods/demo-3";
+
+        /// Counted up from the count read past the cache, written only over that version; a
+        /// conflict reads it again. No count (or no volume): nothing written.
+        #[tokio::test]
+        async fn a_pod_made_is_counted_on_its_volume_first_over_the_version_read() {
+            let (client, seen) = scripted(vec![
+                (200, pvc(Some("1"), "7")),
+                (409, Value::Null),
+                (200, pvc(Some("1"), "8")),
+                (200, pvc(Some("2"), "9")),
+            ]);
             count_pod_made(&Api::namespaced(client, "ns"), "data-demo-3")
                 .await
                 .unwrap();
-            assert_eq!(seen.lock().unwrap().len(), 1, "only the read");
+            let seen = seen.lock().unwrap().clone();
+            let lines: Vec<(&str, &str)> = seen
+                .iter()
+                .map(|(m, p, _, _)| (m.as_str(), p.as_str()))
+                .collect();
+            assert_eq!(
+                lines,
+                [
+                    ("GET", PVC_PATH),
+                    ("PATCH", PVC_PATH),
+                    ("GET", PVC_PATH),
+                    ("PATCH", PVC_PATH)
+                ]
+            );
+            for ((_, _, _, body), rv) in [(&seen[1], "7"), (&seen[3], "8")] {
+                assert_eq!(
+                    body["metadata"],
+                    json!({"uid": "v1", "resourceVersion": rv,
+                        "annotations": {ANNOTATION_PODS_MADE: "2"}})
+                );
+            }
+
+            for answer in [
+                (200, pvc(None, "7")),
+                (200, pvc(Some("many"), "7")),
+                (404, Value::Null),
+            ] {
+                let (client, seen) = scripted(vec![answer]);
+                count_pod_made(&Api::namespaced(client, "ns"), "data-demo-3")
+                    .await
+                    .unwrap();
+                assert_eq!(seen.lock().unwrap().len(), 1, "only the read");
+            }
         }
-    }
 
-    /// A pod already there (the cache missed it) is neither counted nor made again.
-    #[tokio::test]
-    async fn a_pod_already_there_is_not_counted_again() {
-        let (client, seen) = scripted(vec![(200, pod("p1", json!({"phase": "Pending"})))]);
-        let there = pod_there_or_counted(
-            &Api::namespaced(client.clone(), "ns"),
-            &Api::namespaced(client, "ns"),
-            "demo-3",
-            "data-demo-3",
-        )
-        .await
-        .unwrap();
-        assert!(there);
-        assert_eq!(seen.lock().unwrap().len(), 1, "only the pod's read");
-
-        let (client, seen) = scripted(vec![
-            (404, Value::Null),
-            (200, pvc(Some("1"), "7")),
-            (200, pvc(Some("2"), "8")),
-        ]);
-        let there = pod_there_or_counted(
-            &Api::namespaced(client.clone(), "ns"),
-            &Api::namespaced(client, "ns"),
-            "demo-3",
-            "data-demo-3",
-        )
-        .await
-        .unwrap();
-        assert!(!there);
-        let seen = seen.lock().unwrap().clone();
-        let lines: Vec<(&str, &str)> = seen
-            .iter()
-            .map(|(m, p, _, _)| (m.as_str(), p.as_str()))
-            .collect();
-        assert_eq!(
-            lines,
-            [("GET", POD_PATH), ("GET", PVC_PATH), ("PATCH", PVC_PATH)]
-        );
-    }
-
-    fn pod(uid: &str, status: Value) -> Value {
-        json!({"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": "demo-3", "namespace": "ns", "uid": uid, "resourceVersion": "12"},
-            "status": status})
-    }
-
-    /// Deleted only when the pod read back is the one observed and still never started, and
-    /// then only as the version read.
-    #[tokio::test]
-    async fn a_pod_is_deleted_as_never_started_only_if_it_still_is() {
-        let pending = json!({"phase": "Pending", "conditions": [{"type": "PodScheduled",
-            "status": "False", "reason": "Unschedulable"}]});
-        let observed: Pod = serde_json::from_value(pod("p1", pending.clone())).unwrap();
-
-        let (client, seen) = scripted(vec![
-            (200, pod("p1", pending.clone())),
-            (200, pod("p1", pending.clone())),
-        ]);
-        delete_if_never_started(&Api::namespaced(client, "ns"), &observed)
+        /// A pod already there (the cache missed it) is neither counted nor made again.
+        #[tokio::test]
+        async fn a_pod_already_there_is_not_counted_again() {
+            let (client, seen) = scripted(vec![(200, pod("p1", json!({"phase": "Pending"})))]);
+            let there = pod_there_or_counted(
+                &Api::namespaced(client.clone(), "ns"),
+                &Api::namespaced(client, "ns"),
+                "demo-3",
+                "data-demo-3",
+            )
             .await
             .unwrap();
-        let seen = seen.lock().unwrap().clone();
-        assert_eq!(seen.len(), 2);
-        assert_eq!(
-            (seen[1].0.as_str(), seen[1].1.as_str()),
-            ("DELETE", POD_PATH)
-        );
-        assert_eq!(
-            seen[1].3["preconditions"],
-            json!({"uid": "p1", "resourceVersion": "12"})
-        );
+            assert!(there);
+            assert_eq!(seen.lock().unwrap().len(), 1, "only the pod's read");
 
-        // Started since (running, or ran and waits to restart), or another pod by now: kept.
-        let started = json!({"phase": "Running", "containerStatuses": [{"name": "marekvs",
-            "image": "x", "imageID": "", "ready": false, "restartCount": 0,
-            "state": {"running": {}}}]});
-        for answer in [pod("p1", started), pod("p2", pending.clone())] {
-            let (client, seen) = scripted(vec![(200, answer)]);
+            let (client, seen) = scripted(vec![
+                (404, Value::Null),
+                (200, pvc(Some("1"), "7")),
+                (200, pvc(Some("2"), "8")),
+            ]);
+            let there = pod_there_or_counted(
+                &Api::namespaced(client.clone(), "ns"),
+                &Api::namespaced(client, "ns"),
+                "demo-3",
+                "data-demo-3",
+            )
+            .await
+            .unwrap();
+            assert!(!there);
+            let seen = seen.lock().unwrap().clone();
+            let lines: Vec<(&str, &str)> = seen
+                .iter()
+                .map(|(m, p, _, _)| (m.as_str(), p.as_str()))
+                .collect();
+            assert_eq!(
+                lines,
+                [("GET", POD_PATH), ("GET", PVC_PATH), ("PATCH", PVC_PATH)]
+            );
+        }
+
+        fn pod(uid: &str, status: Value) -> Value {
+            json!({"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": "demo-3", "namespace": "ns", "uid": uid, "resourceVersion": "12"},
+                "status": status})
+        }
+
+        /// Deleted only when the pod read back is the one observed and still never started, and
+        /// then only as the version read.
+        #[tokio::test]
+        async fn a_pod_is_deleted_as_never_started_only_if_it_still_is() {
+            let pending = json!({"phase": "Pending", "conditions": [{"type": "PodScheduled",
+                "status": "False", "reason": "Unschedulable"}]});
+            let observed: Pod = serde_json::from_value(pod("p1", pending.clone())).unwrap();
+
+            let (client, seen) = scripted(vec![
+                (200, pod("p1", pending.clone())),
+                (200, pod("p1", pending.clone())),
+            ]);
             delete_if_never_started(&Api::namespaced(client, "ns"), &observed)
                 .await
                 .unwrap();
-            assert_eq!(seen.lock().unwrap().len(), 1, "only the read");
+            let seen = seen.lock().unwrap().clone();
+            assert_eq!(seen.len(), 2);
+            assert_eq!(
+                (seen[1].0.as_str(), seen[1].1.as_str()),
+                ("DELETE", POD_PATH)
+            );
+            assert_eq!(
+                seen[1].3["preconditions"],
+                json!({"uid": "p1", "resourceVersion": "12"})
+            );
+
+            // Started since (running, or ran and waits to restart), or another pod by now: kept.
+            let started = json!({"phase": "Running", "containerStatuses": [{"name": "marekvs",
+                "image": "x", "imageID": "", "ready": false, "restartCount": 0,
+                "state": {"running": {}}}]});
+            for answer in [pod("p1", started), pod("p2", pending.clone())] {
+                let (client, seen) = scripted(vec![(200, answer)]);
+                delete_if_never_started(&Api::namespaced(client, "ns"), &observed)
+                    .await
+                    .unwrap();
+                assert_eq!(seen.lock().unwrap().len(), 1, "only the read");
+            }
         }
     }
 }

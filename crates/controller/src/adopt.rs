@@ -15,17 +15,12 @@ use marekvs_core::ownership::PodController;
 use serde_json::json;
 use tracing::{info, warn};
 
-use crate::build::{self, ADOPT_STATEFULSET_ORPHANS, ANNOTATION_ADOPT, LABEL_ORDINAL};
+use crate::build::{self, LABEL_ORDINAL};
+use crate::ctx::Ctx;
 use crate::observe::{Children, controller_of};
-use crate::reconcile::Ctx;
 use crate::report;
 
-/// The cluster object opts in to adopting a StatefulSet's orphaned members.
-pub fn opted_in(cr: &MarekvsCluster) -> bool {
-    cr.annotations()
-        .get(ANNOTATION_ADOPT)
-        .is_some_and(|v| v.trim() == ADOPT_STATEFULSET_ORPHANS)
-}
+pub use crate::build::opted_in;
 
 /// Adopt the orphans `children` found; returns how many were adopted (the pass then starts
 /// over, so that nothing is decided on the look-alikes they were).

@@ -107,6 +107,12 @@ impl Buffer {
     }
 }
 
+/// A real node's `CLUSTER NODES` is about 100 bytes a member; more than this is not a node
+/// answering, and is refused before it is buffered.
+pub const MAX_VIEW_BYTES: u64 = 1 << 20;
+/// The smallest byte budget for member reads: one whole view (and its CRLF) must fit.
+pub const MIN_READ_BUDGET_BYTES: usize = MAX_VIEW_BYTES as usize + 2;
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;

@@ -75,6 +75,13 @@ pub const ANNOTATION_APPLIED_HASH: &str = "marekvs.io/applied-hash";
 /// (migration from marekvs's own operator, docs/migration.md). Only this value opts in.
 pub const ANNOTATION_ADOPT: &str = "marekvs.io/adopt";
 pub const ADOPT_STATEFULSET_ORPHANS: &str = "statefulset-orphans";
+
+/// The cluster object opts in to adopting a StatefulSet's orphaned members.
+pub fn opted_in(cr: &MarekvsCluster) -> bool {
+    cr.annotations()
+        .get(ANNOTATION_ADOPT)
+        .is_some_and(|v| v.trim() == ADOPT_STATEFULSET_ORPHANS)
+}
 pub const PORT_RESP: i32 = 6379;
 pub const PORT_MESH: i32 = 7373;
 pub const PORT_GOSSIP: i32 = 7946;

@@ -9,6 +9,7 @@ pub mod build;
 #[cfg(test)]
 mod build_golden;
 pub mod controller;
+pub mod ctx;
 pub mod error;
 pub mod events;
 pub mod first_pass;
@@ -20,6 +21,7 @@ pub mod observe;
 pub mod reconcile;
 pub mod record;
 pub mod recreate;
+pub mod recreate_lock;
 pub mod report;
 pub mod retry;
 pub mod scrape;

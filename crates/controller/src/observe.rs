@@ -70,7 +70,7 @@ impl Children {
         pvcs: BTreeMap<u32, Arc<PersistentVolumeClaim>>,
     ) -> Self {
         let uid = cr.uid().unwrap_or_default();
-        let adopting = crate::adopt::opted_in(cr);
+        let adopting = crate::build::opted_in(cr);
         let mut children = Children {
             pods: BTreeMap::new(),
             pvcs: BTreeMap::new(),
@@ -250,24 +250,6 @@ pub fn live_ip(p: &Pod) -> Option<String> {
         return None;
     }
     status.pod_ip.clone()
-}
-
-/// Each member's figures alone, read concurrently (the scrape tests' reader).
-pub async fn scrape_all(
-    client: &MemberClient,
-    pods: &BTreeMap<u32, Arc<Pod>>,
-) -> BTreeMap<u32, Option<Scrape>> {
-    let futs = pods.iter().map(|(o, p)| {
-        let ip = p.status.as_ref().and_then(|s| s.pod_ip.clone());
-        async move {
-            let s = match ip {
-                Some(ip) => client.scrape(&ip).await,
-                None => None,
-            };
-            (*o, s)
-        }
-    });
-    join_all(futs).await.into_iter().collect()
 }
 
 /// What the input ledger needs of this pass's reads (`input.rs`).

@@ -19,58 +19,24 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Service};
-use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use k8s_openapi::jiff::Timestamp;
 use kube::runtime::controller::Action;
-use kube::runtime::reflector::Store;
-use kube::{Client, Resource, ResourceExt};
+use kube::{Resource, ResourceExt};
 use marekvs_api::MarekvsCluster;
 use marekvs_core::pace::next_look_ms;
 use marekvs_core::sizing::{SizingInput, size};
 use marekvs_core::stale::absence_changes;
 use marekvs_core::transitions::{Reporting, transition_notes, unknown_removal_choices};
-use marekvs_core::{Input, Millis, decide};
+use marekvs_core::{Input, decide};
 use tracing::warn;
 
+pub use crate::ctx::{Ctx, now_ms};
 use crate::error::Error;
 use crate::observe::{Children, ledger_reads, read_members, synced, unscraped, with_reads};
-use crate::recreate::RecreationLock;
-use crate::scrape::MemberClient;
 use crate::status::{StatusInput, for_comparison, memory_from_status, reported, status_from};
-use crate::telemetry::Metrics;
-use crate::{act, adopt, record, recreate, report, spec, status, views};
-
-pub struct Ctx {
-    pub client: Client,
-    pub events: crate::events::Events,
-    pub members: MemberClient,
-    pub cluster_domain: String,
-    /// Watch caches of the operator's children (labelled managed-by): read here instead of
-    /// listing on every pass.
-    pub pods: Store<Pod>,
-    pub pvcs: Store<PersistentVolumeClaim>,
-    pub services: Store<Service>,
-    pub pdbs: Store<PodDisruptionBudget>,
-    pub metrics: Arc<Metrics>,
-    /// Held while a deleted pod of a cluster is being re-created; a pass waits for it.
-    pub recreation: Arc<RecreationLock>,
-    /// Each member's client input since the last recorded pass (`input.rs`).
-    pub inputs: Arc<crate::input::Ledger>,
-    /// Each cluster's RESP password, read from its Secret at most once a minute.
-    pub passwords: views::Passwords,
-    /// What the API server said, lately, of each member's new pod (a dry run before a drain).
-    pub admissions: crate::admission::Admissions,
-    /// Each cluster's failed passes in a row: the wait before its next try grows with them.
-    pub failures: Arc<crate::retry::Failures>,
-}
+use crate::{act, adopt, record, recreate, report, spec, status};
 
 /// How soon a cluster whose Service or PDB name another object holds is looked at again.
 pub const NAME_TAKEN_LOOK_AGAIN: Duration = Duration::from_secs(30);
-
-pub fn now_ms() -> Millis {
-    Timestamp::now().as_millisecond()
-}
 
 /// What the controller does after a pass.
 #[derive(Debug, PartialEq, Eq)]

@@ -9,8 +9,8 @@ use serde_json::json;
 use tracing::warn;
 
 use crate::build::{LABEL_INSTANCE, MANAGER};
+use crate::ctx::Ctx;
 use crate::error::Error;
-use crate::reconcile::Ctx;
 
 /// Write `status`, conditional on the resourceVersion the decision was based on: a decision
 /// made on a stale copy (the watch cache lags our own last write) conflicts (409) instead of
@@ -131,7 +131,7 @@ async fn not_ready(
     message: &str,
 ) -> Result<(), Error> {
     let mut status = cr.status.clone().unwrap_or_default();
-    let now = crate::status::to_time(crate::reconcile::now_ms());
+    let now = crate::status::to_time(crate::ctx::now_ms());
     set_condition(
         &mut status.conditions,
         READY,

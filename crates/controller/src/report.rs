@@ -4,8 +4,8 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use marekvs_core::{EventKind, Note};
 use tracing::{info, warn};
 
+use crate::ctx::Ctx;
 use crate::events::{self, member_named};
-use crate::reconcile::Ctx;
 
 /// The notes as Events, except those `skip` says another path announced.
 pub async fn publish_notes(

@@ -140,9 +140,9 @@ impl MemberClient {
     }
 
     /// Member reads in flight hold at most `bytes` of what members sent, together (at least one
-    /// whole view, [`crate::views::MAX_VIEW_BYTES`], so every read can finish).
+    /// whole view, [`crate::budget::MAX_VIEW_BYTES`], so every read can finish).
     pub fn with_read_budget(mut self, bytes: usize) -> Self {
-        self.budget = ByteBudget::new(bytes.max(crate::views::MIN_READ_BUDGET_BYTES));
+        self.budget = ByteBudget::new(bytes.max(crate::budget::MIN_READ_BUDGET_BYTES));
         self
     }
 
@@ -255,7 +255,27 @@ mod tests {
     use k8s_openapi::api::core::v1::Pod;
 
     use super::*;
-    use crate::observe::scrape_all;
+    use std::sync::Arc;
+
+    use futures::future::join_all;
+
+    /// Each member's figures alone, read concurrently.
+    pub async fn scrape_all(
+        client: &MemberClient,
+        pods: &BTreeMap<u32, Arc<Pod>>,
+    ) -> BTreeMap<u32, Option<Scrape>> {
+        let futs = pods.iter().map(|(o, p)| {
+            let ip = p.status.as_ref().and_then(|s| s.pod_ip.clone());
+            async move {
+                let s = match ip {
+                    Some(ip) => client.scrape(&ip).await,
+                    None => None,
+                };
+                (*o, s)
+            }
+        });
+        join_all(futs).await.into_iter().collect()
+    }
 
     /// A member that accepts connections on `ip:9121` and never answers.
     async fn hung_member(ip: &str) -> tokio::net::TcpListener {

@@ -19,11 +19,7 @@ use crate::budget::{Buffer, ByteBudget};
 
 /// The RESP port of a member.
 pub const PORT_RESP: u16 = 6379;
-/// A real node's `CLUSTER NODES` is about 100 bytes a member; more than this is not a node
-/// answering, and is refused before it is buffered.
-pub const MAX_VIEW_BYTES: u64 = 1 << 20;
-/// The smallest byte budget for member reads: one whole view (and its CRLF) must fit.
-pub const MIN_READ_BUDGET_BYTES: usize = MAX_VIEW_BYTES as usize + 2;
+pub use crate::budget::{MAX_VIEW_BYTES, MIN_READ_BUDGET_BYTES};
 /// `CLUSTER MYID` is a 40-hex id; a longer reply is not a node answering.
 const MAX_ID_BYTES: usize = 64;
 /// A status or length line of a reply (`+OK`, `$123`, an error) is short; a longer one is not

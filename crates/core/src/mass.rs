@@ -20,29 +20,7 @@ use std::collections::BTreeMap;
 
 use crate::types::*;
 
-/// The members down, in a cluster in mass failure.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct MassFailure {
-    /// The down members, by ordinal (at least replicationFactor of them).
-    pub down: Vec<u32>,
-    /// How many members the membership records.
-    pub members: usize,
-    pub replication_factor: u32,
-}
-
-impl MassFailure {
-    /// What the `MassFailure` condition and its Event say.
-    pub fn message(&self, spec: &ClusterSpec) -> String {
-        let names: Vec<String> = self.down.iter().map(|o| spec.member_name(*o)).collect();
-        format!(
-            "{} of {} members down ({}) with replicationFactor {}: copies may be missing; only pods on their own volumes are re-created",
-            self.down.len(),
-            self.members,
-            names.join(", "),
-            self.replication_factor
-        )
-    }
-}
+pub use crate::types::MassFailure;
 
 /// Whether the member of the disruption in progress has had its data handed off (its pod was
 /// deleted by the operator after the hand-off gate passed).

@@ -747,9 +747,9 @@ pub struct Decision {
     pub plan: Vec<PlannedRemoval>,
     /// So many members are down that copies may be missing (`mass::mass_failure`): only pods
     /// on their own volumes were re-created.
-    pub mass_failure: Option<crate::mass::MassFailure>,
+    pub mass_failure: Option<MassFailure>,
     /// Views have disagreed by identity for too long: every disruptive step is held.
-    pub suspected_partition: Option<crate::views::SuspectedPartition>,
+    pub suspected_partition: Option<SuspectedPartition>,
     /// What holds the next scale-down step (the removal in progress or the one that would
     /// start), what keeps moving, where, how fast and since when (`status.handoffHold`).
     pub hold: Option<HoldReport>,
@@ -824,4 +824,37 @@ pub struct BackgroundRepair {
     /// Repairs per second, summed over `members`.
     pub rate_per_sec: f64,
     pub since: Millis,
+}
+
+/// The members down, in a cluster in mass failure.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MassFailure {
+    /// The down members, by ordinal (at least replicationFactor of them).
+    pub down: Vec<u32>,
+    /// How many members the membership records.
+    pub members: usize,
+    pub replication_factor: u32,
+}
+
+impl MassFailure {
+    /// What the `MassFailure` condition and its Event say.
+    pub fn message(&self, spec: &ClusterSpec) -> String {
+        let names: Vec<String> = self.down.iter().map(|o| spec.member_name(*o)).collect();
+        format!(
+            "{} of {} members down ({}) with replicationFactor {}: copies may be missing; only pods on their own volumes are re-created",
+            self.down.len(),
+            self.members,
+            names.join(", "),
+            self.replication_factor
+        )
+    }
+}
+
+/// A suspected partition: views have disagreed (or been unknown after disagreeing) since
+/// `since`, longer than [`crate::views::SUSPECT_PARTITION_AFTER_MS`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SuspectedPartition {
+    pub since: Millis,
+    /// Who sees whom (or which views are unknown), for the condition and its Event.
+    pub message: String,
 }

@@ -29,14 +29,7 @@ pub enum Agreement {
     Unknown(Vec<u32>),
 }
 
-/// A suspected partition: views have disagreed (or been unknown after disagreeing) since
-/// `since`, longer than [`SUSPECT_PARTITION_AFTER_MS`].
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SuspectedPartition {
-    pub since: Millis,
-    /// Who sees whom (or which views are unknown), for the condition and its Event.
-    pub message: String,
-}
+pub use crate::types::SuspectedPartition;
 
 fn ready(m: &MemberObs) -> bool {
     m.pod.as_ref().is_some_and(|p| p.ready && !p.terminating)

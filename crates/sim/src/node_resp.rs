@@ -26,9 +26,8 @@ use tokio::sync::watch;
 
 use crate::model::NotServing;
 use crate::resp::{Command, Parsed, Protocol, Reply, parse_command};
+pub use crate::world::RESP_PORT;
 use crate::world::SharedWorld;
-
-pub const RESP_PORT: u16 = 6379;
 
 /// What `HELLO` reports as the server's version.
 const SERVER_VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), "-sim");

@@ -20,6 +20,8 @@ use crate::model::{
 /// The port `CLUSTER NODES` shows after `@`, where Redis shows its cluster bus port: marekvs's
 /// gossip port.
 pub const GOSSIP_PORT: u16 = 7946;
+/// The members' RESP port, as in the node's `MAREKVS_RESP_ADDR` default.
+pub const RESP_PORT: u16 = 6379;
 
 #[derive(Clone)]
 pub struct SharedWorld(Arc<Mutex<World>>);
@@ -323,8 +325,7 @@ impl World {
             let _ = writeln!(
                 out,
                 "{id} {addr}:{}@{} {flags} - 0 0 {generation} connected",
-                crate::node_resp::RESP_PORT,
-                GOSSIP_PORT,
+                RESP_PORT, GOSSIP_PORT,
             );
         }
         Ok(out)
