@@ -93,6 +93,21 @@ static UNSEEN: MemberObs = MemberObs {
     new_pod: PodAdmission::Unchecked,
 };
 
+/// What holds back every disruptive step of a pass (`Pass::holder`), in that order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum HeldBy {
+    /// `spec.paused`.
+    Pause,
+    /// A member listed in `spec.fencedMembers`.
+    Fence,
+    /// replicationFactor or more members down (`mass::mass_failure`).
+    MassFailure,
+    /// The ready members' views disagree by identity, or a partition is suspected.
+    Views,
+    /// An object that is not the cluster's holds a member's name.
+    LookAlikes,
+}
+
 /// One pass of the runbook: what it was given, what it derived, and what it decided so far.
 /// Each phase of `decide` reads and extends it.
 struct Pass<'a> {
@@ -129,16 +144,14 @@ struct Pass<'a> {
     actions: BTreeSet<Action>,
     notes: Vec<Note>,
     progress: Vec<String>,
-    /// Disruptive actions that `spec.paused` holds back, in words.
-    held: Vec<String>,
+    /// What each holder held back this pass, in words (`Pass::hold`).
+    held: BTreeMap<HeldBy, Vec<String>>,
     blocked: Option<Blocked>,
     /// The removals that would come next (reported only).
     plan: Vec<PlannedRemoval>,
     /// RF or more members down (`mass::mass_failure`): only pods on their own volumes are
     /// re-created; every other creation and every disruptive action waits.
     mass: Option<MassFailure>,
-    /// What the mass failure holds back, in words.
-    mass_held: Vec<String>,
     /// Members whose stale volume is kept for the user (it may hold the last copy of some data).
     kept_stale: Vec<u32>,
     /// How the ready members' views compare by identity, and since when they disagree.
@@ -146,10 +159,6 @@ struct Pass<'a> {
     views_split_since: Option<Millis>,
     /// Views disagreed too long: every disruptive step waits.
     partition: Option<SuspectedPartition>,
-    /// What disagreeing views hold back, in words.
-    views_held: Vec<String>,
-    /// Disruptive steps the fenced members hold back, in words.
-    fenced_held: Vec<String>,
     /// The pods are stopped by hibernation and not all started again (`Memory::hibernated`).
     hibernated: bool,
     /// A wake refused for stale volumes, reported whatever else blocks.
@@ -158,8 +167,6 @@ struct Pass<'a> {
     hold_report: Option<HoldReport>,
     /// Ordinals whose name a look-alike holds (`MemberObs::look_alike`).
     look_alikes: Vec<u32>,
-    /// Disruptive steps the look-alikes hold back, in words.
-    look_alike_held: Vec<String>,
 }
 
 impl<'a> Pass<'a> {
@@ -187,17 +194,14 @@ impl<'a> Pass<'a> {
             actions: BTreeSet::new(),
             notes: Vec::new(),
             progress: Vec::new(),
-            held: Vec::new(),
+            held: BTreeMap::new(),
             blocked: None,
             plan: Vec::new(),
             mass: mass_failure(input.spec, input.memory, input.observed),
-            mass_held: Vec::new(),
             kept_stale: Vec::new(),
             agreement,
             views_split_since,
             partition,
-            views_held: Vec::new(),
-            fenced_held: Vec::new(),
             hibernated: input.memory.hibernated,
             wake_refused: None,
             hold_report: None,
@@ -207,7 +211,6 @@ impl<'a> Pass<'a> {
                 .filter(|(_, m)| m.look_alike)
                 .map(|(o, _)| *o)
                 .collect(),
-            look_alike_held: Vec::new(),
         }
     }
 
@@ -323,28 +326,46 @@ impl<'a> Pass<'a> {
         }
     }
 
-    /// Whether a disruptive step (`what`, in words) is held: by `spec.paused` (which blocks
-    /// the cluster), by a fenced member (which blocks it too), by a mass failure, by members' views that disagree by identity (a
-    /// suspected partition, or a disagreement not yet that old), or by a look-alike.
+    /// Whether a disruptive step (`what`, in words) is held, and if so it is noted under its
+    /// holder (`holder`).
     fn hold(&mut self, what: String) -> bool {
-        if self.spec.paused {
-            self.held.push(what);
-            true
-        } else if !self.spec.fenced.is_empty() {
-            self.fenced_held.push(what);
-            true
-        } else if self.mass.is_some() {
-            self.mass_held.push(what);
-            true
-        } else if self.views_disagree() {
-            self.views_held.push(what);
-            true
-        } else if !self.look_alikes.is_empty() {
-            self.look_alike_held.push(what);
-            true
-        } else {
-            false
+        match self.holder() {
+            Some(by) => {
+                self.held_back(by, what);
+                true
+            }
+            None => false,
         }
+    }
+
+    /// What holds every disruptive step this pass, the first that applies: `spec.paused`
+    /// (which blocks the cluster), a fenced member (which blocks it too), a mass failure,
+    /// members' views that disagree by identity (a suspected partition, or a disagreement not
+    /// yet that old), or a look-alike.
+    fn holder(&self) -> Option<HeldBy> {
+        if self.spec.paused {
+            Some(HeldBy::Pause)
+        } else if !self.spec.fenced.is_empty() {
+            Some(HeldBy::Fence)
+        } else if self.mass.is_some() {
+            Some(HeldBy::MassFailure)
+        } else if self.views_disagree() {
+            Some(HeldBy::Views)
+        } else if !self.look_alikes.is_empty() {
+            Some(HeldBy::LookAlikes)
+        } else {
+            None
+        }
+    }
+
+    /// Note `what` as held back by `by`, whatever else would hold it.
+    fn held_back(&mut self, by: HeldBy, what: impl Into<String>) {
+        self.held.entry(by).or_default().push(what.into());
+    }
+
+    /// What `by` held back this pass, joined for a message; `None` if nothing.
+    fn held_by(&self, by: HeldBy) -> Option<String> {
+        self.held.get(&by).map(|w| w.join("; "))
     }
 
     /// Ready members' views disagree by identity now, or a suspected partition is reported.

@@ -137,14 +137,15 @@ const LOAD_PCT: u64 = 40;
 ///   block stands. The generator draws that answer from a stream of its own (none yet 3.6 %,
 ///   refused 2.4 %, half of those old enough to ask again): with every pod admitted the digest
 ///   is the one before.
-/// - `0xb315_006c_7683_e349` → `0x4bcb_3d96_7399_2e72`: a member whose container never
+/// - `0xb315_006c_7683_e349` → `0xe599_4b7b_9b8c_71cf`: a member whose container never
 ///   started, on a volume with no pod before its own (`pods_made` 1), is removed without the
 ///   hand-off gate: its pod deleted as never started (`DeleteUnstartedPod`), no drain, and the
-///   removal complete once the pod is gone, unless in a mass failure; given up if its
-///   container starts first (`ScaleDownDeferred`). The generator draws such pods, and such
+///   removal complete once the pod is gone, unless in a mass failure (a pod seen again
+///   while it settles is deleted again, as never started); given up if its container starts
+///   first (`ScaleDownDeferred`). The generator draws such pods, and such
 ///   recorded removals, from a stream of their own (`never_started`): with both drawn never
 ///   the digest is the one before.
-const DIGEST: u64 = 0x4bcb_3d96_7399_2e72;
+const DIGEST: u64 = 0xe599_4b7b_9b8c_71cf;
 
 /// What the generator draws beyond `SplitMix64`'s own.
 trait Draws {

@@ -7,7 +7,7 @@ use crate::plan::free_ordinals;
 use crate::stale::{ANNOTATION_ABSENT_SINCE, absence_in_words, is_stale, rebuilt_since_absence};
 use crate::types::*;
 
-use super::{Pass, normal};
+use super::{HeldBy, Pass, normal};
 
 impl Pass<'_> {
     /// Members: what status remembers, plus any ordinal that has a pod (adopted: a running
@@ -61,7 +61,7 @@ impl Pass<'_> {
         }
         let want = self.target - self.members.len();
         if self.mass.is_some() {
-            self.mass_held.push(format!("adding {want} members"));
+            self.held_back(HeldBy::MassFailure, format!("adding {want} members"));
             return;
         }
         let want = self.scale_up_batch(want);
@@ -158,8 +158,10 @@ impl Pass<'_> {
             self.created.contains(&o) || self.memory.phases.get(&o) == Some(&MemberPhase::Joining);
         let pvc_ok = match &m.pvc {
             None if self.mass.is_some() && !new_member => {
-                self.mass_held
-                    .push(format!("a fresh volume for {name} (its volume is missing)"));
+                self.held_back(
+                    HeldBy::MassFailure,
+                    format!("a fresh volume for {name} (its volume is missing)"),
+                );
                 return false;
             }
             None => {

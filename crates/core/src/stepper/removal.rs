@@ -4,7 +4,7 @@ use crate::handoff::{Coverage, GateHold, Leaver, covered};
 use crate::plan::{choose_victim, removal_order};
 use crate::types::*;
 
-use super::{Pass, normal, restarted_while_draining};
+use super::{HeldBy, Pass, normal, restarted_while_draining};
 
 fn enter(r: &mut Removal, step: RemovalStep, now: Millis) {
     r.step = step;
@@ -41,14 +41,23 @@ impl Pass<'_> {
             }
             RemovalStep::Deleting => self.delete_victim(&mut r, &name),
             // It held nothing: its pod gone, nothing is left to settle. In a mass failure no
-            // member leaves the membership, this one neither.
+            // member leaves the membership, this one neither. A pod seen again is deleted
+            // again, as never started, or the removal is given up.
             RemovalStep::Settling if r.reason == VictimReason::NeverStarted => {
-                if self.mass.is_none() {
+                if self.obs(r.ordinal).pod.is_some() {
+                    enter(&mut r, RemovalStep::Deleting, self.now);
+                    if !self.delete_never_started(&mut r, &name) {
+                        return;
+                    }
+                } else if self.mass.is_none() {
                     self.complete_removal(&r);
                     return;
+                } else {
+                    self.held_back(
+                        HeldBy::MassFailure,
+                        format!("removing {name} from the membership"),
+                    );
                 }
-                self.mass_held
-                    .push(format!("removing {name} from the membership"));
             }
             RemovalStep::Settling => {
                 if self.settled_without_victim(&r, &name) {
@@ -370,11 +379,11 @@ impl Pass<'_> {
             }
         }
         if self.mass.is_some() {
-            self.mass_held.push("the scale-down".into());
+            self.held_back(HeldBy::MassFailure, "the scale-down");
             return;
         }
         if self.views_disagree() {
-            self.views_held.push("the scale-down".into());
+            self.held_back(HeldBy::Views, "the scale-down");
             return;
         }
         let (o, reason) = choose_victim(&self.members, &self.spec.remove_first, |o| {

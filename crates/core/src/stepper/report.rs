@@ -4,16 +4,18 @@
 use crate::handoff::background_repair;
 use crate::types::*;
 
-use super::{Pass, REQUEUE_BUSY_MS, REQUEUE_GATE_MS, REQUEUE_IDLE_MS, normal};
+use super::{HeldBy, Pass, REQUEUE_BUSY_MS, REQUEUE_GATE_MS, REQUEUE_IDLE_MS, normal};
 
 impl Pass<'_> {
     /// Disruptive steps that `spec.paused` held back block the cluster, unless something
     /// else already does.
     pub(super) fn hold_for_pause(&mut self) {
-        if self.blocked.is_none() && !self.held.is_empty() {
+        if self.blocked.is_none()
+            && let Some(held) = self.held_by(HeldBy::Pause)
+        {
             self.blocked = Some(Blocked {
                 reason: BlockReason::Paused,
-                message: format!("spec.paused is set: holding {}", self.held.join("; ")),
+                message: format!("spec.paused is set: holding {held}"),
             });
         }
     }
@@ -21,8 +23,9 @@ impl Pass<'_> {
     /// Disruptive steps that look-alikes held back block the cluster, unless something else
     /// already does.
     pub(super) fn hold_for_look_alikes(&mut self) {
-        if self.blocked.is_none() && !self.look_alike_held.is_empty() {
-            let held = self.look_alike_held.join("; ");
+        if self.blocked.is_none()
+            && let Some(held) = self.held_by(HeldBy::LookAlikes)
+        {
             self.blocked = self.look_alike_block(&held);
         }
     }
@@ -30,12 +33,8 @@ impl Pass<'_> {
     /// Reclaim volumes of ordinals that are not members, once the cluster is fully replicated.
     pub(super) fn reclaim_volumes(&mut self) {
         if !self.spec.reclaim_pvcs
-            || self.spec.paused
+            || self.holder().is_some()
             || self.spec.hibernation
-            || !self.spec.fenced.is_empty()
-            || self.mass.is_some()
-            || self.views_disagree()
-            || !self.look_alikes.is_empty()
             || self.disruption.is_some()
             || self.members.len() != self.target
             || self.replacing
@@ -58,14 +57,13 @@ impl Pass<'_> {
     pub(super) fn report(mut self) -> Decision {
         self.note_hold_changes();
         self.note_block_changes();
-        if !self.mass_held.is_empty() {
+        if let Some(held) = self.held_by(HeldBy::MassFailure) {
             self.progress.push(format!(
-                "{} members down: holding {}",
+                "{} members down: holding {held}",
                 self.mass.as_ref().map_or(0, |m| m.down.len()),
-                self.mass_held.join("; ")
             ));
         }
-        if !self.views_held.is_empty() {
+        if let Some(held) = self.held_by(HeldBy::Views) {
             let why = match (&self.partition, &self.agreement) {
                 (Some(p), _) => p.message.clone(),
                 (None, crate::views::Agreement::Disagree(who)) => {
@@ -73,8 +71,7 @@ impl Pass<'_> {
                 }
                 (None, _) => "members' views disagree".into(),
             };
-            self.progress
-                .push(format!("{why}: holding {}", self.views_held.join("; ")));
+            self.progress.push(format!("{why}: holding {held}"));
         }
         let phase = self.cluster_phase();
         self.default_progress(phase);

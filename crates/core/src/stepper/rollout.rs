@@ -5,7 +5,7 @@
 use crate::handoff::Leaver;
 use crate::types::*;
 
-use super::{Pass, normal, restarted_while_draining};
+use super::{HeldBy, Pass, normal, restarted_while_draining};
 
 fn enter(r: &mut Roll, step: RollStep, now: Millis) {
     r.step = step;
@@ -368,11 +368,11 @@ impl Pass<'_> {
             return;
         }
         if self.mass.is_some() {
-            self.mass_held.push("the rolling update".into());
+            self.held_back(HeldBy::MassFailure, "the rolling update");
             return;
         }
         if self.views_disagree() {
-            self.views_held.push("the rolling update".into());
+            self.held_back(HeldBy::Views, "the rolling update");
             return;
         }
         // The member this restart would take: its new pod must be admitted before it is

@@ -15,7 +15,7 @@
 use crate::stale::absence_in_words;
 use crate::types::*;
 
-use super::{Pass, normal};
+use super::{HeldBy, Pass, normal};
 
 impl Pass<'_> {
     /// `spec.hibernation` is in effect: no disruption is in progress (one that is finishes
@@ -43,8 +43,10 @@ impl Pass<'_> {
         }
         let names = self.names(&running);
         if self.spec.paused {
-            self.held
-                .push(format!("stopping {names} for spec.hibernation"));
+            self.held_back(
+                HeldBy::Pause,
+                format!("stopping {names} for spec.hibernation"),
+            );
             return;
         }
         self.actions
@@ -123,8 +125,9 @@ impl Pass<'_> {
 
     /// Disruptive steps the fence held back block the cluster, unless something else does.
     pub(super) fn hold_for_fence(&mut self) {
-        if self.blocked.is_none() && !self.fenced_held.is_empty() {
-            let held = self.fenced_held.join("; ");
+        if self.blocked.is_none()
+            && let Some(held) = self.held_by(HeldBy::Fence)
+        {
             self.blocked = self.fence_block(&held);
         }
     }
