@@ -2,8 +2,8 @@
 //! side fails to compile until both sides know it. No string parsing, no fallback.
 
 use crate::{
-    BlockReason, ClusterPhase, MemberPhase, Moving, QuietReset, RemovalStep, RolloutStep,
-    VictimReason,
+    BlockReason, ClusterPhase, MemberPhase, Moving, QuietReset, RemovalStep, RolloutReason,
+    RolloutStep, VictimReason,
 };
 
 /// `From` both ways between two enums with the same unit variants.
@@ -44,6 +44,42 @@ same_variants!(BlockReason <=> BlockReason {
 same_variants!(QuietReset <=> QuietReset {
     FirstSeen, ClientInput, Restarted, Shipping, ViewChanged, Unknown,
 });
+
+/// A rollout's reason as status records it: the fresh volume's old PVC uid goes to
+/// `rollout.replacedPvc` ([`replaced_pvc`]).
+impl From<&marekvs_core::RollReason> for RolloutReason {
+    fn from(x: &marekvs_core::RollReason) -> Self {
+        match x {
+            marekvs_core::RollReason::SpecChanged => RolloutReason::SpecChanged,
+            marekvs_core::RollReason::VolumeRequested { .. } => RolloutReason::VolumeRequested,
+            marekvs_core::RollReason::RestartRequested => RolloutReason::RestartRequested,
+        }
+    }
+}
+
+/// The uid of the volume a rollout leaves, for `rollout.replacedPvc`.
+pub fn replaced_pvc(x: &marekvs_core::RollReason) -> Option<String> {
+    match x {
+        marekvs_core::RollReason::SpecChanged | marekvs_core::RollReason::RestartRequested => None,
+        marekvs_core::RollReason::VolumeRequested { pvc } => Some(pvc.clone()),
+    }
+}
+
+/// A rollout's reason read back from status, with its `replacedPvc`. `None` for a move to a
+/// fresh volume without the volume it leaves: no operator writes that, and such a record is
+/// dropped rather than guessed.
+pub fn roll_reason(
+    reason: RolloutReason,
+    replaced_pvc: Option<&str>,
+) -> Option<marekvs_core::RollReason> {
+    Some(match reason {
+        RolloutReason::SpecChanged => marekvs_core::RollReason::SpecChanged,
+        RolloutReason::VolumeRequested => marekvs_core::RollReason::VolumeRequested {
+            pvc: replaced_pvc?.to_string(),
+        },
+        RolloutReason::RestartRequested => marekvs_core::RollReason::RestartRequested,
+    })
+}
 
 impl From<Moving> for marekvs_core::Moving {
     fn from(x: Moving) -> Self {
@@ -201,6 +237,22 @@ mod tests {
             assert_eq!(marekvs_core::RemovalStep::from(api), s);
             assert_eq!(serde_json::to_value(api).unwrap(), api.as_str());
         }
+    }
+
+    /// A rollout's reason survives status, its fresh volume's old PVC with it; a fresh-volume
+    /// move recorded without it is dropped, not guessed.
+    #[test]
+    fn a_rollout_reason_round_trips_through_status() {
+        use marekvs_core::RollReason;
+        for r in [
+            RollReason::SpecChanged,
+            RollReason::VolumeRequested { pvc: "uid-1".into() },
+            RollReason::RestartRequested,
+        ] {
+            let stored = RolloutReason::from(&r);
+            assert_eq!(roll_reason(stored, replaced_pvc(&r).as_deref()), Some(r));
+        }
+        assert_eq!(roll_reason(RolloutReason::VolumeRequested, None), None);
     }
 
     #[test]

@@ -14,7 +14,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 pub mod conditions;
-mod convert;
+pub mod convert;
 
 /// A marekvs cluster: its members' Pods and PVCs are created by the operator, with ordinal
 /// identity (`<name>-<ordinal>`), and scaled down one chosen, drained member at a time.

@@ -8,10 +8,11 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use marekvs_api::conditions::*;
+use marekvs_api::convert::{replaced_pvc, roll_reason};
 use marekvs_api::{
     AutoscaleStatus, BackgroundRepairStatus, CounterSample, HandoffHoldStatus, KeptVolume,
     LoadSampleStatus, LookAlikeStatus, MarekvsCluster, MarekvsClusterStatus, MemberMetrics,
-    MemberStatus, PlanHold, PlanHoldKind, PlanStep, RemovalStatus, RolloutReason, RolloutStatus,
+    MemberStatus, PlanHold, PlanHoldKind, PlanStep, RemovalStatus, RolloutStatus,
 };
 use marekvs_core::autoscale::{LoadMemory, LoadSample, ScaleMemory};
 use marekvs_core::sizing::Sizing;
@@ -19,7 +20,7 @@ use marekvs_core::transitions::Reported;
 use marekvs_core::units::quantity_bytes;
 use marekvs_core::{
     ClusterPhase, Decision, Disruption, EventKind, Hold, HoldReport, MemberObs, Memory, Millis,
-    Moving, Note, PlannedRemoval, Removal, Roll, RollReason, Sample,
+    Moving, Note, PlannedRemoval, Removal, Roll, Sample,
 };
 
 use crate::build;
@@ -144,13 +145,7 @@ pub fn memory_from_status(name: &str, status: &MarekvsClusterStatus) -> Memory {
         })
     });
     let roll = status.rollout.as_ref().and_then(|r| {
-        let reason = match r.reason {
-            RolloutReason::SpecChanged => RollReason::SpecChanged,
-            RolloutReason::VolumeRequested => RollReason::VolumeRequested {
-                pvc: r.replaced_pvc.clone()?,
-            },
-            RolloutReason::RestartRequested => RollReason::RestartRequested,
-        };
+        let reason = roll_reason(r.reason, r.replaced_pvc.as_deref())?;
         Some(Roll {
             ordinal: u32::try_from(r.ordinal).ok()?,
             reason,
@@ -383,15 +378,8 @@ pub fn status_from(input: &StatusInput) -> MarekvsClusterStatus {
             member: format!("{name}-{}", r.ordinal),
             ordinal: r.ordinal as i32,
             step: r.step.into(),
-            reason: match r.reason {
-                RollReason::SpecChanged => RolloutReason::SpecChanged,
-                RollReason::VolumeRequested { .. } => RolloutReason::VolumeRequested,
-                RollReason::RestartRequested => RolloutReason::RestartRequested,
-            },
-            replaced_pvc: match &r.reason {
-                RollReason::SpecChanged | RollReason::RestartRequested => None,
-                RollReason::VolumeRequested { pvc } => Some(pvc.clone()),
-            },
+            reason: (&r.reason).into(),
+            replaced_pvc: replaced_pvc(&r.reason),
             handed_off_pvc: r.handed_off_pvc.clone(),
             started_at: to_time(r.started_at),
             step_started_at: to_time(r.step_started_at),
@@ -916,6 +904,7 @@ pub fn for_comparison(status: &MarekvsClusterStatus) -> serde_json::Value {
 mod tests {
     use super::*;
     use marekvs_api::MarekvsClusterSpec;
+    use marekvs_core::RollReason;
     use marekvs_core::autoscale::ScaleDecision;
     use marekvs_core::{
         BlockReason, Blocked, MemberPhase, PodAdmission, PodObs, QuietReset, RemovalStep, RollStep,
