@@ -246,7 +246,9 @@ mod tests {
         use marekvs_core::RollReason;
         for r in [
             RollReason::SpecChanged,
-            RollReason::VolumeRequested { pvc: "uid-1".into() },
+            RollReason::VolumeRequested {
+                pvc: "uid-1".into(),
+            },
             RollReason::RestartRequested,
         ] {
             let stored = RolloutReason::from(&r);

@@ -13,7 +13,7 @@ use kube::{Resource, ResourceExt};
 use marekvs_api::MarekvsCluster;
 use marekvs_core::ownership::{PodController, fixed_child_claim};
 use marekvs_core::stale::AbsenceChange;
-use marekvs_core::{Action, EventKind, Millis};
+use marekvs_core::{Action, EventKind, EventReason, Millis};
 use serde_json::json;
 use tracing::warn;
 
@@ -207,7 +207,7 @@ pub async fn run_actions(
                     ctx,
                     &cr.object_ref(&()),
                     EventKind::Warning,
-                    "ActionFailed",
+                    EventReason::ActionFailed,
                     &message,
                 )
                 .await;
@@ -614,7 +614,7 @@ pub async fn stamp_volumes(ctx: &Ctx, cr: &MarekvsCluster, children: &Children) 
         {
             Ok(_) => (
                 EventKind::Normal,
-                "VolumeAdopted",
+                EventReason::VolumeAdopted,
                 match from {
                     Some(old) => format!(
                         "{name} of {member} was created for an earlier {} (uid {old}): re-adopted, stamped with this object's uid",
@@ -629,7 +629,7 @@ pub async fn stamp_volumes(ctx: &Ctx, cr: &MarekvsCluster, children: &Children) 
                 warn!(pvc = %name, "stamping volume: {e}");
                 (
                     EventKind::Warning,
-                    "VolumeAdoptionFailed",
+                    EventReason::VolumeAdoptionFailed,
                     format!("{name} of {member}: {e}"),
                 )
             }
@@ -663,7 +663,7 @@ pub async fn grow_volumes(
                 ctx,
                 &cr.object_ref(&()),
                 EventKind::Warning,
-                "VolumeExpansionFailed",
+                EventReason::VolumeExpansionFailed,
                 &message,
             )
             .await;

@@ -9,9 +9,9 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, Patch, PatchParams};
 use kube::{Resource, ResourceExt};
 use marekvs_api::MarekvsCluster;
-use marekvs_core::EventKind;
 use marekvs_core::adoption::{Orphan, Wanted, may_adopt};
 use marekvs_core::ownership::PodController;
+use marekvs_core::{EventKind, EventReason};
 use serde_json::json;
 use tracing::{info, warn};
 
@@ -52,7 +52,7 @@ async fn announce(ctx: &Ctx, cr: &MarekvsCluster, message: &str) {
         ctx,
         &cr.object_ref(&()),
         EventKind::Normal,
-        "MemberAdopted",
+        EventReason::MemberAdopted,
         message,
     )
     .await;

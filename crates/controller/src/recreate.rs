@@ -164,6 +164,7 @@ fn controlled_by(pod: &Pod, cr: &MarekvsCluster) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use marekvs_core::EventReason;
 
     /// A replacement is announced once, by the path whose create made the pod: the pass
     /// drops its note for a pod the fast path made first (and the other way round).
@@ -176,7 +177,7 @@ mod tests {
         };
         let note = |member| Note {
             kind: marekvs_core::EventKind::Normal,
-            reason: "MemberReplaced",
+            reason: EventReason::MemberReplaced,
             message: String::new(),
             member,
         };

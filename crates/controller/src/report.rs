@@ -1,7 +1,7 @@
 //! Report: Events, on transitions only, each naming its member where it is about one.
 
 use k8s_openapi::api::core::v1::ObjectReference;
-use marekvs_core::{EventKind, Note};
+use marekvs_core::{EventKind, EventReason, Note};
 use tracing::{info, warn};
 
 use crate::ctx::Ctx;
@@ -45,7 +45,7 @@ pub async fn publish(
     ctx: &Ctx,
     reference: &ObjectReference,
     kind: EventKind,
-    reason: &str,
+    reason: EventReason,
     message: &str,
 ) {
     let member = member_named(cluster(reference), message);
@@ -57,9 +57,10 @@ async fn publish_about(
     reference: &ObjectReference,
     member: Option<u32>,
     kind: EventKind,
-    reason: &str,
+    reason: EventReason,
     message: &str,
 ) {
+    let reason = reason.as_str();
     let related = member.map(|o| ObjectReference {
         api_version: Some("v1".into()),
         kind: Some("Pod".into()),
@@ -83,7 +84,7 @@ async fn publish_about(
 mod tests {
     use super::*;
 
-    fn note(reason: &'static str, message: &str, member: Option<u32>) -> Note {
+    fn note(reason: EventReason, message: &str, member: Option<u32>) -> Note {
         Note {
             kind: EventKind::Normal,
             reason,
@@ -97,18 +98,18 @@ mod tests {
     #[test]
     fn a_hold_naming_several_members_relates_to_none_of_them() {
         let several = note(
-            "HandoffHeld",
+            EventReason::HandoffHeld,
             "removal of demo-3 held: Repairs moving on demo-0, demo-2 at 12.5/s since 2026-11-25T17:00:00Z",
             None,
         );
         assert_eq!(about_member("demo", &several), None);
         let leaver = note(
-            "HandoffHeld",
+            EventReason::HandoffHeld,
             "removal of demo-3 held: ReplicationRing moving on demo-3, backlog 1200 ops",
             None,
         );
         assert_eq!(about_member("demo", &leaver), Some(3));
-        let said = note("HandoffStuck", &several.message, Some(3));
+        let said = note(EventReason::HandoffStuck, &several.message, Some(3));
         assert_eq!(about_member("demo", &said), Some(3));
     }
 }

@@ -14,6 +14,7 @@ use marekvs_api::{
     LoadSampleStatus, LookAlikeStatus, MarekvsCluster, MarekvsClusterStatus, MemberMetrics,
     MemberStatus, PlanHold, PlanHoldKind, PlanStep, RemovalStatus, RolloutStatus,
 };
+use marekvs_core::EventReason;
 use marekvs_core::autoscale::{LoadMemory, LoadSample, ScaleMemory};
 use marekvs_core::sizing::Sizing;
 use marekvs_core::transitions::Reported;
@@ -448,7 +449,7 @@ pub fn look_alike_notes(prev: &MarekvsClusterStatus, next: &MarekvsClusterStatus
     appeared
         .map(|l| Note {
             kind: EventKind::Warning,
-            reason: "LookAlike",
+            reason: EventReason::LookAlike,
             member: None,
             message: format!(
                 "{:?} {} holds the name of member {} but {}: never adopted, scraped, drained or deleted; nothing is created for {} and every disruptive step waits until it is deleted",
@@ -457,7 +458,7 @@ pub fn look_alike_notes(prev: &MarekvsClusterStatus, next: &MarekvsClusterStatus
         })
         .chain(went.map(|l| Note {
             kind: EventKind::Normal,
-            reason: "LookAlikeGone",
+            reason: EventReason::LookAlikeGone,
             member: None,
             message: format!(
                 "{:?} {} (holding the name of member {}) is gone",
@@ -1010,7 +1011,7 @@ mod tests {
         assert_eq!(notes.len(), 1);
         assert_eq!(
             (notes[0].kind, notes[0].reason),
-            (EventKind::Warning, "LookAlike")
+            (EventKind::Warning, EventReason::LookAlike)
         );
         assert!(
             notes[0]
@@ -1025,8 +1026,8 @@ mod tests {
         assert_eq!(
             reasons,
             [
-                ("LookAlike", EventKind::Warning),
-                ("LookAlikeGone", EventKind::Normal)
+                (EventReason::LookAlike, EventKind::Warning),
+                (EventReason::LookAlikeGone, EventKind::Normal)
             ]
         );
         assert!(notes[1].message.contains("demo-3"));

@@ -459,7 +459,7 @@ impl<'a> Pass<'a> {
     }
 }
 
-fn normal(reason: &'static str, message: String) -> Note {
+fn normal(reason: EventReason, message: String) -> Note {
     Note {
         kind: EventKind::Normal,
         reason,
@@ -471,7 +471,7 @@ fn normal(reason: &'static str, message: String) -> Note {
 fn restarted_while_draining(name: &str) -> Note {
     Note {
         kind: EventKind::Warning,
-        reason: "RestartedWhileDraining",
+        reason: EventReason::RestartedWhileDraining,
         member: None,
         message: format!(
             "{name} restarted after its drain and may own data again: draining it again, then waiting for a fresh hand-off"

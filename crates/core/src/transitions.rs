@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 
 use crate::autoscale::ScaleDecision;
 use crate::mass::MassFailure;
-use crate::types::{ClusterSpec, EventKind, Note};
+use crate::types::{ClusterSpec, EventKind, EventReason, Note};
 use crate::views::SuspectedPartition;
 
 /// What to do about a member that stopped writes, for its condition and its Event.
@@ -46,9 +46,9 @@ pub fn transition_notes(spec: &ClusterSpec, before: &Reported, now: Reporting) -
         notes.push(Note {
             kind: EventKind::Normal,
             reason: if sd.desired > was {
-                "AutoscaleUp"
+                EventReason::AutoscaleUp
             } else {
-                "AutoscaleDown"
+                EventReason::AutoscaleDown
             },
             message: format!("autoscaler: {was} → {} members: {}", sd.desired, sd.reason),
             member: None,
@@ -57,7 +57,7 @@ pub fn transition_notes(spec: &ClusterSpec, before: &Reported, now: Reporting) -
     for o in now.write_stopped.difference(&before.write_stopped) {
         notes.push(Note {
             kind: EventKind::Warning,
-            reason: "DiskWriteStopped",
+            reason: EventReason::DiskWriteStopped,
             message: format!("{}: {DISK_WRITE_STOPPED_ADVICE}", spec.member_name(*o)),
             member: Some(*o),
         });
@@ -65,7 +65,7 @@ pub fn transition_notes(spec: &ClusterSpec, before: &Reported, now: Reporting) -
     if !now.unknown_choices.is_empty() && !before.unknown_choices {
         notes.push(Note {
             kind: EventKind::Warning,
-            reason: "UnknownRemovalChoice",
+            reason: EventReason::UnknownRemovalChoice,
             message: format!(
                 "spec.removeMembers names no current member: {} (ignored)",
                 now.unknown_choices.join(", ")
@@ -76,13 +76,13 @@ pub fn transition_notes(spec: &ClusterSpec, before: &Reported, now: Reporting) -
     match (now.mass_failure, before.mass_failure) {
         (Some(m), false) => notes.push(Note {
             kind: EventKind::Warning,
-            reason: "MassFailure",
+            reason: EventReason::MassFailure,
             message: m.message(spec),
             member: None,
         }),
         (None, true) => notes.push(Note {
             kind: EventKind::Normal,
-            reason: "MassFailureOver",
+            reason: EventReason::MassFailureOver,
             message: format!(
                 "fewer than replicationFactor ({}) members down: replacements, removals and rollouts may proceed",
                 spec.replication_factor
@@ -94,13 +94,13 @@ pub fn transition_notes(spec: &ClusterSpec, before: &Reported, now: Reporting) -
     match (now.suspected_partition, before.suspected_partition) {
         (Some(p), false) => notes.push(Note {
             kind: EventKind::Warning,
-            reason: "SuspectedPartition",
+            reason: EventReason::SuspectedPartition,
             message: p.message.clone(),
             member: None,
         }),
         (None, true) => notes.push(Note {
             kind: EventKind::Normal,
-            reason: "ViewsAgree",
+            reason: EventReason::ViewsAgree,
             message: "every ready member's view holds the same members again: removals, restarts and volume replacements may proceed".into(),
             member: None,
         }),
@@ -155,7 +155,7 @@ mod tests {
     }
 
     fn reasons(notes: &[Note]) -> Vec<&str> {
-        notes.iter().map(|n| n.reason).collect()
+        notes.iter().map(|n| n.reason.as_str()).collect()
     }
 
     #[test]

@@ -671,11 +671,105 @@ pub enum EventKind {
     Warning,
 }
 
+/// Every Event reason the operator gives, the core's (`Note`) and the shell's alike: the
+/// `reason` field of its Events is `as_str()` of one of these, nothing else.
+macro_rules! event_reasons {
+    ($($reason:ident),+ $(,)?) => {
+        #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+        pub enum EventReason {
+            $($reason),+
+        }
+
+        impl EventReason {
+            /// Every reason, in order.
+            pub const ALL: &[EventReason] = &[$(EventReason::$reason),+];
+
+            /// The Event's `reason`: the variant's name.
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $(EventReason::$reason => stringify!($reason)),+
+                }
+            }
+        }
+    };
+}
+
+event_reasons!(
+    ActionFailed,
+    AutoscaleDown,
+    AutoscaleUp,
+    ClientConnectionsCut,
+    DiskWriteStopped,
+    Draining,
+    FreshVolumeOnWake,
+    HandoffHeld,
+    HandoffStuck,
+    HeldByFence,
+    Hibernating,
+    LookAlike,
+    LookAlikeGone,
+    LostBeforeHandOff,
+    MassFailure,
+    MassFailureOver,
+    MemberAdopted,
+    MemberCreated,
+    MemberFenced,
+    MemberRemoved,
+    MemberReplaced,
+    MemberRestarted,
+    MemberRestarting,
+    MemberUpdated,
+    Paused,
+    RemovalCancelled,
+    RestartStarted,
+    RestartedOnOldVolume,
+    RestartedWhileDraining,
+    ScaleDownBlocked,
+    ScaleDownDeferred,
+    ScaleDownStarted,
+    StaleVolumeReplaced,
+    SuspectedPartition,
+    Unblocked,
+    UnknownRemovalChoice,
+    UpdateBlocked,
+    UpdateCancelled,
+    UpdateStarted,
+    ViewsAgree,
+    VolumeAdopted,
+    VolumeAdoptionFailed,
+    VolumeExpansionFailed,
+    VolumeReplaced,
+    VolumeReplacementStarted,
+    WakeRefused,
+    Woken,
+);
+
+/// As the text it stands for, quoted: a note reads in a log (and in the decide digest) as it
+/// did when reasons were strings.
+impl std::fmt::Debug for EventReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:?}", self.as_str())
+    }
+}
+
+impl std::fmt::Display for EventReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A reason compares with the text an Event carries (tests read Events as text).
+impl PartialEq<&str> for EventReason {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
 /// A transition worth an Event.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Note {
     pub kind: EventKind,
-    pub reason: &'static str,
+    pub reason: EventReason,
     pub message: String,
     /// The member it is about, where the shell needs to know (a replacement already made by
     /// the operator's fast path is not announced twice).

@@ -911,7 +911,7 @@ fn branches(input: &Memory, observed: &BTreeMap<u32, MemberObs>, d: &Decision) -
     }
     for n in &d.notes {
         let m = norm(&n.message);
-        let m = match n.reason {
+        let m = match n.reason.as_str() {
             "ScaleDownBlocked" | "UpdateBlocked" | "Paused" => {
                 m.split(':').next().unwrap_or_default().to_string()
             }

@@ -80,7 +80,7 @@ fn decide_at(spec: &ClusterSpec, memory: &Memory, observed: &BTreeMap<u32, Membe
 }
 
 fn reasons(d: &Decision) -> Vec<&'static str> {
-    d.notes.iter().map(|n| n.reason).collect()
+    d.notes.iter().map(|n| n.reason.as_str()).collect()
 }
 
 #[test]

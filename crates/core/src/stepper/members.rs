@@ -17,7 +17,7 @@ impl Pass<'_> {
         for (o, m) in self.observed {
             if m.pod.is_some() && self.members.insert(*o) {
                 self.notes.push(normal(
-                    "MemberAdopted",
+                    EventReason::MemberAdopted,
                     format!("adopted {} (its pod exists)", self.spec.member_name(*o)),
                 ));
             }
@@ -41,7 +41,7 @@ impl Pass<'_> {
                 self.fresh.insert(v);
             }
             self.notes.push(normal(
-                "RemovalCancelled",
+                EventReason::RemovalCancelled,
                 format!(
                     "spec.nodes grew back to {}: {} stays; if it was drained it restarts on its own volume",
                     self.spec.nodes,
@@ -92,7 +92,7 @@ impl Pass<'_> {
                 None => "",
             };
             self.notes.push(normal(
-                "MemberCreated",
+                EventReason::MemberCreated,
                 format!("creating {}{on}", self.spec.member_name(o)),
             ));
         }
@@ -193,7 +193,7 @@ impl Pass<'_> {
                     };
                     self.notes.push(Note {
                         kind: EventKind::Normal,
-                        reason: "MemberReplaced",
+                        reason: EventReason::MemberReplaced,
                         member: Some(o),
                         message: format!("{name} has no pod: re-creating it {on}"),
                     });
@@ -252,7 +252,7 @@ impl Pass<'_> {
             self.fresh.insert(o);
             self.notes.push(Note {
                 kind: EventKind::Warning,
-                reason: "StaleVolumeReplaced",
+                reason: EventReason::StaleVolumeReplaced,
                 member: Some(o),
                 message: format!(
                     "data-{name} has been away from the cluster for {away}, longer than the stale-volume grace of {grace}s: it may hold keys deleted since, so it is deleted and {name} rejoins on a fresh volume (Joining)"

@@ -86,7 +86,7 @@ impl Pass<'_> {
             }
             Some(p) if p.drained => {
                 self.notes.push(normal(
-                    "Draining",
+                    EventReason::Draining,
                     format!("{name} drained: handing its data off"),
                 ));
                 enter(r, RemovalStep::HandingOff, self.now);
@@ -187,7 +187,7 @@ impl Pass<'_> {
             .map_or(String::new(), |w| format!(" ({w:.0} write commands/s)"));
         self.notes.push(Note {
             kind: EventKind::Normal,
-            reason: "ClientConnectionsCut",
+            reason: EventReason::ClientConnectionsCut,
             member: Some(r.ordinal),
             message: format!(
                 "{name} still took client input{rate} {}s after its client traffic was cut, over connections opened before: restarting it on its own volume closes them (a marekvs node closes a client connection only when it exits); its clients reconnect through the client Service to the other members, and its hand-off starts over",
@@ -244,7 +244,7 @@ impl Pass<'_> {
             Some(_) if !self.never_started(r.ordinal) => {
                 self.phases.insert(r.ordinal, MemberPhase::Joining);
                 self.notes.push(normal(
-                    "ScaleDownDeferred",
+                    EventReason::ScaleDownDeferred,
                     format!(
                         "{name} started before its pod was deleted: it may hold data now, so it is removed only behind the hand-off gate, like any other member"
                     ),
@@ -329,7 +329,7 @@ impl Pass<'_> {
             "every remaining view converged and re-replication settled"
         };
         self.notes.push(normal(
-            "MemberRemoved",
+            EventReason::MemberRemoved,
             format!("{} removed; {how}{volume}", self.spec.member_name(v)),
         ));
         if self.spec.reclaim_pvcs
@@ -409,7 +409,7 @@ impl Pass<'_> {
         };
         let n = self.members.len();
         self.notes.push(normal(
-            "ScaleDownStarted",
+            EventReason::ScaleDownStarted,
             format!(
                 "removing {} ({why}): {n} → {} members",
                 self.spec.member_name(o),
@@ -444,7 +444,7 @@ impl Pass<'_> {
         self.phases.insert(o, MemberPhase::Leaving);
         let n = self.members.len();
         self.notes.push(normal(
-            "ScaleDownStarted",
+            EventReason::ScaleDownStarted,
             format!(
                 "removing {name} (its container never started: it holds no data, so no drain and no hand-off gate): {n} → {} members",
                 n - 1
@@ -676,7 +676,7 @@ enum StartHeld {
 fn lost_before_hand_off(name: &str) -> Note {
     Note {
         kind: EventKind::Warning,
-        reason: "LostBeforeHandOff",
+        reason: EventReason::LostBeforeHandOff,
         member: None,
         message: format!(
             "{name} lost its pod before its data was handed off: re-creating it on its volume and draining it again"

@@ -135,7 +135,7 @@ impl Pass<'_> {
         if self.memory.hold_since.map(|(r, _)| r) != Some(h.reason) {
             self.notes.push(Note {
                 kind: EventKind::Normal,
-                reason: "HandoffHeld",
+                reason: EventReason::HandoffHeld,
                 member,
                 message: format!("{}: {what}: {}", h.reason.as_str(), h.message),
             });
@@ -143,7 +143,7 @@ impl Pass<'_> {
         if h.stuck && self.memory.blocked != Some(BlockReason::HandoffTimeout) {
             self.notes.push(Note {
                 kind: EventKind::Warning,
-                reason: "HandoffStuck",
+                reason: EventReason::HandoffStuck,
                 member,
                 message: format!(
                     "held longer than spec.scaleDown.handoffTimeoutSeconds ({}s): {what}: {}; not proceeding until the gate passes",
@@ -160,15 +160,15 @@ impl Pass<'_> {
             && self.memory.blocked != Some(b.reason)
         {
             let reason = if b.reason == BlockReason::Paused {
-                "Paused"
+                EventReason::Paused
             } else if b.reason == BlockReason::WakeRefused {
-                "WakeRefused"
+                EventReason::WakeRefused
             } else if b.reason == BlockReason::Fenced {
-                "HeldByFence"
+                EventReason::HeldByFence
             } else if self.removal().is_some() || self.members.len() > self.target {
-                "ScaleDownBlocked"
+                EventReason::ScaleDownBlocked
             } else {
-                "UpdateBlocked"
+                EventReason::UpdateBlocked
             };
             self.notes.push(Note {
                 kind: EventKind::Warning,
@@ -178,8 +178,10 @@ impl Pass<'_> {
             });
         }
         if self.blocked.is_none() && self.memory.blocked.is_some() {
-            self.notes
-                .push(normal("Unblocked", "the held step may proceed".into()));
+            self.notes.push(normal(
+                EventReason::Unblocked,
+                "the held step may proceed".into(),
+            ));
         }
     }
 

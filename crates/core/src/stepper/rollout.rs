@@ -48,21 +48,21 @@ impl Pass<'_> {
                     self.rolled = Some(r.clone());
                     self.notes.push(if r.restart_requested() {
                         normal(
-                            "MemberRestarted",
+                            EventReason::MemberRestarted,
                             format!(
                                 "{name} restarted on its own volume; the cluster is fully replicated again"
                             ),
                         )
                     } else if r.requested() {
                         normal(
-                            "VolumeReplaced",
+                            EventReason::VolumeReplaced,
                             format!(
                                 "{name} runs on a fresh volume; the cluster is fully replicated again"
                             ),
                         )
                     } else {
                         normal(
-                            "MemberUpdated",
+                            EventReason::MemberUpdated,
                             format!(
                                 "{name} runs the current spec; the cluster is fully replicated again"
                             ),
@@ -90,7 +90,8 @@ impl Pass<'_> {
             } else {
                 format!("re-creating {name} with the current spec on its own volume")
             };
-            self.notes.push(normal("MemberRestarting", message));
+            self.notes
+                .push(normal(EventReason::MemberRestarting, message));
         }
         if r.step == RollStep::Rejoining && m.pod.is_some() {
             // It runs again on its volume and may own data again: the hand-off no longer holds.
@@ -110,7 +111,7 @@ impl Pass<'_> {
             && !m.pvc.as_ref().is_some_and(|v| self.leaves_volume(r, v));
         if cancelled {
             self.notes.push(normal(
-                "UpdateCancelled",
+                EventReason::UpdateCancelled,
                 format!("{name} already runs the current spec; not restarting it"),
             ));
         }
@@ -125,7 +126,7 @@ impl Pass<'_> {
         match &m.pod {
             Some(p) if p.drained => {
                 self.notes.push(normal(
-                    "Draining",
+                    EventReason::Draining,
                     format!("{name} drained before its restart: handing its data off"),
                 ));
                 enter(r, RollStep::HandingOff, self.now);
@@ -252,7 +253,7 @@ impl Pass<'_> {
                 Ok(()) if self.back_on_the_volume_asked_to_go(r) => {
                     self.notes.push(Note {
                         kind: EventKind::Warning,
-                        reason: "RestartedOnOldVolume",
+                        reason: EventReason::RestartedOnOldVolume,
                         member: None,
                         message: format!(
                             "{name} came back on the volume it was asked to leave (its pod went before its data was handed off): draining it again"
@@ -391,7 +392,7 @@ impl Pass<'_> {
                 .clone();
             self.start_roll_of(o, RollReason::VolumeRequested { pvc: uid });
             self.notes.push(normal(
-                "VolumeReplacementStarted",
+                EventReason::VolumeReplacementStarted,
                 format!(
                     "moving {} to a fresh volume, as its pod asks: draining it, then replacing its volume once the others hold its data",
                     self.spec.member_name(o)
@@ -402,7 +403,7 @@ impl Pass<'_> {
         if let Some(&o) = restarts.last() {
             self.start_roll_of(o, RollReason::RestartRequested);
             self.notes.push(normal(
-                "RestartStarted",
+                EventReason::RestartStarted,
                 format!(
                     "restarting {} on its own volume, as its pod asks: draining it, then deleting its pod once the others hold its data",
                     self.spec.member_name(o)
@@ -413,7 +414,7 @@ impl Pass<'_> {
         let o = *outdated.last().expect("not empty");
         self.start_roll_of(o, RollReason::SpecChanged);
         self.notes.push(normal(
-            "UpdateStarted",
+            EventReason::UpdateStarted,
             format!(
                 "restarting {} with the current spec ({} of {} members outdated)",
                 self.spec.member_name(o),

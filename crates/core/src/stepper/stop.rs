@@ -53,7 +53,7 @@ impl Pass<'_> {
             .extend(running.iter().map(|o| Action::DeletePod(*o)));
         self.progress.push(format!("hibernating: stopping {names}"));
         self.notes.push(normal(
-            "Hibernating",
+            EventReason::Hibernating,
             format!(
                 "spec.hibernation: stopping {names}; their volumes and the membership are kept"
             ),
@@ -98,7 +98,7 @@ impl Pass<'_> {
             } else {
                 EventKind::Normal
             },
-            reason: "MemberFenced",
+            reason: EventReason::MemberFenced,
             message,
             member: Some(o),
         }
@@ -188,7 +188,7 @@ impl Pass<'_> {
             .push(format!("waking {name} on a fresh volume"));
         self.notes.push(Note {
             kind: EventKind::Warning,
-            reason: "FreshVolumeOnWake",
+            reason: EventReason::FreshVolumeOnWake,
             member: Some(o),
             message: format!(
                 "data-{name} has been away {}, longer than the stale-volume grace: storage.freshVolumesOnWake is set, so it is deleted and {name} starts on a fresh, empty volume; the data it held is gone",
@@ -210,7 +210,7 @@ impl Pass<'_> {
         if self.waking() && self.woken() {
             self.hibernated = false;
             self.notes.push(normal(
-                "Woken",
+                EventReason::Woken,
                 format!(
                     "every member of {} runs again; disruptive steps wait for the hand-off gate as after any restart",
                     self.spec.name
