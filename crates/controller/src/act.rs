@@ -891,18 +891,22 @@ mod absence_tests {
             }
         }
 
+        /// `pod_there_or_counted` for demo-3 on data-demo-3.
+        async fn there_or_counted(client: Client) -> bool {
+            let (pods, pvcs) = (
+                Api::namespaced(client.clone(), "ns"),
+                Api::namespaced(client, "ns"),
+            );
+            pod_there_or_counted(&pods, &pvcs, "demo-3", "data-demo-3")
+                .await
+                .unwrap()
+        }
+
         /// A pod already there (the cache missed it) is neither counted nor made again.
         #[tokio::test]
         async fn a_pod_already_there_is_not_counted_again() {
             let (client, seen) = scripted(vec![(200, pod("p1", json!({"phase": "Pending"})))]);
-            let there = pod_there_or_counted(
-                &Api::namespaced(client.clone(), "ns"),
-                &Api::namespaced(client, "ns"),
-                "demo-3",
-                "data-demo-3",
-            )
-            .await
-            .unwrap();
+            let there = there_or_counted(client).await;
             assert!(there);
             assert_eq!(seen.lock().unwrap().len(), 1, "only the pod's read");
 
@@ -911,14 +915,7 @@ mod absence_tests {
                 (200, pvc(Some("1"), "7")),
                 (200, pvc(Some("2"), "8")),
             ]);
-            let there = pod_there_or_counted(
-                &Api::namespaced(client.clone(), "ns"),
-                &Api::namespaced(client, "ns"),
-                "demo-3",
-                "data-demo-3",
-            )
-            .await
-            .unwrap();
+            let there = there_or_counted(client).await;
             assert!(!there);
             let seen = seen.lock().unwrap().clone();
             let lines: Vec<(&str, &str)> = seen
