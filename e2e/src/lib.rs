@@ -364,36 +364,64 @@ impl Sim {
     /// can land on more volumes than its owners, and a test that counts copies cannot predict
     /// where they are.
     pub async fn wait_placed(&self, ns: &str, timeout: Duration) -> anyhow::Result<()> {
+        self.wait_every_member(ns, timeout, "partitions not placed", |m, _| {
+            let f = &m["figures"];
+            f["held_partitions"].as_u64() == f["owned_partitions"].as_u64()
+                && f["join_gate_pending_pids"].as_u64() == Some(0)
+        })
+        .await
+    }
+
+    /// Wait until every running member of the clusters in `ns` is connected to all the others
+    /// and has shipped every write it took (the simulator's own `ring_backlog`, read now; the
+    /// node's gauges lag). Until then a write acknowledged by one member may live only there,
+    /// and crashing that member loses it whatever its partition's owners.
+    pub async fn wait_shipped(&self, ns: &str, timeout: Duration) -> anyhow::Result<()> {
+        self.wait_every_member(ns, timeout, "writes not shipped", |m, running| {
+            m["figures"]["mesh_peers"].as_u64() == Some(running.saturating_sub(1))
+                && m["ring_backlog"].as_u64() == Some(0)
+        })
+        .await
+    }
+
+    /// Poll the simulator until `ok(member report, running members of its cluster)` holds for
+    /// every running member in `ns`.
+    async fn wait_every_member(
+        &self,
+        ns: &str,
+        timeout: Duration,
+        what: &str,
+        ok: impl Fn(&Value, u64) -> bool,
+    ) -> anyhow::Result<()> {
         let start = Instant::now();
+        let prefix = format!("{ns}/");
         loop {
             let state = self.state().await?;
-            let members: Vec<&Value> = state["clusters"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter(|c| {
-                    c["key"]
-                        .as_str()
-                        .is_some_and(|k| k.starts_with(&format!("{ns}/")))
-                })
-                .flat_map(|c| c["members"].as_array().into_iter().flatten())
-                .filter(|m| m["running"].as_bool() == Some(true))
-                .collect();
-            let misplaced: Vec<String> = members
-                .iter()
-                .filter(|m| {
-                    let f = &m["figures"];
-                    f["held_partitions"].as_u64() != f["owned_partitions"].as_u64()
-                        || f["join_gate_pending_pids"].as_u64() != Some(0)
-                })
-                .map(|m| m["key"].as_str().unwrap_or("?").to_string())
-                .collect();
-            if !members.is_empty() && misplaced.is_empty() {
+            let clusters = state["clusters"].as_array().into_iter().flatten();
+            let mut running = 0;
+            let mut waiting = Vec::new();
+            for c in clusters.filter(|c| c["key"].as_str().is_some_and(|k| k.starts_with(&prefix)))
+            {
+                let up: Vec<&Value> = c["members"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter(|m| m["running"].as_bool() == Some(true))
+                    .collect();
+                running += up.len();
+                let n = up.len() as u64;
+                waiting.extend(
+                    up.iter()
+                        .filter(|m| !ok(m, n))
+                        .map(|m| m["key"].as_str().unwrap_or("?").to_string()),
+                );
+            }
+            if running > 0 && waiting.is_empty() {
                 return Ok(());
             }
             anyhow::ensure!(
                 start.elapsed() <= timeout,
-                "partitions not placed after {timeout:?}: {misplaced:?} hold other than they own"
+                "{what} after {timeout:?}: {waiting:?}"
             );
             tokio::time::sleep(Duration::from_millis(200)).await;
         }

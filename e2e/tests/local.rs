@@ -261,6 +261,9 @@ async fn the_data_check_names_the_keys_whose_copies_are_gone() -> anyhow::Result
     // Copies a join has not yet released would make more keys survive than RF predicts.
     sim.wait_placed(&ns, T).await?;
     let data = DataSet::write(&pods, &all, "demo-0", 1_000, "negative-control").await?;
+    // A write not yet shipped lives only on the member that took it: crashing demo-2 and
+    // demo-3 then would lose every key written through them (two thirds, not a sixth).
+    sim.wait_shipped(&ns, T).await?;
     for m in ["demo-2", "demo-3"] {
         sim.set_faults(&ns, m, json!({"hold_down": true})).await?;
         sim.crash(&ns, m).await?;

@@ -2,7 +2,7 @@
 //!
 //! | method and path | body | effect |
 //! |---|---|---|
-//! | `GET /state` | | every cluster, member, view, figures, `/drain` requests received, the data-loss counter, and per cluster `live_keys` (keys whose newest version on a running member is not a tombstone) |
+//! | `GET /state` | | every cluster, member, view, figures, `/drain` requests received, each member's `ring_backlog` now, the data-loss counter, and per cluster `live_keys` (keys whose newest version on a running member is not a tombstone) |
 //! | `GET /settings`, `PATCH /settings` | partial `Settings` JSON | load, bootstrap rate and cost per byte (`copy_bytes_per_unit`), gossip and detection delays, SIGTERM times (`flush_ms`, `flush_backlog_max_ms`), ring rate, capacity and skips (`ring_ops_per_sec`, `ring_capacity_ops`, `ring_capacity_bytes`, `ring_skip_fraction`), anti-entropy (`ae_interval_ms`, `ae_jitter_ms`, `ae_drop_probability`), `read_lease_ms`, `gauge_refresh_ms`, `returning_grace_ms` (applies to running clusters too) |
 //! | `GET /members/{ns}/{pod}` | | one member (404 until it has run) |
 //! | `PATCH /members/{ns}/{pod}/faults` | partial `Faults` JSON | hang, refuse metrics, garbage / padded / late metrics, non-HTTP answers, `/drain` redirected elsewhere, a stranger in place of a member in `CLUSTER NODES` (`view_stranger_for`), a view padded with blank lines (`view_padding_bytes`), report under-replication, slow copying, hold join/down, disk full or writes stopped; may be set before the pod exists |

@@ -65,6 +65,9 @@ pub struct MemberReport {
     pub readiness_probes: u64,
     /// Requests to its `/drain`, whatever it answered.
     pub drain_requests: u64,
+    /// Simulator only: ring entries not yet walked for a connected peer, now (no node gauge
+    /// shows this, and `figures` are refreshed only every `gauge_refresh_ms`).
+    pub ring_backlog: u64,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -357,6 +360,11 @@ impl World {
             let mut members = Vec::new();
             for key in keys {
                 let figures = c.figures(now, &key);
+                let ring_backlog = if c.members[&key].is_up() {
+                    c.ring_backlog(&key)
+                } else {
+                    0
+                };
                 let m = &c.members[&key];
                 members.push(MemberReport {
                     key: key.clone(),
@@ -371,6 +379,7 @@ impl World {
                     faults: m.faults.clone(),
                     readiness_probes: self.probes.get(&key).copied().unwrap_or(0),
                     drain_requests: self.drain_requests.get(&key).copied().unwrap_or(0),
+                    ring_backlog,
                 });
             }
             clusters.push(ClusterReport {

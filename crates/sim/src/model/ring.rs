@@ -144,6 +144,17 @@ impl Cluster {
             .collect()
     }
 
+    /// Entries of member `key`'s ring its sender has yet to walk for a connected peer: what
+    /// SIGTERM waits for. Simulator only (the node's gauges show no backlog).
+    pub fn ring_backlog(&self, key: &str) -> u64 {
+        let connected: Vec<String> = self
+            .connected_peers(key)
+            .into_iter()
+            .map(|(id, _)| id)
+            .collect();
+        self.members[key].ring.backlog(&connected)
+    }
+
     /// Run member `key`'s sender for `dt` seconds.
     pub(crate) fn ship(&mut self, key: &str, dt: f64) {
         let peers = self.connected_peers(key);

@@ -66,12 +66,7 @@ impl Cluster {
         if now_ms < sleep_until_ms {
             return;
         }
-        let connected: Vec<String> = self
-            .connected_peers(key)
-            .into_iter()
-            .map(|(id, _)| id)
-            .collect();
-        if now_ms >= deadline_ms || self.members[key].ring.backlog(&connected) == 0 {
+        if now_ms >= deadline_ms || self.ring_backlog(key) == 0 {
             self.exit(key, now_ms, 0, self.settings.leave_detect_ms);
         }
     }
