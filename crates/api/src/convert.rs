@@ -2,8 +2,8 @@
 //! side fails to compile until both sides know it. No string parsing, no fallback.
 
 use crate::{
-    BlockReason, ClusterPhase, MemberPhase, Moving, QuietReset, RemovalStep, RolloutReason,
-    RolloutStep, VictimReason,
+    BlockReason, ClusterPhase, LookAlikeKind, LookAlikeStatus, MemberPhase, Moving, QuietReset,
+    RemovalStep, RolloutReason, RolloutStep, VictimReason,
 };
 
 /// `From` both ways between two enums with the same unit variants.
@@ -41,9 +41,32 @@ same_variants!(BlockReason <=> BlockReason {
     RepairInProgress, Replacing, HandoffTimeout, Paused, LookAlike, Fenced, WakeRefused,
     LeaverBacklog, SingleCopy, PodRefused,
 });
+same_variants!(LookAlikeKind <=> ObjectKind { Pod, PersistentVolumeClaim });
 same_variants!(QuietReset <=> QuietReset {
     FirstSeen, ClientInput, Restarted, Shipping, ViewChanged, Unknown,
 });
+
+impl From<&LookAlikeStatus> for marekvs_core::LookAlikeSeen {
+    fn from(x: &LookAlikeStatus) -> Self {
+        marekvs_core::LookAlikeSeen {
+            kind: x.kind.into(),
+            name: x.name.clone(),
+            member: x.member.clone(),
+            why: x.why.clone(),
+        }
+    }
+}
+
+impl From<&marekvs_core::LookAlikeSeen> for LookAlikeStatus {
+    fn from(x: &marekvs_core::LookAlikeSeen) -> Self {
+        LookAlikeStatus {
+            kind: x.kind.into(),
+            name: x.name.clone(),
+            member: x.member.clone(),
+            why: x.why.clone(),
+        }
+    }
+}
 
 /// A rollout's reason as status records it: the fresh volume's old PVC uid goes to
 /// `rollout.replacedPvc` ([`replaced_pvc`]).
@@ -255,6 +278,28 @@ mod tests {
             assert_eq!(roll_reason(stored, replaced_pvc(&r).as_deref()), Some(r));
         }
         assert_eq!(roll_reason(RolloutReason::VolumeRequested, None), None);
+    }
+
+    #[test]
+    fn a_look_alike_round_trips_through_status() {
+        for kind in [
+            marekvs_core::ObjectKind::Pod,
+            marekvs_core::ObjectKind::PersistentVolumeClaim,
+        ] {
+            let seen = marekvs_core::LookAlikeSeen {
+                kind,
+                name: "data-demo-2".into(),
+                member: "demo-2".into(),
+                why: "it has no controller".into(),
+            };
+            let status = crate::LookAlikeStatus::from(&seen);
+            // The kind is stored under the core's name (an Event names it the same way).
+            assert_eq!(
+                serde_json::to_value(status.kind).unwrap(),
+                serde_json::json!(format!("{kind:?}"))
+            );
+            assert_eq!(marekvs_core::LookAlikeSeen::from(&status), seen);
+        }
     }
 
     #[test]

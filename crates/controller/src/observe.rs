@@ -13,6 +13,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::ResourceExt;
 use kube::runtime::reflector::Store;
 use marekvs_api::{LookAlikeKind, MarekvsCluster};
+use marekvs_core::LookAlikeSeen;
 use marekvs_core::ownership::{
     LookAlikeWhy, Ownership, PodController, PvcClaim, pod_ownership, pvc_ownership,
 };
@@ -114,6 +115,22 @@ impl Children {
             }
         }
         children
+    }
+
+    /// The look-alikes as status lists them (and the core compares them), in order.
+    pub fn look_alikes_seen(&self, cluster: &str) -> Vec<LookAlikeSeen> {
+        let mut list: Vec<LookAlikeSeen> = self
+            .look_alikes
+            .iter()
+            .map(|l| LookAlikeSeen {
+                kind: l.kind.into(),
+                name: l.name.clone(),
+                member: format!("{cluster}-{}", l.ordinal),
+                why: l.why.message(),
+            })
+            .collect();
+        list.sort();
+        list
     }
 
     fn look_alike(
@@ -305,16 +322,24 @@ pub fn pod_ready(p: &Pod) -> bool {
         .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
+/// The pod's container restarts when the operator drained it, as recorded on the pod (a
+/// record without the count was made at 0); `None`: not drained.
+fn restarts_at_drain(p: &Pod) -> Option<u64> {
+    p.annotations().get(ANNOTATION_DRAINED_AT)?;
+    let at = p
+        .annotations()
+        .get(ANNOTATION_DRAINED_RESTARTS)
+        .and_then(|r| r.parse::<i64>().ok())
+        .unwrap_or(0);
+    // A negative count (edited by hand) matches no pod: not drained.
+    u64::try_from(at).ok()
+}
+
 pub fn pod_obs(p: &Pod, desired_hash: &str) -> PodObs {
     PodObs {
         ready: pod_ready(p),
         terminating: p.metadata.deletion_timestamp.is_some(),
-        drained: p.annotations().contains_key(ANNOTATION_DRAINED_AT)
-            && p.annotations()
-                .get(ANNOTATION_DRAINED_RESTARTS)
-                .and_then(|r| r.parse::<i64>().ok())
-                .unwrap_or(0)
-                == restarts(p),
+        drained: PodObs::drain_stands(restarts_at_drain(p), restarts(p).max(0) as u64),
         outdated: p
             .annotations()
             .get(ANNOTATION_TEMPLATE_HASH)

@@ -1,20 +1,35 @@
-//! The reconcile pipeline: validate → observe → decide (pure core) → record → report → act.
+//! The reconcile pipeline: validate → observe → decide (one call into the pure core) →
+//! record → report → act.
 //!
 //! Level-triggered and idempotent: every pass re-reads the pods, PVCs and member metrics, and
 //! the only memory is the object's status (members, the removal record, counter samples). The
-//! decision's memory is written to status before any action, so an operator restarted at any
-//! point re-derives the same next step. Each stage lives in its own module:
+//! decision's memory is written to status before any of the decision's actions, so an
+//! operator restarted at any point re-derives the same next step. Each stage lives in its own
+//! module:
 //!
 //! | stage | module |
 //! |---|---|
 //! | validate the spec | `spec` |
-//! | observe caches and scrapes | `observe` |
-//! | adopt a StatefulSet's orphaned members (opt-in) | `adopt` |
-//! | re-create missing children early | `recreate` |
-//! | decide | `marekvs_core` (sizing, stepper, transitions, volumes) |
-//! | record (status) | `status` (build), `record` (write) |
+//! | observe caches and scrapes | `observe`, `scrape`, `views` |
+//! | decide | `marekvs_core::pass::plan`: sizing, stepper, notes, absences, next look |
+//! | record (status) | `status` (translate the plan), `record` (write) |
 //! | report (Events) | `report` |
 //! | act (API writes) | `act` |
+//!
+//! Five writes come before record, each for a reason of its own:
+//!
+//! 1. `act::apply_children`: the Services and the PDB do not depend on the runbook, and pods
+//!    made before the client-traffic label existed are labelled "on" before the client
+//!    Service selects by it (it never selects fewer members than it did).
+//! 2. `adopt::orphans`: a StatefulSet's orphans become members (opt-in); the pass then starts
+//!    over, so nothing is decided on the look-alikes they were.
+//! 3. `record::gossip_cluster`: every pod is built with the gossip name, so it is in status
+//!    before the first pod, in a write of its own.
+//! 4. `act::stamp_volumes`: a volume this cluster re-adopts gets its uid as soon as it is
+//!    seen, whatever the decision (a failure is retried; until then it still counts as ours).
+//! 5. `recreate::before_scrapes`: a deleted pod whose re-creation the core allows without
+//!    figures (`marekvs_core::recreate`) is made before the slow scrapes; the decision's
+//!    actions skip it.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,11 +37,7 @@ use std::time::Duration;
 use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
 use marekvs_api::MarekvsCluster;
-use marekvs_core::pace::next_look_ms;
-use marekvs_core::sizing::{SizingInput, size};
-use marekvs_core::stale::absence_changes;
-use marekvs_core::transitions::{Reporting, transition_notes, unknown_removal_choices};
-use marekvs_core::{Input, decide};
+use marekvs_core::pass::PassInput;
 use tracing::warn;
 
 pub use crate::ctx::{Ctx, now_ms};
@@ -142,47 +153,23 @@ pub async fn pass(cr: &MarekvsCluster, ctx: &Ctx) -> Result<Next, Error> {
         .observe(&cluster, &ledger_reads(&children.pods, &reads), now);
     let observed = with_reads(unscraped, &reads, &inputs);
 
-    // Decide.
+    // Decide: the core's one call, with everything the shell records, reports and carries out.
     let policy = cr.spec.autoscale.as_ref().map(spec::autoscale_policy);
-    let sizing = size(&SizingInput {
+    let plan = marekvs_core::pass::plan(&PassInput {
         spec: &spec,
         policy: policy.as_ref(),
-        members: &memory.members,
+        memory: &memory,
         observed: &observed,
         load: &status::load_from_status(&name, &prev),
         scale: &status::scale_from_status(&prev),
+        reported: &reported(&prev),
+        removal_choices: &spec::removal_choices(cr),
+        look_alikes: &children.look_alikes_seen(&name),
         now,
     });
-    let decision = decide(&Input {
-        spec: &sizing.spec,
-        memory: &memory,
-        observed: &observed,
-        now,
-    });
-    let choices = spec::removal_choices(cr);
-    let unknown_choices =
-        unknown_removal_choices(&choices, &memory.members, &decision.memory.members);
-    let next = status_from(&StatusInput {
-        cr,
-        prev: &prev,
-        decision: &decision,
-        observed: &observed,
-        children: &children,
-        unknown_choices: &unknown_choices,
-        sizing: &sizing,
-        now,
-    });
-    let changes = transition_notes(
-        &spec,
-        &reported(&prev),
-        Reporting {
-            scaling: sizing.scaling.as_ref(),
-            write_stopped: &status::write_stopped(&next),
-            unknown_choices: &unknown_choices,
-            mass_failure: decision.mass_failure.as_ref(),
-            suspected_partition: decision.suspected_partition.as_ref(),
-        },
-    );
+    let next = status_from(&StatusInput::of(
+        cr, &prev, &plan, &observed, &children, now,
+    ));
 
     // Record, before acting: written only when it changed (a quiet cluster costs no write).
     if for_comparison(&next) == for_comparison(&prev) {
@@ -197,25 +184,22 @@ pub async fn pass(cr: &MarekvsCluster, ctx: &Ctx) -> Result<Next, Error> {
 
     // Report, then act (what was re-created before the scrapes is not sent again).
     let reference = cr.object_ref(&());
-    report::publish_notes(ctx, &reference, &changes, |_| false).await;
-    let look_alikes = status::look_alike_notes(&prev, &next);
-    report::publish_notes(ctx, &reference, &look_alikes, |_| false).await;
-    report::publish_notes(ctx, &reference, &decision.notes, |n| {
+    report::publish_notes(ctx, &reference, &plan.changes, |_| false).await;
+    report::publish_notes(ctx, &reference, &plan.decision.notes, |n| {
         recreated.made_elsewhere(n)
     })
     .await;
     act::run_actions(
         ctx,
         cr,
-        &recreated.still_to_do(&decision.actions),
+        &recreated.still_to_do(&plan.decision.actions),
         &children,
     )
     .await?;
     act::grow_volumes(ctx, cr, &children.pvcs).await;
-    let absences = absence_changes(&decision.memory.members, &decision.memory.phases, &observed);
-    act::record_absences(ctx, cr, &absences, &children.pvcs, now).await;
+    act::record_absences(ctx, cr, &plan.absences, &children.pvcs, now).await;
     Ok(Next::LookAgainIn(Duration::from_millis(
-        next_look_ms(&memory, &decision) as u64,
+        plan.next_look_ms as u64,
     )))
 }
 

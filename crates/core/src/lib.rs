@@ -11,6 +11,7 @@ pub mod mass;
 pub mod metrics;
 pub mod ownership;
 pub mod pace;
+pub mod pass;
 pub mod plan;
 pub mod recreate;
 pub mod rng;
@@ -24,5 +25,6 @@ pub mod views;
 pub mod volumes;
 
 pub use mass::{MassFailure, mass_failure};
+pub use ownership::{LookAlikeSeen, ObjectKind};
 pub use stepper::{Input, decide};
 pub use types::*;

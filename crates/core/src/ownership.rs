@@ -44,6 +44,24 @@ pub struct PvcClaim {
     pub adopting: bool,
 }
 
+/// An object holding a member's name that is not the cluster's, as status lists it.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct LookAlikeSeen {
+    pub kind: ObjectKind,
+    pub name: String,
+    /// The member whose name it holds.
+    pub member: String,
+    /// Why it is not the cluster's, in words.
+    pub why: String,
+}
+
+/// The kinds of object a member is made of.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum ObjectKind {
+    Pod,
+    PersistentVolumeClaim,
+}
+
 /// Why an object is a look-alike.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum LookAlikeWhy {

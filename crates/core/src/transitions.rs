@@ -7,6 +7,7 @@ use std::collections::BTreeSet;
 
 use crate::autoscale::ScaleDecision;
 use crate::mass::MassFailure;
+use crate::ownership::LookAlikeSeen;
 use crate::types::{ClusterSpec, EventKind, EventReason, Note};
 use crate::views::SuspectedPartition;
 
@@ -26,6 +27,8 @@ pub struct Reported {
     pub mass_failure: bool,
     /// Whether a suspected partition was reported (the `SuspectedPartition` condition True).
     pub suspected_partition: bool,
+    /// The look-alikes listed (`status.lookAlikes`).
+    pub look_alikes: Vec<LookAlikeSeen>,
 }
 
 /// What this pass reports.
@@ -191,6 +194,7 @@ mod tests {
             unknown_choices: true,
             mass_failure: false,
             suspected_partition: false,
+            look_alikes: Vec::new(),
         };
         let again = Reporting {
             scaling: Some(&wish(4)),

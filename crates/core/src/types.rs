@@ -142,7 +142,8 @@ pub struct PodObs {
     pub ready: bool,
     /// Has a deletion timestamp.
     pub terminating: bool,
-    /// The operator has drained this pod's node (`/drain` answered 200); recorded on the pod.
+    /// The operator has drained this pod's node (`/drain` answered 200), as recorded on the
+    /// pod, and the drain still stands ([`PodObs::drain_stands`]).
     pub drained: bool,
     /// Its spec differs from the member's desired pod (compared by template hash).
     pub outdated: bool,
@@ -160,6 +161,16 @@ pub struct PodObs {
     /// is or was running or has exited, none has restarted (unscheduled, its image not pulled,
     /// its volume not attached). `false` when unknown.
     pub never_started: bool,
+}
+
+impl PodObs {
+    /// Whether a drain recorded on a pod still stands: `restarts_at_drain` is the pod's
+    /// container restarts when it was drained (`None`: never drained). A restart voids it: the
+    /// node came back serving and takes data again, so it must be drained again before
+    /// anything counts on it.
+    pub fn drain_stands(restarts_at_drain: Option<u64>, restarts_now: u64) -> bool {
+        restarts_at_drain == Some(restarts_now)
+    }
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -484,6 +495,15 @@ pub enum Disruption {
 }
 
 impl Disruption {
+    /// The disruption a status records. The operator never records both; a status that holds
+    /// both (edited by hand) is read as the removal, and the restart is dropped: it starts
+    /// again once the removal is done, if a member is still outdated.
+    pub fn recorded(removal: Option<Removal>, roll: Option<Roll>) -> Option<Disruption> {
+        removal
+            .map(Disruption::Removal)
+            .or(roll.map(Disruption::Roll))
+    }
+
     /// The member it is about.
     pub fn ordinal(&self) -> u32 {
         match self {
@@ -951,4 +971,16 @@ pub struct SuspectedPartition {
     pub since: Millis,
     /// Who sees whom (or which views are unknown), for the condition and its Event.
     pub message: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::PodObs;
+
+    #[test]
+    fn a_restart_voids_a_drain() {
+        assert!(PodObs::drain_stands(Some(2), 2));
+        assert!(!PodObs::drain_stands(Some(2), 3));
+        assert!(!PodObs::drain_stands(None, 0));
+    }
 }

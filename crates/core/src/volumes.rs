@@ -65,9 +65,27 @@ impl StorageWish {
     }
 }
 
+/// Whether a volume is being expanded: its capacity is still below the size its spec asks
+/// for. Unparseable sizes are not.
+pub fn expanding(requested: &str, capacity: &str) -> bool {
+    matches!(
+        (quantity_bytes(requested), quantity_bytes(capacity)),
+        (Some(r), Some(c)) if c < r
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_volume_expands_while_its_capacity_is_below_its_request() {
+        assert!(expanding("20Gi", "10Gi"));
+        assert!(!expanding("10Gi", "10Gi"));
+        // Provisioners may round up.
+        assert!(!expanding("10G", "10Gi"));
+        assert!(!expanding("20Gi", "lots"));
+    }
 
     fn wish(size: &str, class: Option<&str>) -> StorageWish {
         StorageWish {

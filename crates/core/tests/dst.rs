@@ -99,8 +99,8 @@ use marekvs_core::autoscale::{LoadMemory, Policy, ScaleMemory};
 use marekvs_core::input;
 use marekvs_core::recreate::{creations_before_scrapes, still_to_do};
 use marekvs_core::rng::SplitMix64;
-use marekvs_core::sizing::{SizingInput, size, unscraped_target};
-use marekvs_core::stale::{AbsenceChange, absence_changes, is_stale};
+use marekvs_core::sizing::unscraped_target;
+use marekvs_core::stale::{AbsenceChange, is_stale};
 use marekvs_core::transitions::{Reported, Reporting, transition_notes};
 use marekvs_core::volumes::{StorageWish, Volume};
 use marekvs_core::*;
@@ -2259,35 +2259,34 @@ impl Operator {
                 m.client_input = client;
             }
         }
-        let sizing = size(&SizingInput {
+        // The operator's one call into the core, as the shell makes it.
+        let plan = pass::plan(&pass::PassInput {
             spec: &self.spec,
             policy: self.policy.as_ref(),
-            members: &status.memory.members,
+            memory: &status.memory,
             observed: &observed,
             load: &status.load,
             scale: &status.scale,
+            reported: &status.reported,
+            removal_choices: &[],
+            look_alikes: &[],
             now,
         });
+        let (sizing, d) = (&plan.sizing, &plan.decision);
         if sizing.spec.target() as usize != status.memory.members.len() && sizing.scaling.is_some()
         {
             counts.autoscaler_moves += 1;
         }
-        let d = decide(&Input {
-            spec: &sizing.spec,
-            memory: &status.memory,
-            observed: &observed,
-            now,
-        });
         let reporting = Reporting {
             scaling: sizing.scaling.as_ref(),
-            write_stopped: &BTreeSet::new(),
-            unknown_choices: &[],
+            write_stopped: &plan.write_stopped,
+            unknown_choices: &plan.unknown_choices,
             mass_failure: d.mass_failure.as_ref(),
             suspected_partition: d.suspected_partition.as_ref(),
         };
-        let notes = transition_notes(&sizing.spec, &status.reported, reporting);
+        let notes = &plan.changes;
         let (held_stale, away_stale, refused_wake) =
-            away_on_stale_volumes(&d, &observed, self.spec.stale_volume_grace_ms, now);
+            away_on_stale_volumes(d, &observed, self.spec.stale_volume_grace_ms, now);
         let pass = Pass {
             phase: d.phase,
             quiet: d.actions.is_empty(),
@@ -2330,14 +2329,15 @@ impl Operator {
                 .unwrap_or_default(),
             reported: Reported {
                 autoscale_desired: sizing.scaling.as_ref().map(|s| s.desired),
+                write_stopped: plan.write_stopped.clone(),
                 mass_failure: d.mass_failure.is_some(),
                 suspected_partition: d.suspected_partition.is_some(),
                 ..Reported::default()
             },
         };
-        look_alike_holds(&observed, &d, &sizing.spec, t, counts, violations);
-        count_load(w, &status.memory, &d, &observed);
-        check_victim(w, &status.memory, &sizing.spec, &d, counts, violations);
+        look_alike_holds(&observed, d, &sizing.spec, t, counts, violations);
+        count_load(w, &status.memory, d, &observed);
+        check_victim(w, &status.memory, &sizing.spec, d, counts, violations);
         if d.memory.removal().is_some_and(|r| {
             r.reason == VictimReason::NeverStarted
                 && status
@@ -2351,7 +2351,7 @@ impl Operator {
             &sizing.spec,
             &status.memory,
             &observed,
-            &d,
+            d,
             t,
             counts,
             violations,
@@ -2360,7 +2360,7 @@ impl Operator {
             &sizing.spec,
             &status.memory,
             &observed,
-            &d,
+            d,
             w,
             counts,
             violations,
@@ -2370,7 +2370,7 @@ impl Operator {
         if let Some(m) = mass_failure(&sizing.spec, &status.memory, &observed) {
             counts.mass_failure_passes += 1;
             // Stopping a member for the user's hibernation or fence loses nothing: the volume stays.
-            for a in d.actions.iter().filter(|a| !is_stop(a, &sizing.spec, &d)) {
+            for a in d.actions.iter().filter(|a| !is_stop(a, &sizing.spec, d)) {
                 counts.invariant_checks += 1;
                 mass_failure_allows(a, &status.memory, &m, t, violations);
             }
@@ -2387,7 +2387,7 @@ impl Operator {
         views_hold(
             &status.memory,
             &observed,
-            &d,
+            d,
             &sizing.spec,
             t,
             counts,
@@ -2413,8 +2413,8 @@ impl Operator {
                 violations.push(format!("t={t}: {}: on the same volume", n.message));
             }
         }
-        count_stale(w, &d, &observed, counts, violations);
-        check_restart(w, &d, &status.memory, &observed, counts, violations);
+        count_stale(w, d, &observed, counts, violations);
+        check_restart(w, d, &status.memory, &observed, counts, violations);
         self.previous = std::mem::replace(&mut self.persisted, written);
         self.ledger.recorded();
         let actions = still_to_do(&d.actions, &made);
@@ -2440,15 +2440,14 @@ impl Operator {
             w,
             &actions[..n],
             &sizing.spec,
-            &d,
+            d,
             members,
             counts,
             violations,
         );
         if n == actions.len() {
             w.grow_volumes(counts, violations);
-            let changes = absence_changes(&d.memory.members, &d.memory.phases, &observed);
-            w.record_absences(&changes, &observed, counts);
+            w.record_absences(&plan.absences, &observed, counts);
         }
         pass
     }

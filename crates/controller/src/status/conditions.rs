@@ -6,7 +6,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use marekvs_api::conditions::*;
-use marekvs_core::units::quantity_bytes;
+use marekvs_core::volumes::expanding;
 use marekvs_core::{ClusterPhase, Decision, HoldReport, MemberObs, Moving};
 
 use crate::observe::{capacity, volume};
@@ -129,11 +129,7 @@ pub(super) fn member_conditions(
         (None, None) => c.set(MEMBER_UPDATED, false, REASON_NO_POD, "no pod"),
     }
     if let Some((req, cap)) = pvc.and_then(|p| Some((volume(p).requested?, capacity(p)?))) {
-        let growing = matches!(
-            (quantity_bytes(&req), quantity_bytes(&cap)),
-            (Some(r), Some(c)) if c < r
-        );
-        if growing {
+        if expanding(&req, &cap) {
             let msg = format!("its volume is being expanded from {cap} to {req}");
             c.set(MEMBER_VOLUME_RESIZING, true, REASON_EXPANDING, msg);
         } else {

@@ -10,15 +10,16 @@ pub use conditions::{HOLD_MESSAGE_MAX_BYTES, hold_summary};
 pub use read::*;
 pub use write::*;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use marekvs_api::{MarekvsCluster, MarekvsClusterStatus};
+use marekvs_core::pass::{AutoscaleReport, PassPlan};
 use marekvs_core::sizing::Sizing;
 use marekvs_core::{Decision, MemberObs, Millis};
 
 use crate::observe::Children;
 
-/// Everything a status is made from.
+/// Everything a status is made from: the pass's plan, translated.
 pub struct StatusInput<'a> {
     pub cr: &'a MarekvsCluster,
     pub prev: &'a MarekvsClusterStatus,
@@ -27,7 +28,33 @@ pub struct StatusInput<'a> {
     pub children: &'a Children,
     pub unknown_choices: &'a [String],
     pub sizing: &'a Sizing,
+    pub write_stopped: &'a BTreeSet<u32>,
+    pub autoscale: Option<&'a AutoscaleReport>,
     pub now: Millis,
+}
+
+impl<'a> StatusInput<'a> {
+    pub fn of(
+        cr: &'a MarekvsCluster,
+        prev: &'a MarekvsClusterStatus,
+        plan: &'a PassPlan,
+        observed: &'a BTreeMap<u32, MemberObs>,
+        children: &'a Children,
+        now: Millis,
+    ) -> Self {
+        StatusInput {
+            cr,
+            prev,
+            decision: &plan.decision,
+            observed,
+            children,
+            unknown_choices: &plan.unknown_choices,
+            sizing: &plan.sizing,
+            write_stopped: &plan.write_stopped,
+            autoscale: plan.autoscale.as_ref(),
+            now,
+        }
+    }
 }
 
 #[cfg(test)]
@@ -52,6 +79,7 @@ mod tests {
     use marekvs_api::MarekvsClusterSpec;
     use marekvs_core::RollReason;
     use marekvs_core::autoscale::ScaleDecision;
+    use marekvs_core::pass::{autoscale_report, look_alike_notes, write_stopped};
     use marekvs_core::{
         BlockReason, Blocked, MemberPhase, PodAdmission, PodObs, QuietReset, RemovalStep, RollStep,
         Scrape, VictimReason,
@@ -104,16 +132,25 @@ mod tests {
         observed: &BTreeMap<u32, MemberObs>,
         now: Millis,
     ) -> MarekvsClusterStatus {
-        status_from(&StatusInput {
+        let plan = PassPlan {
+            sizing: sizing.clone(),
+            decision: d.clone(),
+            unknown_choices: vec![],
+            write_stopped: write_stopped(&d.memory.members, observed, &BTreeSet::new()),
+            autoscale: autoscale_report(sizing, d, cr.spec.nodes as u32),
+            changes: vec![],
+            absences: vec![],
+            next_look_ms: d.requeue_ms,
+        };
+        let prev = MarekvsClusterStatus::default();
+        status_from(&StatusInput::of(
             cr,
-            prev: &MarekvsClusterStatus::default(),
-            decision: d,
+            &prev,
+            &plan,
             observed,
-            children: &no_children(),
-            unknown_choices: &[],
-            sizing,
+            &no_children(),
             now,
-        })
+        ))
     }
 
     fn scraped(view: u64, boots: u64) -> MemberObs {
@@ -137,7 +174,7 @@ mod tests {
     }
 
     /// A look-alike is announced once when it appears and once when it goes, naming the
-    /// member and the object.
+    /// member and the object: what status listed is read back for the core to compare.
     #[test]
     fn look_alikes_are_announced_on_their_transitions_only() {
         let listed = |names: &[&str]| MarekvsClusterStatus {
@@ -152,7 +189,9 @@ mod tests {
                 .collect(),
             ..MarekvsClusterStatus::default()
         };
-        let notes = look_alike_notes(&listed(&[]), &listed(&["demo-3"]));
+        let was = |names: &[&str]| reported(&listed(names)).look_alikes;
+        let is = |names: &[&str]| was(names);
+        let notes = look_alike_notes(&was(&[]), &is(&["demo-3"]));
         assert_eq!(notes.len(), 1);
         assert_eq!(
             (notes[0].kind, notes[0].reason),
@@ -165,8 +204,8 @@ mod tests {
             "{}",
             notes[0].message
         );
-        assert!(look_alike_notes(&listed(&["demo-3"]), &listed(&["demo-3"])).is_empty());
-        let notes = look_alike_notes(&listed(&["demo-3"]), &listed(&["demo-4"]));
+        assert!(look_alike_notes(&was(&["demo-3"]), &is(&["demo-3"])).is_empty());
+        let notes = look_alike_notes(&was(&["demo-3"]), &is(&["demo-4"]));
         let reasons: Vec<_> = notes.iter().map(|n| (n.reason, n.kind)).collect();
         assert_eq!(
             reasons,

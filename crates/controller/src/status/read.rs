@@ -19,13 +19,9 @@ pub fn from_time(t: &Time) -> Millis {
     t.0.as_millisecond()
 }
 
-/// What the operator remembers, read back from status.
-///
-/// The operator never writes both `status.removal` and `status.rollout`; a status that holds
-/// both (edited by hand) is read as the removal, and the rollout is dropped: it starts again
-/// once the removal is done, if a member is still outdated. A rollout for a fresh volume that
-/// does not say which volume to leave (edited by hand) is dropped too: no volume is deleted on
-/// a guess (a drained member is then restarted on its own volume).
+/// What the operator remembers, read back from status: a removal and a rollout both recorded
+/// are read as [`Disruption::recorded`] says, and a rollout for a fresh volume that does not
+/// say which volume to leave is dropped ([`roll_reason`]).
 pub fn memory_from_status(name: &str, status: &MarekvsClusterStatus) -> Memory {
     let members: BTreeSet<u32> = status
         .instance_names
@@ -113,9 +109,7 @@ pub fn memory_from_status(name: &str, status: &MarekvsClusterStatus) -> Memory {
     }
     Memory {
         members,
-        disruption: removal
-            .map(Disruption::Removal)
-            .or(roll.map(Disruption::Roll)),
+        disruption: Disruption::recorded(removal, roll),
         samples,
         phases,
         blocked: status.block_reason.map(Into::into),
@@ -186,5 +180,6 @@ pub fn reported(status: &MarekvsClusterStatus) -> Reported {
             .is_some_and(|c| c.status != "True"),
         mass_failure: is_true(&status.conditions, MASS_FAILURE),
         suspected_partition: is_true(&status.conditions, SUSPECTED_PARTITION),
+        look_alikes: status.look_alikes.iter().map(Into::into).collect(),
     }
 }

@@ -1,8 +1,6 @@
 //! Write: the status a decision is reported as, member by member, with the plan, the kept
 //! volumes, the look-alikes and the load; and the form two statuses are compared in.
 
-use std::collections::BTreeSet;
-
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
@@ -10,14 +8,14 @@ use marekvs_api::conditions::*;
 use marekvs_api::convert::replaced_pvc;
 use marekvs_api::{
     AutoscaleStatus, BackgroundRepairStatus, CounterSample, HandoffHoldStatus, KeptVolume,
-    LoadSampleStatus, LookAlikeStatus, MarekvsClusterStatus, MemberMetrics, MemberStatus, PlanHold,
-    PlanHoldKind, PlanStep, RemovalStatus, RolloutStatus,
+    LoadSampleStatus, MarekvsClusterStatus, MemberMetrics, MemberStatus, PlanHold, PlanHoldKind,
+    PlanStep, RemovalStatus, RolloutStatus,
 };
-use marekvs_core::EventReason;
-use marekvs_core::{EventKind, Hold, Millis, Note, PlannedRemoval};
+use marekvs_core::pass::{AutoscaleReport, AutoscaleSays};
+use marekvs_core::{Hold, HoldReport, Millis, PlannedRemoval};
 
 use crate::build;
-use crate::observe::{Children, capacity, volume};
+use crate::observe::{capacity, volume};
 
 use super::StatusInput;
 use super::conditions::*;
@@ -110,7 +108,12 @@ pub fn status_from(input: &StatusInput) -> MarekvsClusterStatus {
         plan: d.plan.iter().map(|p| plan_step(&name, p)).collect(),
         views_disagree_since: d.memory.views_split_since.map(to_time),
         kept_volumes: kept_volumes(input),
-        look_alikes: look_alikes_status(&name, input.children),
+        look_alikes: input
+            .children
+            .look_alikes_seen(&name)
+            .iter()
+            .map(Into::into)
+            .collect(),
         hibernated: d.memory.hibernated,
         gossip_cluster: input.prev.gossip_cluster.clone(),
     };
@@ -142,52 +145,6 @@ pub(super) fn kept_volumes(input: &StatusInput) -> Vec<KeptVolume> {
         }
     })
     .collect()
-}
-
-/// The look-alikes as `status.lookAlikes` lists them, in order.
-pub(super) fn look_alikes_status(name: &str, children: &Children) -> Vec<LookAlikeStatus> {
-    let mut list: Vec<LookAlikeStatus> = children
-        .look_alikes
-        .iter()
-        .map(|l| LookAlikeStatus {
-            kind: l.kind,
-            name: l.name.clone(),
-            member: format!("{name}-{}", l.ordinal),
-            why: l.why.message(),
-        })
-        .collect();
-    list.sort();
-    list
-}
-
-/// A Warning for each look-alike that `next` lists and `prev` did not, naming the member and
-/// the object; a Normal one for each that went.
-pub fn look_alike_notes(prev: &MarekvsClusterStatus, next: &MarekvsClusterStatus) -> Vec<Note> {
-    let key = |l: &LookAlikeStatus| (l.kind, l.name.clone());
-    let was: BTreeSet<_> = prev.look_alikes.iter().map(key).collect();
-    let is: BTreeSet<_> = next.look_alikes.iter().map(key).collect();
-    let appeared = next.look_alikes.iter().filter(|l| !was.contains(&key(l)));
-    let went = prev.look_alikes.iter().filter(|l| !is.contains(&key(l)));
-    appeared
-        .map(|l| Note {
-            kind: EventKind::Warning,
-            reason: EventReason::LookAlike,
-            member: None,
-            message: format!(
-                "{:?} {} holds the name of member {} but {}: never adopted, scraped, drained or deleted; nothing is created for {} and every disruptive step waits until it is deleted",
-                l.kind, l.name, l.member, l.why, l.member
-            ),
-        })
-        .chain(went.map(|l| Note {
-            kind: EventKind::Normal,
-            reason: EventReason::LookAlikeGone,
-            member: None,
-            message: format!(
-                "{:?} {} (holding the name of member {}) is gone",
-                l.kind, l.name, l.member
-            ),
-        }))
-        .collect()
 }
 
 /// One step of the core's plan as `status.plan` shows it.
@@ -319,40 +276,22 @@ pub(super) fn load_and_autoscale(input: &StatusInput, st: &mut MarekvsClusterSta
             .map(|(o, c)| (format!("{name}-{o}"), *c as i64))
             .collect(),
     });
-    match &sizing.scaling {
-        Some(sd) => {
-            let have = d.memory.members.len();
-            // A removal it asked for, held by the gate: the hold says why.
-            let held = d.hold.as_ref().filter(|_| (sd.desired as usize) < have);
-            let mut message = match (&d.blocked, held) {
-                (_, Some(h)) => format!(
-                    "autoscaler wants {}, holding at {have}: {}",
-                    sd.desired,
-                    with_hold(&h.message, Some(h), &name)
-                ),
-                (Some(b), None) if sd.desired as usize != have => format!(
-                    "autoscaler wants {}, holding at {have}: {}",
-                    sd.desired, b.message
-                ),
-                (None, None) if sd.desired as usize != have => format!(
-                    "autoscaler wants {}, cluster has {have}: {}",
-                    sd.desired, sd.reason
-                ),
-                _ => format!("autoscaler: {}", sd.reason),
-            };
-            if cr.spec.nodes as u32 != sd.desired {
+    match input.autoscale {
+        Some(a) => {
+            let sd = sizing.scaling.as_ref();
+            let mut message = autoscale_message(a, d.hold.as_ref(), &name);
+            if let Some(nodes) = a.spec_nodes_ignored {
                 message.push_str(&format!(
-                    "; spec.nodes ({}) is only the initial size while spec.autoscale is set",
-                    cr.spec.nodes
+                    "; spec.nodes ({nodes}) is only the initial size while spec.autoscale is set"
                 ));
             }
             st.autoscale = Some(AutoscaleStatus {
-                desired_nodes: Some(sd.desired as i32),
-                last_scale_up_time: sd.memory.last_scale_up_at.map(to_time),
-                last_scale_down_time: sd.memory.last_scale_down_at.map(to_time),
-                low_load_since: sd.memory.low_since.map(to_time),
+                desired_nodes: Some(a.desired as i32),
+                last_scale_up_time: sd.and_then(|s| s.memory.last_scale_up_at).map(to_time),
+                last_scale_down_time: sd.and_then(|s| s.memory.last_scale_down_at).map(to_time),
+                low_load_since: sd.and_then(|s| s.memory.low_since).map(to_time),
                 message: Some(cut_text(&message, HOLD_MESSAGE_MAX_BYTES)),
-                held_by: held.map(|h| h.reason.into()),
+                held_by: a.held_by().map(Into::into),
             });
             c.set(AUTOSCALING, true, REASON_AUTOSCALING_ACTIVE, message);
         }
@@ -361,13 +300,12 @@ pub(super) fn load_and_autoscale(input: &StatusInput, st: &mut MarekvsClusterSta
             c.remove(AUTOSCALING);
         }
     }
-    let stopped: Vec<&str> = st
-        .members
-        .iter()
-        .filter(|m| is_true(&m.conditions, MEMBER_DISK_WRITE_STOPPED))
-        .map(|m| m.name.as_str())
-        .collect();
-    if !stopped.is_empty() {
+    if !input.write_stopped.is_empty() {
+        let stopped: Vec<String> = input
+            .write_stopped
+            .iter()
+            .map(|o| format!("{name}-{o}"))
+            .collect();
         let message = format!(
             "writes refused by {} at the disk high-water mark: {DISK_WRITE_STOPPED_ADVICE}",
             stopped.join(", ")
@@ -375,6 +313,27 @@ pub(super) fn load_and_autoscale(input: &StatusInput, st: &mut MarekvsClusterSta
         c.set(READY, false, REASON_DISK_HIGH_WATER, message);
     }
     st.conditions = c.list;
+}
+
+/// What the autoscaler's status says, in words.
+fn autoscale_message(a: &AutoscaleReport, hold: Option<&HoldReport>, cluster: &str) -> String {
+    let (desired, have) = (a.desired, a.have);
+    match &a.says {
+        AutoscaleSays::HeldByGate(_) => {
+            let why = hold.map_or("", |h| h.message.as_str());
+            format!(
+                "autoscaler wants {desired}, holding at {have}: {}",
+                with_hold(why, hold, cluster)
+            )
+        }
+        AutoscaleSays::Blocked(why) => {
+            format!("autoscaler wants {desired}, holding at {have}: {why}")
+        }
+        AutoscaleSays::Moving(why) => {
+            format!("autoscaler wants {desired}, cluster has {have}: {why}")
+        }
+        AutoscaleSays::AtWish(why) => format!("autoscaler: {why}"),
+    }
 }
 
 /// Status as JSON (as the API server stores it: times in whole seconds), without the time of
