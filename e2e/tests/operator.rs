@@ -924,7 +924,7 @@ async fn an_annotated_pod_moves_its_member_to_a_fresh_volume_without_losing_a_ke
     env.cleanup().await
 }
 
-async fn deleting_the_cluster_keeps_volumes_and_a_new_one_adopts_them() -> anyhow::Result<()> {
+async fn deleting_the_cluster_keeps_volumes_and_a_new_one_restamps_them() -> anyhow::Result<()> {
     let env = TestEnv::new("adopt").await?;
     let _op = Operator::start(&env.namespace)?;
     let api = create(&env, "demo", spec(3)).await?;
@@ -962,7 +962,7 @@ async fn deleting_the_cluster_keeps_volumes_and_a_new_one_adopts_them() -> anyho
     let pvcs: Api<PersistentVolumeClaim> = env.api();
     for (i, uid) in uids.iter().enumerate() {
         let pvc = pvcs.get(&format!("data-demo-{i}")).await?;
-        assert_eq!(pvc.metadata.uid.as_ref(), Some(uid), "volume re-adopted");
+        assert_eq!(pvc.metadata.uid.as_ref(), Some(uid), "volume restamped");
         // Stamped for the earlier object, stamped again for this one.
         assert_eq!(
             pvc.metadata
@@ -974,7 +974,7 @@ async fn deleting_the_cluster_keeps_volumes_and_a_new_one_adopts_them() -> anyho
         );
     }
     assert!(status_of(&c).look_alikes.is_empty());
-    wait_events(&env.client, &env.namespace, "demo", &["VolumeAdopted"]).await?;
+    wait_events(&env.client, &env.namespace, "demo", &["VolumeRestamped"]).await?;
     // Every member went away and came back on its volume: so did every key.
     read_back(&env, &data).await?;
     env.cleanup().await
@@ -1093,11 +1093,11 @@ async fn a_look_alike_pod_is_reported_and_never_adopted_drained_or_deleted() -> 
 }
 
 /// `kubectl delete mkv demo --cascade=orphan` leaves the pods running without an owner; a new
-/// object of the same name re-adopts the kept volumes, but the orphaned pods are look-alikes:
+/// object of the same name restamps the kept volumes, but the orphaned pods are look-alikes:
 /// reported, never adopted nor deleted, and no fresh member is made beside them. Once the user
 /// deletes them, the members come back on their own volumes, stamped for the new object, and
 /// every key reads back.
-async fn orphaned_pods_are_look_alikes_and_their_members_readopt_their_volumes_once_they_go()
+async fn orphaned_pods_are_look_alikes_and_their_members_restamp_their_volumes_once_they_go()
 -> anyhow::Result<()> {
     let env = TestEnv::new("orphans").await?;
     let ns = env.namespace.clone();
@@ -1140,7 +1140,7 @@ async fn orphaned_pods_are_look_alikes_and_their_members_readopt_their_volumes_o
             .iter()
             .all(|l| l.kind == LookAlikeKind::Pod && l.member == l.name)
     );
-    wait_events(&env.client, &ns, "demo", &["LookAlike", "VolumeAdopted"]).await?;
+    wait_events(&env.client, &ns, "demo", &["LookAlike", "VolumeRestamped"]).await?;
     tokio::time::sleep(Duration::from_secs(10)).await;
     // Nothing created beside them, none of them touched.
     let now = pods.list(&Default::default()).await?.items;
@@ -2685,9 +2685,9 @@ fn main() -> std::process::ExitCode {
         bad_specs_are_refused_at_apply_time,
         a_deleted_pod_returns_on_its_volume_and_a_deleted_pod_and_pvc_rejoin_fresh,
         an_annotated_pod_moves_its_member_to_a_fresh_volume_without_losing_a_key,
-        deleting_the_cluster_keeps_volumes_and_a_new_one_adopts_them,
+        deleting_the_cluster_keeps_volumes_and_a_new_one_restamps_them,
         a_look_alike_pod_is_reported_and_never_adopted_drained_or_deleted,
-        orphaned_pods_are_look_alikes_and_their_members_readopt_their_volumes_once_they_go,
+        orphaned_pods_are_look_alikes_and_their_members_restamp_their_volumes_once_they_go,
         an_operator_killed_mid_drain_continues_without_a_second_member_leaving needs [OwnOperator],
         growing_back_during_a_hand_off_cancels_the_removal_and_restarts_the_drained_member,
         reclaim_pvcs_deletes_a_removed_members_volume_and_storage_grows_in_place,

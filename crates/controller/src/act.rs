@@ -588,7 +588,7 @@ fn to_timestamp(ms: Millis) -> Timestamp {
     Timestamp::from_millisecond(ms).unwrap_or(Timestamp::UNIX_EPOCH)
 }
 
-/// Stamp the volumes this cluster re-adopts (`Children::to_stamp`: made for an earlier object
+/// Restamp volumes with this cluster's uid (`Children::to_stamp`: made for an earlier object
 /// of the same name, or by an earlier version of the operator) with its uid, each with an
 /// Event naming its member. A failure is reported and retried by the next pass (until then the
 /// volume still counts as the cluster's).
@@ -614,10 +614,10 @@ pub async fn stamp_volumes(ctx: &Ctx, cr: &MarekvsCluster, children: &Children) 
         {
             Ok(_) => (
                 EventKind::Normal,
-                EventReason::VolumeAdopted,
+                EventReason::VolumeRestamped,
                 match from {
                     Some(old) => format!(
-                        "{name} of {member} was created for an earlier {} (uid {old}): re-adopted, stamped with this object's uid",
+                        "{name} of {member} was created for an earlier {} (uid {old}): restamped with this object's uid",
                         cr.name_any()
                     ),
                     None => format!(
@@ -629,7 +629,7 @@ pub async fn stamp_volumes(ctx: &Ctx, cr: &MarekvsCluster, children: &Children) 
                 warn!(pvc = %name, "stamping volume: {e}");
                 (
                     EventKind::Warning,
-                    EventReason::VolumeAdoptionFailed,
+                    EventReason::VolumeRestampFailed,
                     format!("{name} of {member}: {e}"),
                 )
             }

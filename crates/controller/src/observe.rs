@@ -43,7 +43,7 @@ pub struct Children {
     pub pvcs: BTreeMap<u32, Arc<PersistentVolumeClaim>>,
     /// Objects with a member's name and the cluster's labels that are not the cluster's.
     pub look_alikes: Vec<LookAlike>,
-    /// Volumes of the cluster to stamp with its uid (re-adopted), with the uid they carried.
+    /// Volumes of the cluster to stamp with its uid (restamped), with the uid they carried.
     pub to_stamp: Vec<(u32, Option<String>)>,
     /// Ordinals whose pod has no controller, when the cluster opts in to adopting them
     /// (`adopt`); look-alikes until adopted.
@@ -745,7 +745,7 @@ mod tests {
     /// Only the cluster's own pods and PVCs are its children; the rest are look-alikes, and
     /// their members are observed as held by one.
     #[test]
-    fn look_alikes_are_sorted_out_and_earlier_volumes_readopted() {
+    fn look_alikes_are_sorted_out_and_earlier_volumes_restamped() {
         let cr = cluster("u2", &["demo-0", "demo-1", "demo-2", "demo-3"]);
         let pods = BTreeMap::from([
             (0, pod_controlled_by(0, Some("u2"))),
@@ -757,7 +757,7 @@ mod tests {
         ]);
         let pvcs = BTreeMap::from([
             (0, pvc_stamped(0, Some("u2"))),
-            // Made for the earlier object of the same name: re-adopted.
+            // Made for the earlier object of the same name: restamped.
             (1, pvc_stamped(1, Some("u1"))),
             // Unstamped, a member's, but its pod is a look-alike: not ours.
             (2, pvc_stamped(2, None)),

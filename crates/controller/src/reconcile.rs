@@ -25,7 +25,7 @@
 //!    over, so nothing is decided on the look-alikes they were.
 //! 3. `record::gossip_cluster`: every pod is built with the gossip name, so it is in status
 //!    before the first pod, in a write of its own.
-//! 4. `act::stamp_volumes`: a volume this cluster re-adopts gets its uid as soon as it is
+//! 4. `act::stamp_volumes`: a volume this cluster restamps gets its uid as soon as it is
 //!    seen, whatever the decision (a failure is retried; until then it still counts as ours).
 //! 5. `recreate::before_scrapes`: a deleted pod whose re-creation the core allows without
 //!    figures (`marekvs_core::recreate`) is made before the slow scrapes; the decision's

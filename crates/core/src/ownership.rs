@@ -7,7 +7,7 @@
 //! - A PVC has no owner reference on purpose (data outlives the object); the operator stamps
 //!   the uid of the cluster object that created it in an annotation. Stamped with this uid:
 //!   ours. Stamped with another uid: made by this operator for an earlier object of the same
-//!   name (the PVC carries its name and labels), re-adopted and stamped again. Not stamped:
+//!   name (the PVC carries its name and labels), restamped with the new uid. Not stamped:
 //!   made by an earlier version of the operator only if its member is in `status.instanceNames`
 //!   and its pod (which mounts it by name) is controlled by this cluster; stamped then. The
 //!   same for a volume of a StatefulSet's member adopted by this cluster (`adoption`: the
@@ -194,7 +194,7 @@ mod tests {
     }
 
     #[test]
-    fn a_pvc_is_ours_when_stamped_readopted_when_stamped_before_and_else_a_look_alike() {
+    fn a_pvc_is_ours_when_stamped_restamped_when_stamped_before_and_else_a_look_alike() {
         let claim = |stamped: Option<&str>, member: bool, mounted_by_ours: bool| PvcClaim {
             stamped_uid: stamped.map(str::to_owned),
             member,

@@ -54,7 +54,7 @@ pub struct Input<'a> {
 
 pub fn decide(input: &Input) -> Decision {
     let mut pass = Pass::new(input);
-    pass.adopt();
+    pass.count_members_with_pods();
     pass.cancel_removal();
     pass.scale_up();
     let drained = if pass.hibernating() {

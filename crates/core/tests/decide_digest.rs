@@ -145,7 +145,11 @@ const LOAD_PCT: u64 = 40;
 ///   first (`ScaleDownDeferred`). The generator draws such pods, and such
 ///   recorded removals, from a stream of their own (`never_started`): with both drawn never
 ///   the digest is the one before.
-const DIGEST: u64 = 0xe599_4b7b_9b8c_71cf;
+/// - `0xe599_4b7b_9b8c_71cf` → `0x0ec4_c607_58f0_7697`: "adopt" had three meanings; an
+///   ordinal with a pod that status did not list is now *counted* (`MemberCounted`, "counted
+///   demo-1 as a member: its pod exists"), where it was `MemberAdopted`, "adopted demo-1 (its
+///   pod exists)". With the old reason and text the digest is the one before (checked).
+const DIGEST: u64 = 0x0ec4_c607_58f0_7697;
 
 /// What the generator draws beyond `SplitMix64`'s own.
 trait Draws {
@@ -1072,8 +1076,8 @@ const REACHED: &[&str] = &[
     "requeue 1000",
     "requeue 10000",
     "requeue idle while waiting on pods",
-    // Adopt, stale records, cancel, scale up.
-    "idle :: note MemberAdopted adopted demo-# (its pod exists)",
+    // Members with pods counted, stale records, cancel, scale up.
+    "idle :: note MemberCounted counted demo-# as a member: its pod exists",
     "stale removal -> removal Draining",
     "stale roll -> roll Draining",
     "removal Draining :: note RemovalCancelled spec.nodes grew back to #: demo-# stays; if it was drained it restarts on its own volume",

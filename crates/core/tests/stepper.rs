@@ -2427,7 +2427,7 @@ fn a_look_alike_on_a_free_name_is_skipped_by_a_scale_up_and_holds_a_removal_mid_
 }
 
 /// The cluster object deleted with `--cascade=orphan` and created again: its volumes are its
-/// own (re-adopted), the orphaned pods on their names are look-alikes. The members come back
+/// own (restamped), the orphaned pods on their names are look-alikes. The members come back
 /// on those names, waiting for them (no fresh member beside the strangers, nothing disruptive),
 /// and get their pods on their own volumes once the user deletes the orphans.
 #[test]

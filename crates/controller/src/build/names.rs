@@ -45,7 +45,7 @@ pub const ANNOTATION_ABSENT_SINCE: &str = marekvs_core::stale::ANNOTATION_ABSENT
 pub const ANNOTATION_SERVED_SINCE: &str = marekvs_core::stale::ANNOTATION_SERVED_SINCE;
 /// On a member's PVC: the uid of the cluster object it was created for. PVCs have no owner
 /// reference (data outlives the object), so this is how the operator tells its own volumes
-/// from look-alikes (`marekvs_core::ownership`); a later object of the same name re-adopts a
+/// from look-alikes (`marekvs_core::ownership`); a later object of the same name restamps a
 /// volume stamped with an earlier uid and stamps it again.
 pub const ANNOTATION_CLUSTER_UID: &str = "marekvs.io/cluster-uid";
 /// On a member's PVC: how many pods the operator has made for it, counted up before each

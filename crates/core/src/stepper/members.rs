@@ -1,4 +1,4 @@
-//! The membership and each member's children: adopt, cancel, scale up, create PVCs and pods,
+//! The membership and each member's children: count members with pods, cancel, scale up, create PVCs and pods,
 //! recycle a drained member, and phase every member.
 
 use std::collections::BTreeSet;
@@ -10,15 +10,18 @@ use crate::types::*;
 use super::{HeldBy, Pass, normal};
 
 impl Pass<'_> {
-    /// Members: what status remembers, plus any ordinal that has a pod (adopted: a running
+    /// Members: what status remembers, plus any ordinal that has a pod (counted: a running
     /// node is part of the data plane whatever the status says). A removal or a rollout of a
     /// member that is none of them is a stale record, dropped.
-    pub(super) fn adopt(&mut self) {
+    pub(super) fn count_members_with_pods(&mut self) {
         for (o, m) in self.observed {
             if m.pod.is_some() && self.members.insert(*o) {
                 self.notes.push(normal(
-                    EventReason::MemberAdopted,
-                    format!("adopted {} (its pod exists)", self.spec.member_name(*o)),
+                    EventReason::MemberCounted,
+                    format!(
+                        "counted {} as a member: its pod exists",
+                        self.spec.member_name(*o)
+                    ),
                 ));
             }
         }
