@@ -35,10 +35,12 @@ test: unit fuzz e2e ## Unit, property, simulation, fuzz and e2e (incl. chaos) te
 bench: ## Benchmarks on a fresh local control plane (reported numbers; see docs/benchmarks.md)
 	hack/bench.sh $(BENCH)
 
-lint: crd-check ## rustfmt, clippy (warnings are errors), no import circle between a crate's files, the CRD drift check, deploy/, its overlays and the Helm chart render (RBAC checked), actionlint on the workflows
+lint: crd-check ## rustfmt, clippy (warnings are errors), no import circle between a crate's files, every doc link leads somewhere (and docs/architecture.md links every source path), the CRD drift check, deploy/, its overlays and the Helm chart render (RBAC checked), actionlint on the workflows
 	cargo fmt --all --check
 	python3 hack/check-import-circles.py --self-test
 	python3 hack/check-import-circles.py .
+	python3 hack/check-doc-links.py --self-test
+	python3 hack/check-doc-links.py .
 	cargo clippy --workspace --all-targets -- -D warnings
 	hack/check-deploy.sh
 	$$(hack/tools.sh actionlint) .github/workflows/*.yaml
