@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `make bench`: brings up the `bench` cluster (its own ports, beside demo and test) and the
-# simulator, runs the benchmarks of e2e/src/bin/bench.rs against them and tears everything
+# simulator, runs the benchmarks of e2e/src/bin/bench/ against them and tears everything
 # down. Reported numbers, not pass/fail; results go to stdout and to $OUT (default
 # target/bench/results.tsv), the last run's logs to logs/ beside it. Arguments go to the bench
 # binary (default: all).

@@ -148,24 +148,19 @@ impl Default for ScrapeParser {
 impl ScrapeParser {
     /// One line of the body; a trailing `\r\n` or `\n` is ignored.
     pub fn line(&mut self, line: &str) {
-        let line = line.trim();
-        if line.is_empty() || line.starts_with('#') {
+        let Some(Sample {
+            name,
+            series,
+            value,
+        }) = sample(line)
+        else {
             return;
-        }
-        let Some((series, rest)) = split_sample(line) else {
-            return;
-        };
-        let name = series.split('{').next().unwrap_or(series);
-        let value = || {
-            rest.split_whitespace()
-                .next()
-                .and_then(|v| v.parse::<f64>().ok())
         };
         if name == "marekvs_commands_total" && label(series, "cmd").is_some_and(is_write_command) {
-            self.writes.add(value());
+            self.writes.add(value);
         }
         if name == "marekvs_uptime_seconds" {
-            self.uptime.add(value().map(|v| v * 1000.0));
+            self.uptime.add(value.map(|v| v * 1000.0));
             return;
         }
         let figure = match name {
@@ -185,7 +180,7 @@ impl ScrapeParser {
             "marekvs_repl_inflight_bytes" => &mut self.inflight,
             _ => return,
         };
-        figure.add(value());
+        figure.add(value);
     }
 
     /// The scrape the lines fed make, as [`parse_scrape`] reads it.
@@ -214,6 +209,44 @@ impl ScrapeParser {
             repl_inflight_bytes: self.inflight.read(),
         })
     }
+}
+
+/// One sample line of a Prometheus text exposition, `name{a="x",b="y"} value [timestamp]`,
+/// as [`sample`] splits it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Sample<'a> {
+    /// The metric name, without labels: `name`.
+    pub name: &'a str,
+    /// The name with its labels as written: `name{a="x",b="y"}` (`name` when unlabelled).
+    pub series: &'a str,
+    /// The value, if it is a number (a timestamp after it is not read).
+    pub value: Option<f64>,
+}
+
+impl<'a> Sample<'a> {
+    /// The value of label `key`, if the series has it (escapes kept as they are).
+    pub fn label(&self, key: &str) -> Option<&'a str> {
+        label(self.series, key)
+    }
+}
+
+/// Split one line of a Prometheus text exposition (with or without its line ending) into a
+/// [`Sample`]; `None` for a comment (`# HELP`, `# TYPE`, ...), a blank line or a bare name.
+/// A value that is missing or not a number reads as `value: None`.
+pub fn sample(line: &str) -> Option<Sample<'_>> {
+    let line = line.trim();
+    if line.is_empty() || line.starts_with('#') {
+        return None;
+    }
+    let (series, rest) = split_sample(line)?;
+    Some(Sample {
+        name: series.split('{').next().unwrap_or(series),
+        series,
+        value: rest
+            .split_whitespace()
+            .next()
+            .and_then(|v| v.parse::<f64>().ok()),
+    })
 }
 
 /// The value of label `name` in a series `metric{a="x",b="y"}` (escapes kept as they are:
@@ -510,5 +543,47 @@ mod tests {
         for (total, avail) in [(100.0, 90.0), (1000.0, 100.5)] {
             assert!(1.0 - avail / total <= d.used_bytes as f64 / d.total_bytes as f64);
         }
+    }
+
+    #[test]
+    fn a_plain_sample_splits_into_name_and_value() {
+        let s = sample("marekvs_cluster_members 4\n").unwrap();
+        assert_eq!(s.name, "marekvs_cluster_members");
+        assert_eq!(s.series, "marekvs_cluster_members");
+        assert_eq!(s.value, Some(4.0));
+        assert_eq!(s.label("cmd"), None);
+    }
+
+    #[test]
+    fn a_labelled_sample_keeps_its_series_and_reads_its_labels() {
+        let s = sample("marekvs_commands_total{cmd=\"set x\",shard=\"2\"} 5.5").unwrap();
+        assert_eq!(s.name, "marekvs_commands_total");
+        assert_eq!(
+            s.series,
+            "marekvs_commands_total{cmd=\"set x\",shard=\"2\"}"
+        );
+        assert_eq!(s.value, Some(5.5));
+        assert_eq!(s.label("cmd"), Some("set x"));
+        assert_eq!(s.label("shard"), Some("2"));
+        assert_eq!(s.label("md"), None);
+    }
+
+    #[test]
+    fn comments_and_blank_lines_are_no_sample() {
+        assert_eq!(sample("# HELP marekvs_cluster_members x"), None);
+        assert_eq!(sample("# TYPE marekvs_cluster_members gauge"), None);
+        assert_eq!(sample("  \r\n"), None);
+        assert_eq!(sample("marekvs_cluster_members"), None);
+    }
+
+    #[test]
+    fn a_timestamp_after_the_value_is_not_the_value() {
+        let s = sample("marekvs_commands_total{cmd=\"get\"} 10 1700000000000").unwrap();
+        assert_eq!(s.series, "marekvs_commands_total{cmd=\"get\"}");
+        assert_eq!(s.value, Some(10.0));
+        let s = sample("marekvs_uptime_seconds 3.5 1700000000000").unwrap();
+        assert_eq!((s.name, s.value), ("marekvs_uptime_seconds", Some(3.5)));
+        // A value that is not a number is a sample without one.
+        assert_eq!(sample("marekvs_cluster_members NaNa").unwrap().value, None);
     }
 }
