@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
 
-.PHONY: help build test unit e2e fuzz deny bench lint crd crd-check control-plane demo demo-down kubeconfig image image-push helm kind-up kind-e2e kind-down
+.PHONY: help build test unit e2e fuzz deny bench lint release-check crd crd-check control-plane demo demo-down kubeconfig image image-push helm kind-up kind-e2e kind-down
 
 help: ## List the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -10,7 +10,9 @@ help: ## List the targets
 # The release version: the operator crate's (its --version), the chart's version and appVersion,
 # and the image tag deploy/ names (hack/check-deploy.sh checks they agree).
 VERSION := $(shell sed -n 's/^version = "\(.*\)"$$/\1/p' crates/controller/Cargo.toml | head -n 1)
-IMAGE ?= ghcr.io/marekvs/marekvs-operator
+# Where a release publishes (RELEASE_IMAGE, the chart's OCI repository, the plugin's targets).
+include hack/release.env
+IMAGE ?= $(RELEASE_IMAGE)
 TAG ?= $(VERSION)
 
 build: ## Build every crate
@@ -44,6 +46,9 @@ lint: crd-check ## rustfmt, clippy (warnings are errors), no import circle betwe
 	cargo clippy --workspace --all-targets -- -D warnings
 	hack/check-deploy.sh
 	$$(hack/tools.sh actionlint) .github/workflows/*.yaml
+
+release-check: ## Dry run of a release (RELEASE_TAG=vX.Y.Z as the workflow does): one version everywhere, only images the release builds, the krew manifest made from the plugin archives; self-test first
+	hack/release-check.sh
 
 # The generated CRD, in the kustomize tree and in the Helm chart: both written, both checked.
 CRDS := deploy/crd/marekvs.io_marekvsclusters.yaml deploy/helm/marekvs-operator/crds/marekvs.io_marekvsclusters.yaml

@@ -117,7 +117,8 @@ has "^        - --namespace=$watched\$" <<<"$(doc Deployment marekvs-operator <<
 
 # The image: versioned, the operator crate's version, never :dev or :latest.
 version=$(sed -n 's/^version = "\(.*\)"$/\1/p' "$REPO/crates/controller/Cargo.toml" | head -n 1)
-want_image=ghcr.io/marekvs/marekvs-operator:$version
+. "$here/release.env"
+want_image=$RELEASE_IMAGE:$version
 image_of() { sed -n 's/^ *image: "\{0,1\}\([^"]*\)"\{0,1\}$/\1/p' <<<"$(doc Deployment "$1")"; }
 for name in deploy $(cd "$REPO" && ls -d deploy/overlays/*/ | sed 's#/$##'); do
   got=$(image_of marekvs-operator <<<"$(render "$name")")
