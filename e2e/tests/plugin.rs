@@ -2,6 +2,7 @@
 //! operator. Every command that disrupts a member runs between a write of keys over RESP and
 //! a read of every one back.
 
+use std::os::unix::fs::PermissionsExt as _;
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
@@ -105,8 +106,47 @@ async fn kubectl_mkv_status_lists_every_member_and_remove_removes_exactly_the_na
     let json: serde_json::Value =
         serde_json::from_str(&done(&env, &["status", "demo", "-o", "json"]).await?)?;
     assert_eq!(json["instanceNames"], json!(all));
+    // How fresh it is: a pass recorded moments ago, by this operator, on the latest spec.
+    let freshness = status.lines().nth(1).unwrap_or_default();
+    let version = env!("CARGO_PKG_VERSION");
+    let generation = api
+        .get("demo")
+        .await?
+        .metadata
+        .generation
+        .unwrap_or_default();
+    assert!(
+        freshness.starts_with("  as of a pass ")
+            && freshness.ends_with(&format!(
+                "s ago by operator {version}, spec generation {generation}"
+            )),
+        "{status}"
+    );
     let plan = done(&env, &["plan", "demo"]).await?;
     assert!(plan.starts_with("nothing to do: 4 members"), "{plan}");
+    let plan: serde_json::Value =
+        serde_yaml_ng::from_str(&done(&env, &["plan", "demo", "-o", "yaml"]).await?)?;
+    assert_eq!(plan["cluster"], "demo");
+    assert!(
+        plan["statements"][0]
+            .as_str()
+            .is_some_and(|s| s.starts_with("nothing to do: 4 members")),
+        "{plan}"
+    );
+    let versions = mkv(&env, &["version"]).await?;
+    assert!(versions.ok, "{}", versions.stderr);
+    assert_eq!(
+        versions.stdout,
+        format!(
+            "kubectl-mkv {version}\noperator {version}: the last pass over demo in namespace {}\n",
+            env.namespace
+        )
+    );
+    assert!(!versions.stderr.contains("warning"), "{}", versions.stderr);
+    let clusters = done(&env, &["__complete", "status", "de"]).await?;
+    assert_eq!(clusters, "demo\n:4\n");
+    let members = done(&env, &["__complete", "remove", "demo", ""]).await?;
+    assert_eq!(members, "demo-0\ndemo-1\ndemo-2\ndemo-3\n:4\n");
     // Through kubectl itself, as a plugin on PATH, when the suite says where kubectl is.
     if let Some(kubectl) = std::env::var_os("MAREKVS_E2E_KUBECTL") {
         let dir = plugin_bin().parent().unwrap().to_path_buf();
@@ -115,7 +155,7 @@ async fn kubectl_mkv_status_lists_every_member_and_remove_removes_exactly_the_na
         )))?;
         let out = tokio::process::Command::new(kubectl)
             .args(["mkv", "status", "demo", "-n", &env.namespace])
-            .env("PATH", path)
+            .env("PATH", &path)
             .output()
             .await?;
         assert!(
@@ -125,6 +165,36 @@ async fn kubectl_mkv_status_lists_every_member_and_remove_removes_exactly_the_na
         );
         assert_eq!(members_listed(&String::from_utf8_lossy(&out.stdout)), all);
         eprintln!("kubectl mkv status: found on PATH by kubectl");
+        // kubectl's own completion of the plugin: it runs kubectl_complete-mkv from PATH.
+        let shim_dir = std::env::temp_dir().join(format!("mkv-complete-{}", env.namespace));
+        std::fs::create_dir_all(&shim_dir)?;
+        let shim = shim_dir.join("kubectl_complete-mkv");
+        std::fs::write(&shim, "#!/bin/sh\nexec kubectl-mkv __complete \"$@\"\n")?;
+        std::fs::set_permissions(&shim, std::fs::Permissions::from_mode(0o755))?;
+        let path = std::env::join_paths(
+            std::iter::once(shim_dir.clone()).chain(std::env::split_paths(&path)),
+        )?;
+        let out = tokio::process::Command::new(std::env::var_os("MAREKVS_E2E_KUBECTL").unwrap())
+            .args([
+                "__complete",
+                "mkv",
+                "-n",
+                &env.namespace,
+                "remove",
+                "demo",
+                "demo-",
+            ])
+            .env("PATH", path)
+            .output()
+            .await?;
+        let completed = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            completed.starts_with("demo-0\ndemo-1\ndemo-2\ndemo-3\n:4"),
+            "kubectl __complete mkv: {completed} {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        std::fs::remove_dir_all(&shim_dir)?;
+        eprintln!("kubectl __complete mkv: completed through kubectl_complete-mkv");
     } else {
         eprintln!("MAREKVS_E2E_KUBECTL is unset: plugin discovery through kubectl not checked");
     }

@@ -589,6 +589,14 @@ pub struct MarekvsClusterStatus {
     /// The spec generation this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+    /// When the operator last recorded a pass over this cluster: with every change of status,
+    /// and at least once a minute while nothing changes. Much older than a minute, no operator
+    /// is acting on the cluster (unless its spec is invalid: then it waits for a change).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_pass_time: Option<Time>,
+    /// The version of the operator that recorded that pass.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub operator_version: Option<String>,
     /// Members the cluster should have (spec.nodes, never below replicationFactor + 1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub desired_nodes: Option<i32>,

@@ -1,6 +1,9 @@
 //! The MarekvsCluster controller as a library; `main.rs` is its command line.
 #![forbid(unsafe_code)]
 
+/// The operator's version (its crate's): in its User-Agent, its metrics and `status.operatorVersion`.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
 pub mod act;
 pub mod admission;
 pub mod adopt;

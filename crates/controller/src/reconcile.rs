@@ -171,14 +171,22 @@ pub async fn pass(cr: &MarekvsCluster, ctx: &Ctx) -> Result<Next, Error> {
         cr, &prev, &plan, &observed, &children, now,
     ));
 
-    // Record, before acting: written only when it changed (a quiet cluster costs no write).
-    if for_comparison(&next) == for_comparison(&prev) {
+    // Record, before acting: written when it changed, or once a minute to say the pass ran
+    // (`status.lastPassTime`); otherwise a quiet cluster costs no write.
+    let unchanged = for_comparison(&next) == for_comparison(&prev);
+    let last_pass = prev.last_pass_time.as_ref().map(status::from_time);
+    if unchanged && !marekvs_core::pace::heartbeat_due(last_pass, now) {
         ctx.metrics.actions.inc("status_unchanged");
     } else {
         // A pass that began before a pod's deletion lets its re-creation go first here.
         ctx.recreation.wait(&ns, &name).await;
         record::write_status(&ctx.client, cr, &next).await?;
-        ctx.metrics.actions.inc("status_write");
+        let why = if unchanged {
+            "status_heartbeat"
+        } else {
+            "status_write"
+        };
+        ctx.metrics.actions.inc(why);
     }
     ctx.inputs.recorded(&cluster);
 

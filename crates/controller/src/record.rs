@@ -144,6 +144,9 @@ async fn not_ready(
     if cr.status.as_ref() == Some(&status) {
         return Ok(());
     }
+    // The operator looked, and waits for the spec (or the name) to change.
+    status.last_pass_time = Some(now);
+    status.operator_version = Some(crate::VERSION.to_string());
     write_status(&ctx.client, cr, &status).await
 }
 

@@ -383,10 +383,7 @@ pub fn user_agent(identity: &str) -> http::HeaderValue {
         .take(253)
         .map(|c| if c.is_ascii_graphic() { c } else { '_' })
         .collect();
-    let text = format!(
-        "marekvs-operator/{} ({identity})",
-        env!("CARGO_PKG_VERSION")
-    );
+    let text = format!("marekvs-operator/{} ({identity})", crate::VERSION);
     http::HeaderValue::from_str(&text).unwrap_or(http::HeaderValue::from_static("marekvs-operator"))
 }
 
@@ -480,7 +477,7 @@ mod tests {
             ua.to_str().unwrap(),
             format!(
                 "marekvs-operator/{} (marekvs-operator-7c9f-x2)",
-                env!("CARGO_PKG_VERSION")
+                crate::VERSION
             )
         );
         // What a header cannot hold is replaced, never a panic.

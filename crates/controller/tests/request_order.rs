@@ -893,11 +893,16 @@ async fn an_invalid_spec_is_written_once_and_nothing_else() {
     let ready = ready_condition(&status);
     assert_eq!(ready["status"], "False");
     assert_eq!(ready["reason"], "InvalidSpec");
+    // The pass is recorded (the operator looked, and waits for a change).
+    assert!(status["lastPassTime"].is_string(), "{status}");
+    assert_eq!(status["operatorVersion"], env!("CARGO_PKG_VERSION"));
     // Everything else is as it was.
     let mut rest = status.clone();
-    rest.as_object_mut().unwrap().remove("conditions");
     let mut before = serde_json::to_value(cr.status.as_ref().unwrap()).unwrap();
-    before.as_object_mut().unwrap().remove("conditions");
+    for field in ["conditions", "lastPassTime", "operatorVersion"] {
+        rest.as_object_mut().unwrap().remove(field);
+        before.as_object_mut().unwrap().remove(field);
+    }
     assert_eq!(rest, before);
     assert_eq!(world.events(), Vec::<String>::new());
 }
@@ -950,6 +955,52 @@ async fn pods_are_labelled_for_client_traffic_before_the_client_service_selects_
         .pass(&cr, vec![Step::Scrapes, status_write(answer(&cr))])
         .await;
     result.unwrap();
+}
+
+/// A quiet cluster's status is written once a minute, to record that a pass ran
+/// (`lastPassTime`, for `kubectl mkv status` to tell a quiet cluster from one no operator acts
+/// on), and not on every pass: the pass after a write sends none; a pass a minute after the
+/// last recorded one writes the same status with only `lastPassTime` moved.
+#[tokio::test]
+async fn a_quiet_clusters_status_is_written_once_a_minute_as_a_heartbeat() {
+    let mut cr = cluster(2, healthy_status());
+    cr.spec.nodes = MEMBERS as i32;
+    let world = World::start(&cr, &[]).await;
+    let (result, sent) = world
+        .pass(&cr, vec![Step::Scrapes, status_write(answer(&cr))])
+        .await;
+    result.unwrap();
+    let first = written_status(&sent);
+    assert_eq!(first["operatorVersion"], env!("CARGO_PKG_VERSION"));
+
+    // The same world (the same members at the same addresses), the status read back.
+    let cr = next_version(&cr, first.clone());
+    let (result, sent) = world.pass(&cr, vec![Step::Scrapes]).await;
+    result.unwrap();
+    let status_line = line(&Method::PATCH, STATUS_PATH);
+    assert!(
+        sent.iter().all(|s| s.line != status_line),
+        "a pass right after a write writes nothing"
+    );
+
+    let mut recorded_earlier = first.clone();
+    recorded_earlier["lastPassTime"] = time_ago(60_000);
+    let cr = next_version(&cr, recorded_earlier);
+    let (result, sent) = world
+        .pass(&cr, vec![Step::Scrapes, status_write(answer(&cr))])
+        .await;
+    result.unwrap();
+    let beat = written_status(&sent);
+    assert_ne!(beat["lastPassTime"], time_ago(60_000));
+    let without_time = |mut v: Value| {
+        v.as_object_mut().unwrap().remove("lastPassTime");
+        v
+    };
+    assert_eq!(
+        without_time(beat),
+        without_time(first),
+        "nothing else moved"
+    );
 }
 
 /// A cluster without a recorded gossip cluster name (here one that already runs, from before

@@ -12,6 +12,18 @@ pub fn next_look_ms(before: &Memory, d: &Decision) -> Millis {
     if stepped { 50 } else { d.requeue_ms.max(50) }
 }
 
+/// How often a pass records itself in status (`lastPassTime`) while nothing else there
+/// changes: a reader can then tell a quiet cluster from one that no operator acts on, for one
+/// status write a minute.
+pub const STATUS_HEARTBEAT_MS: Millis = 60_000;
+
+/// Whether a pass whose status is otherwise unchanged writes it anyway, to say that it ran:
+/// none recorded yet, or the last one [`STATUS_HEARTBEAT_MS`] or more away. Away either way:
+/// a pass recorded by a replica whose clock runs ahead is not trusted to be recent.
+pub fn heartbeat_due(last_pass: Option<Millis>, now: Millis) -> bool {
+    last_pass.is_none_or(|t| now.abs_diff(t) >= STATUS_HEARTBEAT_MS as u64)
+}
+
 /// The wait before the first retry of a pass that failed.
 pub const ERROR_RETRY_FIRST_MS: Millis = 1_000;
 /// The longest wait between retries of a pass that keeps failing.
@@ -33,6 +45,23 @@ pub fn error_retry_ms(failures: u32, jitter: f64) -> Millis {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_quiet_pass_records_itself_once_a_minute_and_when_none_is_recorded() {
+        let now = 10 * 60_000;
+        assert!(heartbeat_due(None, now), "no pass recorded yet");
+        assert!(!heartbeat_due(Some(now), now));
+        assert!(!heartbeat_due(Some(now - 59_999), now));
+        assert!(heartbeat_due(Some(now - 60_000), now));
+        assert!(
+            !heartbeat_due(Some(now + 59_999), now),
+            "a clock a little ahead"
+        );
+        assert!(
+            heartbeat_due(Some(now + 60_000), now),
+            "a pass recorded a minute in the future"
+        );
+    }
 
     #[test]
     fn failed_passes_back_off_exponentially_up_to_the_cap_with_jitter_below_the_wait() {

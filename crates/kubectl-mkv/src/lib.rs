@@ -4,9 +4,11 @@
 #![forbid(unsafe_code)]
 
 pub mod age;
+pub mod complete;
 pub mod edit;
 pub mod plan;
 pub mod table;
+pub mod version;
 
 /// A `MarekvsCluster` as the API server returns it, for the unit tests.
 #[cfg(test)]
@@ -58,9 +60,12 @@ pub(crate) mod fixture {
         demo1["quietSince"] = json!("2026-11-25T09:58:30Z");
         serde_json::from_value(json!({
             "apiVersion": "marekvs.io/v1alpha1", "kind": "MarekvsCluster",
-            "metadata": {"name": "demo", "namespace": "ns", "resourceVersion": "42", "uid": "u-1"},
+            "metadata": {"name": "demo", "namespace": "ns", "resourceVersion": "42", "uid": "u-1",
+                         "generation": 4},
             "spec": spec_full,
             "status": {
+                "observedGeneration": 4, "lastPassTime": "2026-11-25T09:59:48Z",
+                "operatorVersion": "0.1.0",
                 "phase": "Blocked", "blockReason": "Underreplicated", "readyNodes": 2,
                 "desiredNodes": 3, "replicas": 3, "updatedNodes": 3,
                 "instanceNames": ["demo-0", "demo-1", "demo-2"],

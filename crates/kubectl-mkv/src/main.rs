@@ -8,13 +8,14 @@ use std::process::ExitCode;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::Context as _;
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
+use clap_complete::Shell;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use kube::api::{Api, Patch, PatchParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 use kubectl_mkv::edit::{self, Edit, PodState, Refused, Wake};
-use kubectl_mkv::{age, plan, table};
+use kubectl_mkv::{age, complete, plan, table, version};
 use marekvs_api::MarekvsCluster;
 
 /// Status, plan and safe operations on MarekvsClusters.
@@ -50,7 +51,13 @@ enum Command {
         output: Option<Output>,
     },
     /// What would happen next and what holds it, in words.
-    Plan { cluster: String },
+    Plan {
+        cluster: String,
+        /// Print the plan as JSON or YAML instead (the status fields it is read from, and the
+        /// same statements).
+        #[arg(short = 'o', long)]
+        output: Option<Output>,
+    },
     /// Remove this member, safely: spec.nodes one lower and the member in spec.removeMembers.
     Remove { cluster: String, member: String },
     /// Restart a member on its own volume, or on a fresh one, once drained and handed off.
@@ -81,6 +88,28 @@ enum Command {
     Fence { cluster: String, member: String },
     /// Bring a fenced member back.
     Unfence { cluster: String, member: String },
+    /// The plugin's version and the operator's (as the namespace's clusters record it); warns
+    /// when they differ.
+    Version {
+        /// Only the plugin's version: read nothing from the cluster.
+        #[arg(long)]
+        client: bool,
+    },
+    /// A completion script for `kubectl-mkv` in bash, zsh or fish (for `kubectl mkv <TAB>`,
+    /// see `kubectl mkv completion --help`).
+    #[command(
+        after_help = "kubectl completes `kubectl mkv <TAB>` by running an executable named \
+                      kubectl_complete-mkv on PATH (kubectl 1.26 and later); make it with:\n\n  \
+                      printf '#!/bin/sh\\nexec kubectl-mkv __complete \"$@\"\\n' > ~/.local/bin/kubectl_complete-mkv\n  \
+                      chmod +x ~/.local/bin/kubectl_complete-mkv"
+    )]
+    Completion { shell: Shell },
+    /// kubectl's plugin completion (cobra's protocol): the candidates for the last word.
+    #[command(name = "__complete", hide = true)]
+    Complete {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
 }
 
 #[tokio::main]
@@ -126,6 +155,17 @@ fn now_ms() -> i64 {
 }
 
 async fn run(cli: Cli) -> anyhow::Result<String> {
+    match &cli.command {
+        Command::Completion { shell } => {
+            let mut script = Vec::new();
+            clap_complete::generate(*shell, &mut Cli::command(), "kubectl-mkv", &mut script);
+            return Ok(String::from_utf8(script)?);
+        }
+        Command::Complete { args } => return Ok(completions(&cli, args).await),
+        Command::Version { client: true } => return Ok(version::client_line()),
+        Command::Version { client: false } => return versions(&cli).await,
+        _ => {}
+    }
     let (client, ns) = connect(&cli).await?;
     let clusters: Api<MarekvsCluster> = Api::namespaced(client.clone(), &ns);
     let name = cluster_arg(&cli.command);
@@ -136,7 +176,10 @@ async fn run(cli: Cli) -> anyhow::Result<String> {
         .with_context(|| format!("no MarekvsCluster {name} in namespace {ns}"))?;
     match &cli.command {
         Command::Status { output, .. } => status(&client, &ns, &cr, *output).await,
-        Command::Plan { .. } => Ok(plan::plan_text(&cr, now_ms())),
+        Command::Plan { output: None, .. } => Ok(plan::plan_text(&cr, now_ms())),
+        Command::Plan {
+            output: Some(o), ..
+        } => print_as(*o, &plan::plan_object(&cr, now_ms())),
         Command::Remove { member, .. } => apply(&clusters, name, edit::remove(&cr, member)?).await,
         Command::Replace {
             member,
@@ -160,13 +203,92 @@ async fn run(cli: Cli) -> anyhow::Result<String> {
         }
         Command::Fence { member, .. } => fence(&clusters, &cr, member, true).await,
         Command::Unfence { member, .. } => fence(&clusters, &cr, member, false).await,
+        Command::Version { .. } | Command::Completion { .. } | Command::Complete { .. } => {
+            unreachable!("answered before connecting")
+        }
     }
+}
+
+fn print_as(output: Output, value: &impl serde::Serialize) -> anyhow::Result<String> {
+    Ok(match output {
+        Output::Json => serde_json::to_string_pretty(value)? + "\n",
+        Output::Yaml => serde_yaml_ng::to_string(value)?,
+    })
+}
+
+/// `version`: the plugin's, and the operator's from the status of the namespace's clusters.
+async fn versions(cli: &Cli) -> anyhow::Result<String> {
+    let (client, ns) = connect(cli).await?;
+    let clusters: Api<MarekvsCluster> = Api::namespaced(client, &ns);
+    let list = clusters
+        .list(&Default::default())
+        .await
+        .with_context(|| format!("listing MarekvsClusters in {ns}"))?;
+    let recorded: Vec<(String, Option<String>)> = list
+        .items
+        .iter()
+        .map(|c| {
+            let version = c.status.as_ref().and_then(|s| s.operator_version.clone());
+            (c.metadata.name.clone().unwrap_or_default(), version)
+        })
+        .collect();
+    let (out, warnings) = version::report(&ns, &recorded);
+    for w in warnings {
+        eprintln!("warning: {w}");
+    }
+    Ok(out)
+}
+
+/// `__complete`: subcommands, clusters of the namespace, members of a cluster; an API error
+/// completes nothing (completion never prints an error into the command line).
+async fn completions(cli: &Cli, args: &[String]) -> String {
+    let candidates: Vec<String> = match complete::want(args) {
+        complete::Want::Command => complete::COMMANDS
+            .iter()
+            .map(|(c, _)| c.to_string())
+            .collect(),
+        complete::Want::Shell => ["bash", "zsh", "fish"].map(String::from).to_vec(),
+        complete::Want::Nothing => Vec::new(),
+        complete::Want::Cluster | complete::Want::Member { .. } => {
+            let mut cli_ns = Cli::parse_from(["kubectl-mkv", "version", "--client"]);
+            cli_ns.namespace = complete::namespace(args).or(cli.namespace.clone());
+            cli_ns.kubeconfig = cli.kubeconfig.clone();
+            cli_ns.context = cli.context.clone();
+            match connect(&cli_ns).await {
+                Ok((client, ns)) => {
+                    let clusters: Api<MarekvsCluster> = Api::namespaced(client, &ns);
+                    match complete::want(args) {
+                        complete::Want::Member { cluster } => clusters
+                            .get_opt(&cluster)
+                            .await
+                            .ok()
+                            .flatten()
+                            .and_then(|c| c.status)
+                            .map(|s| s.instance_names)
+                            .unwrap_or_default(),
+                        _ => clusters
+                            .list(&Default::default())
+                            .await
+                            .map(|l| {
+                                l.items
+                                    .into_iter()
+                                    .filter_map(|c| c.metadata.name)
+                                    .collect()
+                            })
+                            .unwrap_or_default(),
+                    }
+                }
+                Err(_) => Vec::new(),
+            }
+        }
+    };
+    complete::answer(args, &candidates)
 }
 
 fn cluster_arg(c: &Command) -> &str {
     match c {
         Command::Status { cluster, .. }
-        | Command::Plan { cluster }
+        | Command::Plan { cluster, .. }
         | Command::Remove { cluster, .. }
         | Command::Replace { cluster, .. }
         | Command::Pause { cluster }
@@ -175,6 +297,7 @@ fn cluster_arg(c: &Command) -> &str {
         | Command::Wake { cluster, .. }
         | Command::Fence { cluster, .. }
         | Command::Unfence { cluster, .. } => cluster,
+        Command::Version { .. } | Command::Completion { .. } | Command::Complete { .. } => "",
     }
 }
 
@@ -234,10 +357,8 @@ async fn status(
     output: Option<Output>,
 ) -> anyhow::Result<String> {
     let status = cr.status.clone().unwrap_or_default();
-    match output {
-        Some(Output::Json) => return Ok(serde_json::to_string_pretty(&status)? + "\n"),
-        Some(Output::Yaml) => return Ok(serde_yaml_ng::to_string(&status)?),
-        None => {}
+    if let Some(o) = output {
+        return print_as(o, &status);
     }
     let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), ns);
     let mut births = table::VolumeBirths::new();

@@ -29,6 +29,26 @@ pub fn plan_text(cr: &MarekvsCluster, now_ms: i64) -> String {
     lines.join("\n") + "\n"
 }
 
+/// The plan as data (`plan -o json|yaml`): the status fields it is read from, as the operator
+/// wrote them, and the same statements `plan` prints, one a string.
+pub fn plan_object(cr: &MarekvsCluster, now_ms: i64) -> serde_json::Value {
+    let s = cr.status.clone().unwrap_or_default();
+    let text = plan_text(cr, now_ms);
+    let statements: Vec<&str> = text.lines().collect();
+    serde_json::json!({
+        "cluster": cr.metadata.name,
+        "paused": cr.spec.paused,
+        "removal": s.removal,
+        "rollout": s.rollout,
+        "next": s.plan,
+        "blockReason": s.block_reason,
+        "handoffHold": s.handoff_hold,
+        "backgroundRepair": s.background_repair,
+        "autoscale": s.autoscale,
+        "statements": statements,
+    })
+}
+
 /// The removal and the restart under way.
 fn in_progress(s: &MarekvsClusterStatus, now_ms: i64) -> Vec<String> {
     let mut lines = Vec::new();
@@ -169,6 +189,22 @@ HandoffHold: Underreplicated (Other on demo-1, for 95s): 4 partitions under-repl
 BackgroundRepair: demo-0, demo-1 at 12.5/s for 30s (holds nothing)
 ";
         assert_eq!(plan_text(&cr, t("2026-11-25T10:00:00Z")), want);
+    }
+
+    #[test]
+    fn the_plan_as_data_holds_the_status_fields_and_the_same_statements() {
+        let cr = cluster(json!({"nodes": 2, "paused": true}));
+        let now = t("2026-11-25T10:00:00Z");
+        let got = plan_object(&cr, now);
+        let statements: Vec<String> = plan_text(&cr, now).lines().map(String::from).collect();
+        assert_eq!(got["statements"], json!(statements));
+        assert_eq!(got["cluster"], "demo");
+        assert_eq!(got["paused"], true);
+        assert_eq!(got["blockReason"], "Underreplicated");
+        assert_eq!(got["handoffHold"]["members"], json!(["demo-1"]));
+        assert_eq!(got["backgroundRepair"]["ratePerSecond"], 12.5);
+        assert_eq!(got["removal"], serde_json::Value::Null);
+        assert_eq!(got["next"], json!([]));
     }
 
     /// The Blocked condition's message, with the hold added by the operator, is not said

@@ -3,7 +3,9 @@
 
 use std::collections::BTreeMap;
 
-use marekvs_api::conditions::{AUTOSCALING, READY, REMOVAL_CHOICES};
+use marekvs_api::conditions::{
+    AUTOSCALING, READY, REASON_INVALID_SPEC, REASON_NAME_TAKEN, REMOVAL_CHOICES,
+};
 use marekvs_api::{MarekvsCluster, MarekvsClusterStatus, MemberStatus, Moving};
 
 use crate::age::{millis, since};
@@ -16,6 +18,7 @@ pub fn status_text(cr: &MarekvsCluster, births: &VolumeBirths, now_ms: i64) -> S
     let status = cr.status.clone().unwrap_or_default();
     let mut out = cluster_line(cr, &status);
     out.push('\n');
+    out.push_str(&format!("  {}\n", freshness_line(cr, &status, now_ms)));
     for line in condition_lines(&status)
         .into_iter()
         .chain(hold_lines(&status, now_ms))
@@ -58,6 +61,48 @@ pub fn cluster_line(cr: &MarekvsCluster, s: &MarekvsClusterStatus) -> String {
         line.push_str(&format!(", fenced: {}", cr.spec.fenced_members.join(", ")));
     }
     line
+}
+
+/// A recorded pass older than this (three of the operator's once-a-minute heartbeats in
+/// `status.lastPassTime`) means no operator is acting on the cluster.
+pub const STALE_AFTER_MS: i64 = 3 * 60_000;
+
+/// How fresh what follows is: the age of the last pass the operator recorded, by which
+/// version, and whether it has acted on the spec's latest generation, so that an operator
+/// outage never reads as a healthy cluster. `STALE:` leads when it is not fresh.
+pub fn freshness_line(cr: &MarekvsCluster, s: &MarekvsClusterStatus, now_ms: i64) -> String {
+    let Some(last) = s.last_pass_time.as_ref().map(millis) else {
+        return "STALE: no pass recorded in status.lastPassTime: no operator has acted on this \
+                cluster, or only one older than this plugin"
+            .into();
+    };
+    let by = s
+        .operator_version
+        .as_deref()
+        .map_or(String::new(), |v| format!(" by operator {v}"));
+    let age = since(last, now_ms);
+    let waits_for_spec = s.conditions.iter().any(|c| {
+        c.type_ == READY && (c.reason == REASON_INVALID_SPEC || c.reason == REASON_NAME_TAKEN)
+    });
+    if waits_for_spec {
+        return format!(
+            "the operator waits for a change (see Ready); its last pass was {age} ago{by}"
+        );
+    }
+    if now_ms - last > STALE_AFTER_MS {
+        return format!(
+            "STALE: the last pass recorded was {age} ago{by}: no operator is acting on this \
+             cluster; what follows is as it was then"
+        );
+    }
+    match (cr.metadata.generation, s.observed_generation) {
+        (Some(g), Some(o)) if o >= g => format!("as of a pass {age} ago{by}, spec generation {g}"),
+        (Some(g), o) => format!(
+            "spec generation {g} not acted on yet (status describes {}); last pass {age} ago{by}",
+            o.map_or("none".to_string(), |o| o.to_string())
+        ),
+        (None, _) => format!("as of a pass {age} ago{by}"),
+    }
 }
 
 /// Conditions away from their quiet value (`Ready` not True, `RemovalChoices` not True, any
@@ -270,6 +315,7 @@ mod tests {
         let now = t("2026-11-25T10:00:00Z");
         let want = "\
 demo: Blocked, 2/3 ready (spec.nodes 3), blocked: Underreplicated, paused
+  as of a pass 12s ago by operator 0.1.0, spec generation 4
   Ready=False: NotReady: demo-2 is not ready
   Blocked=True: Underreplicated: 4 partitions under-replicated
   SuspectedPartition=True: ViewsDisagree: demo-1 sees a stranger
@@ -294,6 +340,56 @@ Pod    demo-5   demo-5   not controlled by demo
     }
 
     /// A client still writing to the leaver and a stuck hold on repairs read as such.
+    #[test]
+    fn the_freshness_line_says_when_no_operator_acts_or_the_spec_is_not_acted_on_yet() {
+        let now = t("2026-11-25T10:00:00Z");
+        let line = |edit: &dyn Fn(&mut MarekvsCluster)| {
+            let mut cr = cluster(json!({}));
+            edit(&mut cr);
+            freshness_line(&cr, cr.status.as_ref().unwrap(), now)
+        };
+        assert_eq!(
+            line(&|_| {}),
+            "as of a pass 12s ago by operator 0.1.0, spec generation 4"
+        );
+        let passed_at = |at: &'static str| {
+            move |cr: &mut MarekvsCluster| {
+                cr.status.as_mut().unwrap().last_pass_time =
+                    Some(serde_json::from_value(json!(at)).unwrap())
+            }
+        };
+        assert_eq!(
+            line(&passed_at("2026-11-25T09:57:00Z")),
+            "as of a pass 3m ago by operator 0.1.0, spec generation 4",
+            "three minutes is not yet stale"
+        );
+        assert_eq!(
+            line(&passed_at("2026-11-25T09:56:59Z")),
+            "STALE: the last pass recorded was 3m1s ago by operator 0.1.0: no operator is acting \
+             on this cluster; what follows is as it was then"
+        );
+        assert_eq!(
+            line(&|cr| cr.metadata.generation = Some(5)),
+            "spec generation 5 not acted on yet (status describes 4); last pass 12s ago by \
+             operator 0.1.0"
+        );
+        assert!(
+            line(&|cr| cr.status.as_mut().unwrap().last_pass_time = None)
+                .starts_with("STALE: no pass recorded")
+        );
+        let invalid = |cr: &mut MarekvsCluster| {
+            passed_at("2026-11-25T09:00:00Z")(cr);
+            let ready = cr.status.as_mut().unwrap().conditions.iter_mut();
+            for c in ready.filter(|c| c.type_ == READY) {
+                c.reason = REASON_INVALID_SPEC.into();
+            }
+        };
+        assert_eq!(
+            line(&invalid),
+            "the operator waits for a change (see Ready); its last pass was 60m ago by operator 0.1.0"
+        );
+    }
+
     #[test]
     fn a_hold_on_a_client_writing_to_the_leaver_or_stuck_on_repairs() {
         let mut cr = cluster(json!({"nodes": 3}));

@@ -70,6 +70,8 @@ pub fn status_from(input: &StatusInput) -> MarekvsClusterStatus {
         block_reason: d.blocked.as_ref().map(|b| b.reason.into()),
         conditions: cluster_conditions(input, &t),
         observed_generation: cr.metadata.generation,
+        last_pass_time: Some(t.clone()),
+        operator_version: Some(crate::VERSION.to_string()),
         desired_nodes: Some(input.sizing.spec.target() as i32),
         ready_nodes: Some(count(|m| m.ready)),
         updated_nodes: Some(count(|m| m.updated)),
@@ -340,6 +342,10 @@ fn autoscale_message(a: &AutoscaleReport, hold: Option<&HoldReport>, cluster: &s
 /// each member's scrape: figures read again and found the same are no reason to write.
 pub fn for_comparison(status: &MarekvsClusterStatus) -> serde_json::Value {
     let mut v = serde_json::to_value(status).unwrap_or_default();
+    // Moves every pass; written with a change or as the heartbeat (`pace::heartbeat_due`).
+    if let Some(top) = v.as_object_mut() {
+        top.remove("lastPassTime");
+    }
     if let Some(members) = v.get_mut("members").and_then(|m| m.as_array_mut()) {
         for m in members {
             // Figures that move every pass or round without changing what is decided: the
