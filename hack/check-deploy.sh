@@ -235,4 +235,52 @@ refused "digest" --set image.digest=latest
 refused "additional properties" --set imagePullPolicy=Always
 refused "metrics.service.enabled" --set metrics.serviceMonitor.enabled=true --set metrics.service.enabled=false
 refused "networkPolicy.namespaces" --set networkPolicy.enabled=true
-echo "check-deploy: deploy/ and $(ls -d "$REPO"/deploy/overlays/*/ | wc -l) overlay(s) render; RBAC as promised (namespaced overlay watches $watched); image $want_image; the Helm chart lints, renders both scopes with deploy/'s rules and the optional NetworkPolicy, and refuses 9 bad values" >&2
+refused "serviceAccount.name is empty" --set serviceAccount.create=false
+refused "clusterDomain" --set clusterDomain=Not_A_Domain
+refused "extraArgs" --set-json 'extraArgs=["member-timeout-ms=5"]'
+refused "memberReadBudgetBytes" --set memberReadBudgetBytes=1024
+
+# Labels: the recommended ones and commonLabels on every object the chart makes (all optional
+# parts on), and on the operator's pod template.
+out=$("$helm" template marekvs-operator "$chart" --namespace marekvs-system --set-json 'commonLabels={"team":"db"}' \
+  --set networkPolicy.enabled=true --set 'networkPolicy.namespaces={apps}' --set metrics.serviceMonitor.enabled=true) ||
+  fail "helm template with every part on failed"
+objects=$(grep -c '^kind: ' <<<"$out")
+# meta_labels LABEL: how many documents carry LABEL among their metadata.labels.
+meta_labels() {
+  awk -v want="    $1" '
+    /^---$/ { inmeta = 0; inlabels = 0; next }
+    /^metadata:$/ { inmeta = 1; next }
+    /^[^ ]/ { inmeta = 0; inlabels = 0 }
+    inmeta && /^  labels:$/ { inlabels = 1; next }
+    inlabels && /^  [^ ]/ { inlabels = 0 }
+    inlabels && $0 == want { n++ }
+    END { print n + 0 }' <<<"$out"
+}
+for label in 'app.kubernetes.io/name: marekvs-operator' 'app.kubernetes.io/instance: marekvs-operator' \
+  "app.kubernetes.io/version: \"$version\"" 'app.kubernetes.io/component: operator' 'app.kubernetes.io/part-of: marekvs' \
+  'app.kubernetes.io/managed-by: Helm' 'team: db'; do
+  got=$(meta_labels "$label")
+  [ "$got" = "$objects" ] || fail "chart: '$label' on $got of the $objects objects' metadata"
+  has "^        $label\$" <<<"$(doc Deployment marekvs-operator <<<"$out")" || fail "chart: '$label' not on the pod template"
+done
+# The operator's flags from values; extraArgs after them (a flag given twice takes the last), extraEnv.
+out=$(helm_render --set clusterDomain=corp.example --set memberTimeoutMs=2500 --set maxConcurrentScrapes=16 \
+  --set memberReadBudgetBytes=16777216 --set-json 'extraArgs=["--log-format=json"]' --set-json 'extraEnv=[{"name":"EXTRA","value":"1"}]')
+deployment=$(doc Deployment marekvs-operator <<<"$out")
+for arg in --cluster-domain=corp.example --member-timeout-ms=2500 --max-concurrent-scrapes=16 --member-read-budget-bytes=16777216; do
+  has "^        - $arg\$" <<<"$deployment" || fail "chart: the operator does not run with $arg"
+done
+text_at=$(grep -n -- '^        - --log-format=text$' <<<"$deployment" | cut -d: -f1 || true)
+json_at=$(grep -n -- '^        - --log-format=json$' <<<"$deployment" | cut -d: -f1 || true)
+[ -n "$json_at" ] && [ "$json_at" -gt "${text_at:-0}" ] || fail "chart: extraArgs not passed after the chart's own flags"
+has '^        - name: EXTRA$' <<<"$deployment" || fail "chart: extraEnv not set"
+# No ServiceAccount or RBAC when the user brings them; names from the overrides.
+out=$(helm_render --set serviceAccount.create=false --set serviceAccount.name=ops-sa --set rbac.create=false)
+has '^kind: (ServiceAccount|Role|ClusterRole|RoleBinding|ClusterRoleBinding)$' <<<"$out" &&
+  fail "chart: serviceAccount.create=false and rbac.create=false still render a ServiceAccount or RBAC"
+has '^      serviceAccountName: ops-sa$' <<<"$(doc Deployment marekvs-operator <<<"$out")" || fail "chart: the operator does not run as serviceAccount.name"
+out=$(helm_render --set fullnameOverride=kv-operator --set nameOverride=kvop)
+[ -n "$(doc Deployment kv-operator <<<"$out")" ] || fail "chart: fullnameOverride does not name the Deployment"
+has '^      app.kubernetes.io/name: kvop$' <<<"$(doc Deployment kv-operator <<<"$out")" || fail "chart: nameOverride is not app.kubernetes.io/name"
+echo "check-deploy: deploy/ and $(ls -d "$REPO"/deploy/overlays/*/ | wc -l) overlay(s) render; RBAC as promised (namespaced overlay watches $watched); image $want_image; the Helm chart lints, renders both scopes with deploy/'s rules and the optional NetworkPolicy, refuses 13 bad values, labels all $objects objects, passes the operator's flags and env, and leaves the ServiceAccount and RBAC to the user on request" >&2

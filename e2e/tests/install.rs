@@ -306,6 +306,11 @@ async fn the_helm_install_runs_the_operator_from_its_chart() -> anyhow::Result<(
         // network plugin to enforce it, so the demo below runs as without it).
         "--set",
         "networkPolicy.enabled=true",
+        // A cluster whose DNS domain is not cluster.local, and a flag of the user's own.
+        "--set",
+        "clusterDomain=corp.example",
+        "--set-json",
+        r#"extraArgs=["--member-timeout-ms=2500"]"#,
     ])
     .await?;
     kubectl(
@@ -340,6 +345,40 @@ async fn the_helm_install_runs_the_operator_from_its_chart() -> anyhow::Result<(
         serde_json::from_str::<Value>(line).with_context(|| format!("{log}: not JSON: {line}"))?;
     }
     eprintln!("helm: {} log lines of {leader}, all JSON", lines.len());
+    // clusterDomain reached the operator: the members' gossip seeds name that domain.
+    let pods: Api<Pod> = env.api();
+    let member = pods.get("demo-0").await?;
+    let seeds = member
+        .spec
+        .and_then(|s| s.containers.into_iter().next())
+        .and_then(|c| c.env)
+        .unwrap_or_default()
+        .into_iter()
+        .find(|e| e.name == "MAREKVS_SEEDS")
+        .and_then(|e| e.value)
+        .context("demo-0 has no MAREKVS_SEEDS")?;
+    anyhow::ensure!(
+        seeds == format!("demo-headless.{ns}.svc.corp.example:7946"),
+        "demo-0's seeds: {seeds}"
+    );
+    let deployment = kubectl(
+        &[
+            "get",
+            "deployment",
+            "mkv-marekvs-operator",
+            "-n",
+            ns,
+            "-o",
+            "jsonpath={.spec.template.spec.containers[0].args}",
+        ],
+        None,
+    )
+    .await?;
+    anyhow::ensure!(
+        deployment.contains("--member-timeout-ms=2500"),
+        "{deployment}"
+    );
+    eprintln!("helm: clusterDomain corp.example in demo-0's seeds ({seeds}); extraArgs passed");
     env.cleanup().await
 }
 

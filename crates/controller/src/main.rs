@@ -26,7 +26,9 @@ struct Args {
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Run the controller (uses KUBECONFIG, or the in-cluster service account).
+    /// Run the controller (uses KUBECONFIG, or the in-cluster service account). A flag given
+    /// twice takes its last value (the chart's `extraArgs` override its own flags).
+    #[command(args_override_self = true)]
     Run {
         /// Watch only this namespace (default: all namespaces).
         #[arg(long, env = "MAREKVS_OPERATOR_NAMESPACE")]

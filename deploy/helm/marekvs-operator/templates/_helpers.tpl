@@ -1,22 +1,44 @@
-{{/* The release's full name: the release name if it already says marekvs-operator. */}}
+{{/* The chart's name (nameOverride replaces it): app.kubernetes.io/name. */}}
+{{- define "marekvs-operator.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* The objects' name: fullnameOverride, else the release name if it already holds the
+chart's name, else <release>-<name>. */}}
 {{- define "marekvs-operator.fullname" -}}
-{{- if contains .Chart.Name .Release.Name -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := include "marekvs-operator.name" . -}}
+{{- if contains $name .Release.Name -}}
 {{- .Release.Name | trunc 63 | trimSuffix "-" -}}
 {{- else -}}
-{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
 {{- end -}}
 {{- end -}}
 
 {{- define "marekvs-operator.selectorLabels" -}}
-app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/name: {{ include "marekvs-operator.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
-{{- define "marekvs-operator.labels" -}}
+{{/* The recommended labels (and commonLabels), on the pod template too. */}}
+{{- define "marekvs-operator.podLabels" -}}
 {{ include "marekvs-operator.selectorLabels" . }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/component: operator
+app.kubernetes.io/part-of: marekvs
 app.kubernetes.io/managed-by: {{ .Release.Service }}
-helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/* Every object's labels: the recommended ones, the chart's version, commonLabels. */}}
+{{- define "marekvs-operator.labels" -}}
+{{ include "marekvs-operator.podLabels" . }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- end -}}
 
 {{- define "marekvs-operator.serviceAccountName" -}}
@@ -43,6 +65,9 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- end -}}
 {{- if and (eq .Values.scope "cluster") .Values.watchNamespace -}}
 {{- fail (printf "watchNamespace %q is set but scope is cluster (every namespace is watched). Set scope=namespace to watch only %q." .Values.watchNamespace .Values.watchNamespace) -}}
+{{- end -}}
+{{- if and (not .Values.serviceAccount.create) (not .Values.serviceAccount.name) -}}
+{{- fail "serviceAccount.create is false but serviceAccount.name is empty: name the ServiceAccount the operator runs as (one you manage, bound to the operator's rules)." -}}
 {{- end -}}
 {{- if and .Values.networkPolicy.enabled (eq .Values.scope "cluster") (not .Values.networkPolicy.namespaces) -}}
 {{- fail "networkPolicy.enabled is true with scope cluster but networkPolicy.namespaces is empty: list the namespaces whose clusters' members it guards (a NetworkPolicy is namespaced)." -}}
