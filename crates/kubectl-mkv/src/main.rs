@@ -129,6 +129,11 @@ async fn main() -> ExitCode {
 
 /// A client for the chosen kubeconfig and context, and the namespace to work in.
 async fn connect(cli: &Cli) -> anyhow::Result<(Client, String)> {
+    connect_to(cli, cli.namespace.clone()).await
+}
+
+/// As [`connect`], in `namespace` when given (else the context's).
+async fn connect_to(cli: &Cli, namespace: Option<String>) -> anyhow::Result<(Client, String)> {
     let options = KubeConfigOptions {
         context: cli.context.clone(),
         ..KubeConfigOptions::default()
@@ -141,10 +146,7 @@ async fn connect(cli: &Cli) -> anyhow::Result<(Client, String)> {
         }
         None => Config::from_kubeconfig(&options).await?,
     };
-    let namespace = cli
-        .namespace
-        .clone()
-        .unwrap_or_else(|| config.default_namespace.clone());
+    let namespace = namespace.unwrap_or_else(|| config.default_namespace.clone());
     Ok((Client::try_from(config)?, namespace))
 }
 
@@ -250,11 +252,8 @@ async fn completions(cli: &Cli, args: &[String]) -> String {
         complete::Want::Shell => ["bash", "zsh", "fish"].map(String::from).to_vec(),
         complete::Want::Nothing => Vec::new(),
         complete::Want::Cluster | complete::Want::Member { .. } => {
-            let mut cli_ns = Cli::parse_from(["kubectl-mkv", "version", "--client"]);
-            cli_ns.namespace = complete::namespace(args).or(cli.namespace.clone());
-            cli_ns.kubeconfig = cli.kubeconfig.clone();
-            cli_ns.context = cli.context.clone();
-            match connect(&cli_ns).await {
+            let namespace = complete::namespace(args).or(cli.namespace.clone());
+            match connect_to(cli, namespace).await {
                 Ok((client, ns)) => {
                     let clusters: Api<MarekvsCluster> = Api::namespaced(client, &ns);
                     match complete::want(args) {
