@@ -73,9 +73,21 @@ MOD
 }
 
 build_kwok() {
-  [ -x "$bin/kwok" ] && [ -x "$bin/kwokctl" ] && return 0
-  log "building kwok $KWOK_VERSION"
-  GOBIN="$bin" go install -trimpath -ldflags "-s -w" "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION" "sigs.k8s.io/kwok/cmd/kwokctl@$KWOK_VERSION"
+  if ! { [ -x "$bin/kwok" ] && [ -x "$bin/kwokctl" ]; }; then
+    log "building kwok $KWOK_VERSION"
+    GOBIN="$bin" go install -trimpath -ldflags "-s -w" "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION" "sigs.k8s.io/kwok/cmd/kwokctl@$KWOK_VERSION"
+  fi
+  # kwok's Logs and PortForward CRDs, from the same module: with them kwok's kubelet API
+  # serves `kubectl logs` and `kubectl port-forward` for the pods the podlet runs.
+  local crds="$bin/kwok-crds" kind dir
+  [ -f "$crds/kwok.x-k8s.io_logs.yaml" ] && [ -f "$crds/kwok.x-k8s.io_portforwards.yaml" ] && return 0
+  dir=$(go mod download -json "sigs.k8s.io/kwok@$KWOK_VERSION" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
+  [ -d "$dir" ] || { log "could not download sigs.k8s.io/kwok@$KWOK_VERSION"; exit 1; }
+  mkdir -p "$crds"
+  for kind in logs portforwards; do
+    cp "$dir/kustomize/crd/bases/kwok.x-k8s.io_$kind.yaml" "$crds/kwok.x-k8s.io_$kind.yaml.tmp"
+    mv "$crds/kwok.x-k8s.io_$kind.yaml.tmp" "$crds/kwok.x-k8s.io_$kind.yaml"
+  done
 }
 
 build_etcd

@@ -118,6 +118,7 @@ start_bg kube-apiserver "$bin/kube-apiserver" \
   --service-account-key-file "$pki/sa.pub" --service-account-signing-key-file "$pki/sa.key" \
   --service-account-issuer https://kubernetes.default.svc \
   --service-cluster-ip-range "$SERVICE_CIDR" \
+  --kubelet-preferred-address-types InternalIP \
   --authorization-mode Node,RBAC \
   --allow-privileged=true \
   --storage-backend etcd3 \
@@ -158,6 +159,11 @@ start_bg kube-scheduler "$bin/kube-scheduler" \
   --leader-elect=false
 
 # --- kwok: keeps the fake nodes alive; pods on them are run by marekvs-sim ---
+# kwok also serves the nodes' kubelet API on 127.0.0.1:$KWOK_PORT (the port the nodes
+# advertise, --node-port): the API server reaches it for `kubectl logs` and `port-forward`,
+# which kwok answers from the Logs and PortForward objects the podlet writes for each pod (the
+# API server has no kubelet CA, so it does not verify kwok's self-signed certificate).
+kc apply --server-side -f "$bin/kwok-crds/" >/dev/null
 start_bg kwok "$bin/kwok" \
   --kubeconfig "$KUBECONFIG_PATH" \
   --config "$here/kwok/kwok.yaml" \
@@ -165,6 +171,8 @@ start_bg kwok "$bin/kwok" \
   --manage-nodes-with-annotation-selector kwok.x-k8s.io/node=fake \
   --node-ip 127.0.0.1 --cidr 127.250.0.0/16 \
   --node-lease-duration-seconds 40 \
+  --enable-crds Logs,PortForward \
+  --node-port "$KWOK_PORT" \
   --server-address "127.0.0.1:$KWOK_PORT"
 
 wait_for "default service account" 60 kc -n default get serviceaccount default

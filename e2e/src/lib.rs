@@ -10,6 +10,7 @@
 
 pub mod data;
 pub mod harness;
+pub mod install;
 pub mod load;
 
 use std::fmt::Debug;

@@ -19,6 +19,7 @@ pub const COMMANDS: &[(&str, bool)] = &[
     ("wake", false),
     ("fence", true),
     ("unfence", true),
+    ("report", false),
     ("version", false),
     ("completion", false),
 ];

@@ -7,6 +7,7 @@ pub mod age;
 pub mod complete;
 pub mod edit;
 pub mod plan;
+pub mod report;
 pub mod table;
 pub mod version;
 

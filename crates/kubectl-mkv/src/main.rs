@@ -1,7 +1,9 @@
 //! `kubectl mkv`: read and operate MarekvsClusters through the same API objects as everything
-//! else (the cluster, its status, its members' pods and PVCs); it never talks to members or
-//! to the operator.
+//! else (the cluster, its status, its members' pods and PVCs). Only `report` reads more: the
+//! operator's logs and each member's answers, through the API server (`gather.rs`).
 #![forbid(unsafe_code)]
+
+mod gather;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -88,6 +90,32 @@ enum Command {
     Fence { cluster: String, member: String },
     /// Bring a fenced member back.
     Unfence { cluster: String, member: String },
+    /// A support bundle (one zip, secrets redacted): the cluster, its pods and PVCs with their
+    /// Events, the operator's logs, version and flags, and each member's /metrics and CLUSTER
+    /// NODES read through the API server (port-forward).
+    #[command(
+        after_help = "Needs, besides reading the cluster: list on pods, PVCs, Events and Leases, \
+                      get on pods/log, create on pods/portforward, and get on the Secrets the \
+                      cluster uses (only to redact them and to AUTH; no Secret is included). \
+                      A part that cannot be read is listed in the bundle's README.txt."
+    )]
+    Report {
+        cluster: String,
+        /// Operator logs from this long ago on: a number and s, m, h or d.
+        #[arg(long, default_value = "1h", value_parser = parse_since)]
+        since: i64,
+        /// The zip to write (default: mkv-report-<namespace>-<cluster>-<time>.zip); never
+        /// overwritten.
+        #[arg(short = 'o', long)]
+        output: Option<PathBuf>,
+        /// The operator's namespace (default: wherever pods match --operator-selector, or the
+        /// cluster's namespace when you may not list pods in all namespaces).
+        #[arg(long)]
+        operator_namespace: Option<String>,
+        /// The label selector of the operator's pods.
+        #[arg(long, default_value = "app.kubernetes.io/name=marekvs-operator")]
+        operator_selector: String,
+    },
     /// The plugin's version and the operator's (as the namespace's clusters record it); warns
     /// when they differ.
     Version {
@@ -203,12 +231,38 @@ async fn run(cli: Cli) -> anyhow::Result<String> {
             };
             apply(&clusters, name, edit::wake(&cr, how)?).await
         }
+        Command::Report {
+            since,
+            output,
+            operator_namespace,
+            operator_selector,
+            ..
+        } => {
+            let opts = gather::Options {
+                since_secs: *since,
+                output: output.clone(),
+                operator_namespace: operator_namespace.clone(),
+                operator_selector: operator_selector.clone(),
+            };
+            gather::report(
+                &client,
+                &ns,
+                &cr,
+                &opts,
+                k8s_openapi::jiff::Timestamp::now(),
+            )
+            .await
+        }
         Command::Fence { member, .. } => fence(&clusters, &cr, member, true).await,
         Command::Unfence { member, .. } => fence(&clusters, &cr, member, false).await,
         Command::Version { .. } | Command::Completion { .. } | Command::Complete { .. } => {
             unreachable!("answered before connecting")
         }
     }
+}
+
+fn parse_since(text: &str) -> Result<i64, String> {
+    kubectl_mkv::report::parse_since(text)
 }
 
 fn print_as(output: Output, value: &impl serde::Serialize) -> anyhow::Result<String> {
@@ -295,7 +349,8 @@ fn cluster_arg(c: &Command) -> &str {
         | Command::Hibernate { cluster }
         | Command::Wake { cluster, .. }
         | Command::Fence { cluster, .. }
-        | Command::Unfence { cluster, .. } => cluster,
+        | Command::Unfence { cluster, .. }
+        | Command::Report { cluster, .. } => cluster,
         Command::Version { .. } | Command::Completion { .. } | Command::Complete { .. } => "",
     }
 }

@@ -11,6 +11,7 @@
 //!   grace periods).
 //! - [`container_state`]: the container statuses it reports and its restart back-off.
 //! - [`real_node`]: a real marekvs binary as a member (listeners on the pod IP, per-pod log).
+//! - [`cri_log`]: that log copied in the CRI format, for `kubectl logs` through kwok.
 //! - [`operator_pod`]: the operator image's pods, run as the local operator binary.
 //! - [`provisioner`]: binds PVCs of the harness StorageClass to PVs it creates.
 //! - [`control`]: the loopback control API tests use to read state and inject faults.
@@ -20,6 +21,7 @@
 
 pub mod container_state;
 pub mod control;
+pub mod cri_log;
 pub mod model;
 pub mod node_http;
 pub mod node_resp;

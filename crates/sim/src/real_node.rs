@@ -163,6 +163,11 @@ impl PodLog {
         &self.path
     }
 
+    /// The same output in the CRI log format, for `kubectl logs` (crate::cri_log).
+    pub fn cri_path(&self) -> PathBuf {
+        self.path.with_extension("cri")
+    }
+
     /// Open for appending and write `header` as one line; returns the file and the offset
     /// where this start's output begins.
     fn begin(&self, header: &str) -> std::io::Result<(File, u64)> {
@@ -243,6 +248,8 @@ pub struct RealNode {
     exit: Option<Exit>,
     log: PodLog,
     log_offset: u64,
+    /// Dropped with the node: the CRI copy of its log takes what is left and ends.
+    _cri_follower: Option<tokio::sync::watch::Sender<()>>,
 }
 
 impl RealNode {
@@ -279,11 +286,17 @@ impl RealNode {
             failure
         })?;
         info!(pid = child.id(), bin = %bin.display(), log = %log.path().display(), "real marekvs node started");
+        let cri_follower = tokio::runtime::Handle::try_current().ok().map(|_| {
+            let (tx, rx) = tokio::sync::watch::channel(());
+            crate::cri_log::follow(log.path().to_path_buf(), log_offset, log.cri_path(), rx);
+            tx
+        });
         Ok(RealNode {
             child,
             exit: None,
             log: log.clone(),
             log_offset,
+            _cri_follower: cri_follower,
         })
     }
 

@@ -25,9 +25,11 @@
 //! (its start, readiness probe, restarts and termination); `start` starts its process
 //! (simulated, or a real binary) with the environment of `env`; `process` keeps that
 //! process and stops it; `operator` runs the operator image's pods as the operator binary;
-//! `api` writes pod status and deletes pods through the API server.
+//! `api` writes pod status and deletes pods through the API server; `debugging` writes what
+//! kwok needs to serve `kubectl logs` and `kubectl port-forward` for them.
 
 mod api;
+mod debugging;
 mod env;
 mod ips;
 mod member;
@@ -53,6 +55,7 @@ use tracing::{info, warn};
 
 use crate::container_state::MemberStatus;
 use crate::node_http::METRICS_PORT;
+use crate::real_node::PodLog;
 use crate::world::SharedWorld;
 
 use ips::IpPool;
@@ -250,6 +253,7 @@ impl Podlet {
             // Not a marekvs member: run it as a container without probes.
             self.patch_status(&pods, &pod, ip, &host_ip, &started, None)
                 .await?;
+            self.publish_debugging(&pod, ip, None).await;
             info!(pod = %key, %ip, "running (not a marekvs member)");
             return self.wait_and_finish_plain(rx, &pods, &pod).await;
         };
@@ -259,6 +263,13 @@ impl Podlet {
         let member = Some((container.name.as_str(), &status));
         self.patch_status(&pods, &pod, ip, &host_ip, &started, member)
             .await?;
+        // A container run as a process has a log for `kubectl logs`; a simulated member none.
+        let process_log = (self.real_bin.is_some() || self.is_operator(&container)).then(|| {
+            let ns = pod.namespace().unwrap_or_default();
+            let log = PodLog::new(&self.pod_logs_dir, &ns, &pod.name_any(), &container.name);
+            (container.name.clone(), log.cri_path())
+        });
+        self.publish_debugging(&pod, ip, process_log).await;
         // However `run` returns, dropping it stops and forgets its member.
         let mut run = MemberPod::new(self, pods, pod, container, key, ip, started, status);
         run.run(rx).await
