@@ -33,6 +33,8 @@ args=(--control "127.0.0.1:$SIM_CONTROL_PORT" --volumes-dir "$STATE/volumes" --p
 [ -n "${MAREKVS_BIN:-}" ] && args+=(--real-bin "$MAREKVS_BIN")
 # Pods of the operator image run as this binary (hack/test-e2e.sh sets it).
 [ -n "${MAREKVS_SIM_OPERATOR_BIN:-}" ] && args+=(--operator-bin "$MAREKVS_SIM_OPERATOR_BIN")
+# TAG=PATH: pods of the operator image with that tag run as PATH (the upgrade test's older build).
+[ -n "${MAREKVS_SIM_OPERATOR_BIN_FOR_TAG:-}" ] && args+=(--operator-bin-for-tag "$MAREKVS_SIM_OPERATOR_BIN_FOR_TAG")
 KUBECONFIG="$KUBECONFIG_PATH" start_bg marekvs-sim "$sim" "${args[@]}"
 wait_for "marekvs-sim control API" 60 curl -fsS "$SIM_CONTROL_URL/settings"
 log "marekvs-sim running; control API $SIM_CONTROL_URL"

@@ -84,8 +84,14 @@ cluster_env test
 # The API server logs every change the operators ask for: a test counts a deposed leader's.
 APISERVER_AUDIT=mutations "$here/cluster-up.sh" test >/dev/null
 export MAREKVS_E2E_AUDIT_LOG=$STATE/logs/audit.log
-# Pods of the operator image (the shipped installs, e2e/tests/install.rs) run as this build.
-MAREKVS_SIM_OPERATOR_BIN=$target/marekvs-operator "$here/sim-up.sh" test >/dev/null
+# The operator as it stood at the commit e2e/upgrade-from.env pins (e2e/tests/upgrade.rs).
+upgrade_from=$("$here/build-upgrade-from.sh")
+export MAREKVS_E2E_UPGRADE_FROM=$upgrade_from
+# Pods of the operator image (the shipped installs, e2e/tests/install.rs) run as this build;
+# tagged `upgrade-from`, as that older one.
+MAREKVS_SIM_OPERATOR_BIN=$target/marekvs-operator \
+  MAREKVS_SIM_OPERATOR_BIN_FOR_TAG=upgrade-from=$upgrade_from/bin/marekvs-operator \
+  "$here/sim-up.sh" test >/dev/null
 bin=$("$here/build-control-plane.sh")
 export MAREKVS_E2E_KUBECTL=$bin/kubectl MAREKVS_E2E_HELM=$("$here/tools.sh" helm)
 export MAREKVS_E2E_OPERATOR_PODS=1 MAREKVS_E2E_POD_LOGS=$STATE/logs/pods

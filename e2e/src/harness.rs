@@ -35,6 +35,10 @@ pub enum Need {
     /// The API server's audit log of the changes the operator's ServiceAccount asks for
     /// (`MAREKVS_E2E_AUDIT_LOG`; hack/test-e2e.sh starts its API server so).
     AuditLog,
+    /// The operator as it stood at the commit `e2e/upgrade-from.env` pins: its binary, run for
+    /// pods of the operator image tagged `upgrade-from`, and its `deploy/` tree
+    /// (`MAREKVS_E2E_UPGRADE_FROM`, which hack/test-e2e.sh builds), besides [`Need::Installs`].
+    UpgradeFrom,
     /// A second local cluster beside the first (`MAREKVS_E2E_SIDE_KUBECONFIG` and the pod
     /// networks of both, which hack/test-e2e.sh sets).
     SideCluster,
@@ -79,6 +83,9 @@ impl Need {
                     "needs kubectl, helm and a podlet that runs the operator image (hack/test-e2e.sh)",
                 )
             }
+            Need::UpgradeFrom if !set("MAREKVS_E2E_UPGRADE_FROM") => Some(
+                "needs the operator built at the pinned earlier commit, run by the podlet (hack/test-e2e.sh builds it)",
+            ),
             Need::SideCluster
                 if ![
                     "MAREKVS_E2E_SIDE_KUBECONFIG",

@@ -151,3 +151,14 @@ patches:
     std::fs::write(dir.join("kustomization.yaml"), text)?;
     Ok(dir)
 }
+
+/// The operator crate's version: the image tag deploy/ and the chart name.
+pub fn operator_version() -> anyhow::Result<String> {
+    let manifest = std::fs::read_to_string(format!("{REPO}/crates/controller/Cargo.toml"))?;
+    manifest
+        .lines()
+        .find_map(|l| l.strip_prefix("version = \""))
+        .and_then(|v| v.strip_suffix('"'))
+        .map(String::from)
+        .context("no version in crates/controller/Cargo.toml")
+}

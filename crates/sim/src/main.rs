@@ -50,6 +50,10 @@ struct Args {
     /// their args and env and a token of their ServiceAccount (see docs/local-cluster.md).
     #[arg(long, env = "MAREKVS_SIM_OPERATOR_BIN")]
     operator_bin: Option<PathBuf>,
+    /// TAG=PATH: pods of the operator image with this tag run as PATH instead (an older build,
+    /// for the upgrade test); repeatable.
+    #[arg(long, value_parser = marekvs_sim::operator_pod::parse_tag_binary)]
+    operator_bin_for_tag: Vec<(String, PathBuf)>,
     /// Seed of the simulator's jitter, for reproducible runs.
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -125,6 +129,7 @@ async fn main() -> anyhow::Result<()> {
         volumes_dir.clone(),
         pod_logs_dir,
         args.operator_bin.clone(),
+        args.operator_bin_for_tag.iter().cloned().collect(),
     );
     let provisioner = Provisioner {
         client,

@@ -12,6 +12,7 @@
 
 use std::collections::BTreeMap;
 use std::net::{Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
 
@@ -31,6 +32,36 @@ pub fn is_operator_image(image: &str) -> bool {
     let last = without_digest.rsplit('/').next().unwrap_or(without_digest);
     let name = last.split(':').next().unwrap_or(last);
     name == "marekvs-operator"
+}
+
+/// The tag of an image reference (`…/marekvs-operator:0.1.0` → `0.1.0`), digest dropped.
+pub fn image_tag(image: &str) -> Option<&str> {
+    let without_digest = image.split('@').next().unwrap_or(image);
+    let last = without_digest.rsplit('/').next().unwrap_or(without_digest);
+    last.split_once(':').map(|(_, tag)| tag)
+}
+
+/// The binary that runs a pod of operator image `image`: the one given for its tag (an older
+/// build, for the upgrade test), else the default.
+pub fn binary_for<'a>(
+    image: &str,
+    default: Option<&'a Path>,
+    by_tag: &'a BTreeMap<String, PathBuf>,
+) -> Option<&'a Path> {
+    image_tag(image)
+        .and_then(|t| by_tag.get(t))
+        .map(PathBuf::as_path)
+        .or(default)
+}
+
+/// `TAG=PATH`, as `--operator-bin-for-tag` takes it.
+pub fn parse_tag_binary(text: &str) -> Result<(String, PathBuf), String> {
+    match text.split_once('=') {
+        Some((tag, path)) if !tag.is_empty() && !path.is_empty() => {
+            Ok((tag.to_string(), PathBuf::from(path)))
+        }
+        _ => Err(format!("{text:?} is not TAG=PATH")),
+    }
 }
 
 /// The operator's arguments and env with its listen address on the pod IP: a `0.0.0.0` (or
@@ -183,5 +214,30 @@ mod tests {
         assert_eq!(k["users"][0]["user"]["token"], "tok");
         assert_eq!(k["current-context"], "in-cluster");
         assert_eq!(k["contexts"][0]["context"]["user"], "marekvs-operator");
+    }
+
+    #[test]
+    fn an_image_tag_may_pick_another_build() {
+        assert_eq!(
+            image_tag("ghcr.io/marekvs/marekvs-operator:0.1.0"),
+            Some("0.1.0")
+        );
+        assert_eq!(image_tag("localhost:5000/marekvs-operator"), None);
+        assert_eq!(
+            image_tag("r:5000/m/marekvs-operator:old@sha256:ab"),
+            Some("old")
+        );
+        let (tag, old) = parse_tag_binary("upgrade-from=/c/old").unwrap();
+        assert!(parse_tag_binary("=/c/old").is_err() && parse_tag_binary("x").is_err());
+        let by_tag = BTreeMap::from([(tag, old)]);
+        let default = Path::new("/t/marekvs-operator");
+        let pick = |image| binary_for(image, Some(default), &by_tag);
+        assert_eq!(
+            pick("m/marekvs-operator:upgrade-from"),
+            Some(Path::new("/c/old"))
+        );
+        assert_eq!(pick("m/marekvs-operator:0.1.0"), Some(default));
+        assert_eq!(pick("m/marekvs-operator"), Some(default));
+        assert_eq!(binary_for("m/marekvs-operator:0.1.0", None, &by_tag), None);
     }
 }

@@ -75,6 +75,9 @@ pub struct Podlet {
     pub pod_logs_dir: PathBuf,
     /// Run pods of the operator image as this binary (`None`: they are reported Running only).
     pub operator_bin: Option<PathBuf>,
+    /// Pods of the operator image with one of these tags run as its binary instead (an older
+    /// build: the upgrade test).
+    pub operator_bins_by_tag: BTreeMap<String, PathBuf>,
     http: reqwest::Client,
     ips: Mutex<IpPool>,
     /// Real-node members: cluster key → member key → pod IP (to rewrite seeds).
@@ -93,6 +96,7 @@ impl Podlet {
         volumes_dir: PathBuf,
         pod_logs_dir: PathBuf,
         operator_bin: Option<PathBuf>,
+        operator_bins_by_tag: BTreeMap<String, PathBuf>,
     ) -> Arc<Self> {
         let http = reqwest::Client::builder()
             .no_proxy()
@@ -106,6 +110,7 @@ impl Podlet {
             volumes_dir,
             pod_logs_dir,
             operator_bin,
+            operator_bins_by_tag,
             http,
             ips: Mutex::default(),
             real_members: Arc::new(Mutex::new(BTreeMap::new())),

@@ -45,10 +45,13 @@ impl Podlet {
         start: u64,
         restart_count: i32,
     ) -> Result<MemberProcess, StartFailure> {
-        let bin = self
-            .operator_bin
-            .as_ref()
-            .ok_or_else(|| StartFailure::create("no --operator-bin"))?;
+        let image = container.image.as_deref().unwrap_or_default();
+        let bin = operator_pod::binary_for(
+            image,
+            self.operator_bin.as_deref(),
+            &self.operator_bins_by_tag,
+        )
+        .ok_or_else(|| StartFailure::create("no --operator-bin"))?;
         let ns = pod.namespace().unwrap_or_default();
         let mut env = resolve_env(pod, container, ip);
         env.extend(self.secret_env(&ns, container).await?);
