@@ -142,6 +142,12 @@ impl MemberStatus {
         self.state = ContainerState::Running { started_at };
     }
 
+    /// Exited for good (its pod's restartPolicy keeps it down): terminated, never ready.
+    pub fn finished(&mut self, exit: Terminated) {
+        self.ready = false;
+        self.state = ContainerState::Terminated(exit);
+    }
+
     /// Could not be started; the last state is kept.
     pub fn failed_to_start(&mut self, reason: &str, message: String) {
         if let ContainerState::Terminated(t) = &self.state {
@@ -153,6 +159,21 @@ impl MemberStatus {
             message,
         };
     }
+}
+
+/// Whether a container that exited with `code` is started again under the pod's
+/// `restartPolicy` (`None`: the API's default, `Always`).
+pub fn restarts_after_exit(restart_policy: Option<&str>, code: i32) -> bool {
+    match restart_policy {
+        Some("Never") => false,
+        Some("OnFailure") => code != 0,
+        _ => true,
+    }
+}
+
+/// The pod's phase once its one container finished for good: `Succeeded` on exit code 0.
+pub fn finished_phase(code: i32) -> &'static str {
+    if code == 0 { "Succeeded" } else { "Failed" }
 }
 
 /// The kubelet's message while a container waits to be restarted.
@@ -458,5 +479,34 @@ mod tests {
         // The member's status only applies to the container named for it.
         let v = container_statuses(&pod(), Some(("other", &m)), &ts("2025-01-01T00:00:00Z"));
         assert_eq!(v[0]["restartCount"], 0);
+    }
+
+    #[test]
+    fn the_restart_policy_decides_whether_an_exit_is_restarted() {
+        for (policy, code, again) in [
+            (None, 0, true),
+            (Some("Always"), 0, true),
+            (Some("OnFailure"), 1, true),
+            (Some("OnFailure"), 0, false),
+            (Some("Never"), 1, false),
+            (Some("Never"), 0, false),
+        ] {
+            assert_eq!(
+                restarts_after_exit(policy, code),
+                again,
+                "{policy:?} {code}"
+            );
+        }
+        assert_eq!(finished_phase(0), "Succeeded");
+        assert_eq!(finished_phase(3), "Failed");
+        let mut s = MemberStatus::running(Timestamp::UNIX_EPOCH, 0, None);
+        s.ready = true;
+        s.finished(Terminated::new(
+            0,
+            String::new(),
+            Timestamp::UNIX_EPOCH,
+            Timestamp::UNIX_EPOCH,
+        ));
+        assert!(!s.reported_ready() && !s.is_running());
     }
 }

@@ -67,6 +67,21 @@ impl Podlet {
         container: &str,
         member: &MemberStatus,
     ) -> anyhow::Result<()> {
+        self.patch_member_phase(pods, pod, started, container, member, None)
+            .await
+    }
+
+    /// As [`Self::patch_member`], and the pod's phase when given (a pod whose container
+    /// finished for good).
+    pub(super) async fn patch_member_phase(
+        &self,
+        pods: &Api<Pod>,
+        pod: &Pod,
+        started: &Timestamp,
+        container: &str,
+        member: &MemberStatus,
+        phase: Option<&str>,
+    ) -> anyhow::Result<()> {
         let now = Timestamp::now().to_string();
         let ready_s = if member.reported_ready() {
             "True"
@@ -82,6 +97,10 @@ impl Podlet {
                 "containerStatuses": container_statuses(pod, Some((container, member)), started),
             }
         });
+        let mut patch = patch;
+        if let Some(phase) = phase {
+            patch["status"]["phase"] = json!(phase);
+        }
         let (name, params, patch) = (
             pod.name_any(),
             PatchParams::default(),

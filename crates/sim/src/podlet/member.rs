@@ -15,7 +15,8 @@ use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
 use crate::container_state::{
-    ContainerState, MemberStatus, Terminated, crash_loop_message, next_crash_count, restart_backoff,
+    ContainerState, MemberStatus, Terminated, crash_loop_message, finished_phase, next_crash_count,
+    restart_backoff, restarts_after_exit,
 };
 use crate::real_node::Exit;
 
@@ -309,16 +310,44 @@ impl MemberPod {
     }
 
     /// It exited on its own: restart it in place, as restartPolicy Always does, after the
-    /// kubelet's back-off.
+    /// kubelet's back-off; under `Never` (or `OnFailure` after exit code 0) the pod is done,
+    /// `Succeeded` or `Failed`, as a `helm test` pod's is.
     async fn on_exit(&mut self, exit: Exit) -> anyhow::Result<()> {
-        self.crashes_in_a_row = next_crash_count(self.crashes_in_a_row, self.run_since.elapsed());
-        let backoff = restart_backoff(self.crashes_in_a_row);
-        warn!(pod = %self.key, code = exit.code, retry_in = ?backoff,
-            "member exited unexpectedly: {}", exit.message);
         let started_at = match self.status.state {
             ContainerState::Running { started_at } => started_at,
             _ => self.started,
         };
+        let policy = self
+            .pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.restart_policy.clone());
+        if !restarts_after_exit(policy.as_deref(), exit.code) {
+            let phase = finished_phase(exit.code);
+            info!(pod = %self.key, code = exit.code, phase, "container finished; not restarted (restartPolicy {policy:?})");
+            self.status.finished(Terminated::new(
+                exit.code,
+                exit.message,
+                started_at,
+                Timestamp::now(),
+            ));
+            self.restart_at = None;
+            return self
+                .podlet
+                .patch_member_phase(
+                    &self.pods,
+                    &self.pod,
+                    &self.started,
+                    &self.container.name,
+                    &self.status,
+                    Some(phase),
+                )
+                .await;
+        }
+        self.crashes_in_a_row = next_crash_count(self.crashes_in_a_row, self.run_since.elapsed());
+        let backoff = restart_backoff(self.crashes_in_a_row);
+        warn!(pod = %self.key, code = exit.code, retry_in = ?backoff,
+            "member exited unexpectedly: {}", exit.message);
         let message = crash_loop_message(backoff, &self.container.name, &self.pod);
         self.status.exited(
             Terminated::new(exit.code, exit.message, started_at, Timestamp::now()),
