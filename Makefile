@@ -50,14 +50,15 @@ lint: crd-check ## rustfmt, clippy (warnings are errors), no import circle betwe
 release-check: ## Dry run of a release (RELEASE_TAG=vX.Y.Z as the workflow does): one version everywhere, only images the release builds, the krew manifest made from the plugin archives; self-test first
 	hack/release-check.sh
 
-# The generated CRD, in the kustomize tree and in the Helm chart: both written, both checked.
-CRDS := deploy/crd/marekvs.io_marekvsclusters.yaml deploy/helm/marekvs-operator/crds/marekvs.io_marekvsclusters.yaml
+# The generated CRD, in the kustomize tree and in the Helm chart (files/, rendered by its
+# templates/crd.yaml so that helm upgrade upgrades it): both written, both checked.
+CRDS := deploy/crd/marekvs.io_marekvsclusters.yaml deploy/helm/marekvs-operator/files/marekvs.io_marekvsclusters.yaml
 
-crd: ## Regenerate the CRD from the Rust types (deploy/crd and the Helm chart's crds/)
+crd: ## Regenerate the CRD from the Rust types (deploy/crd and the Helm chart's files/)
 	@cargo run -q -p marekvs-operator -- crd > $(firstword $(CRDS)).tmp
 	@for f in $(CRDS); do cp $(firstword $(CRDS)).tmp $$f; done; rm -f $(firstword $(CRDS)).tmp
 
-crd-check: ## Fail if a committed CRD (deploy/crd or the chart's) differs from the Rust types
+crd-check: ## Fail if a committed CRD (deploy/crd or the chart's files/) differs from the Rust types
 	@cargo run -q -p marekvs-operator -- crd > $(firstword $(CRDS)).want
 	@rc=0; for f in $(CRDS); do diff -u $$f $(firstword $(CRDS)).want || { echo "$$f is stale: run make crd" >&2; rc=1; }; done; rm -f $(firstword $(CRDS)).want; exit $$rc
 

@@ -4,7 +4,11 @@
 # hack script does; nothing is sent to any cluster) and check what the RBAC promises. A broken
 # overlay, or a role that grew a permission this script forbids, fails CI. Then the Helm chart
 # (helm of hack/tools.sh): `helm lint`, rendered in both scopes with exactly deploy/'s rules,
-# and values it must refuse refused. Every image named is the released version.
+# and values it must refuse refused; its CRD template (deploy/crd's spec, the keep policy,
+# crds.create), its `helm test` pod, and its optional monitoring, each rendered on and off, the
+# alerts checked and unit-tested with promtool (hack/tools.sh, hack/chart-alerts-test.yaml) and
+# every metric the alerts and the dashboard name one that is exported. Every image named is the
+# released version.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib.sh"
@@ -132,8 +136,11 @@ for field in version appVersion; do
   got=$(sed -n "s/^$field: \"\{0,1\}\([^\"]*\)\"\{0,1\}$/\1/p" "$chart/Chart.yaml")
   [ "$got" = "$version" ] || fail "Chart.yaml: $field is '$got', not $version (crates/controller/Cargo.toml)"
 done
-cmp -s "$chart/crds/marekvs.io_marekvsclusters.yaml" "$REPO/deploy/crd/marekvs.io_marekvsclusters.yaml" ||
-  fail "the chart's CRD differs from deploy/crd's: run make crd"
+cmp -s "$chart/files/marekvs.io_marekvsclusters.yaml" "$REPO/deploy/crd/marekvs.io_marekvsclusters.yaml" ||
+  fail "the chart's CRD (files/) differs from deploy/crd's: run make crd"
+# The CRD is a template (so helm upgrade upgrades it), never in crds/ (installed once, never
+# upgraded, and a second copy beside the template).
+[ -e "$chart/crds" ] && fail "the chart has a crds/ directory: the CRD is rendered by templates/crd.yaml from files/"
 "$helm" lint --strict "$chart" >/dev/null || { "$helm" lint --strict "$chart" >&2; fail "helm lint failed"; }
 # helm template, normalised by kustomize so that rules compare with deploy/'s as rendered.
 helm_render() {
@@ -239,12 +246,19 @@ refused "serviceAccount.name is empty" --set serviceAccount.create=false
 refused "clusterDomain" --set clusterDomain=Not_A_Domain
 refused "extraArgs" --set-json 'extraArgs=["member-timeout-ms=5"]'
 refused "memberReadBudgetBytes" --set memberReadBudgetBytes=1024
+refused "crds" --set crds.create=yes
+refused "gateStuckFor" --set monitoring.prometheusRule.gateStuckFor=soon
+refused "additional properties" --set monitoring.podMonitor.port=9121
 
 # Labels: the recommended ones and commonLabels on every object the chart makes (all optional
-# parts on), and on the operator's pod template.
+# parts on; the test pod apart, below), and on the operator's pod template.
 out=$("$helm" template marekvs-operator "$chart" --namespace marekvs-system --set-json 'commonLabels={"team":"db"}' \
-  --set networkPolicy.enabled=true --set 'networkPolicy.namespaces={apps}' --set metrics.serviceMonitor.enabled=true) ||
-  fail "helm template with every part on failed"
+  --set networkPolicy.enabled=true --set 'networkPolicy.namespaces={apps}' --set metrics.serviceMonitor.enabled=true \
+  --set monitoring.podMonitor.enabled=true --set monitoring.prometheusRule.enabled=true --set monitoring.dashboard.enabled=true \
+  --skip-tests) || fail "helm template with every part on failed"
+for kind in CustomResourceDefinition PodMonitor PrometheusRule ConfigMap; do
+  has "^kind: $kind\$" <<<"$out" || fail "chart: no $kind among the objects whose labels are checked"
+done
 objects=$(grep -c '^kind: ' <<<"$out")
 # meta_labels LABEL: how many documents carry LABEL among their metadata.labels.
 meta_labels() {
@@ -283,4 +297,133 @@ has '^      serviceAccountName: ops-sa$' <<<"$(doc Deployment marekvs-operator <
 out=$(helm_render --set fullnameOverride=kv-operator --set nameOverride=kvop)
 [ -n "$(doc Deployment kv-operator <<<"$out")" ] || fail "chart: fullnameOverride does not name the Deployment"
 has '^      app.kubernetes.io/name: kvop$' <<<"$(doc Deployment kv-operator <<<"$out")" || fail "chart: nameOverride is not app.kubernetes.io/name"
-echo "check-deploy: deploy/ and $(ls -d "$REPO"/deploy/overlays/*/ | wc -l) overlay(s) render; RBAC as promised (namespaced overlay watches $watched); image $want_image; the Helm chart lints, renders both scopes with deploy/'s rules and the optional NetworkPolicy, refuses 13 bad values, labels all $objects objects, passes the operator's flags and env, and leaves the ServiceAccount and RBAC to the user on request" >&2
+
+# The CRD: rendered by default, exactly deploy/crd's spec, kept on uninstall; none with
+# crds.create=false.
+out=$(helm_render)
+crd=$(doc CustomResourceDefinition marekvsclusters.marekvs.io <<<"$out")
+[ -n "$crd" ] || fail "chart: no CustomResourceDefinition marekvsclusters.marekvs.io by default (crds.create=true)"
+[ "$(grep -c '^kind: CustomResourceDefinition$' <<<"$out")" = 1 ] || fail "chart: not exactly one CRD rendered"
+has '^    helm.sh/resource-policy: keep$' <<<"$crd" || fail "chart: the CRD lacks helm.sh/resource-policy: keep (helm uninstall would delete every MarekvsCluster)"
+[ "$(spec_of <<<"$crd")" = "$(spec_of <<<"$(doc CustomResourceDefinition marekvsclusters.marekvs.io <<<"$(render deploy/crd)")")" ] ||
+  fail "chart: the rendered CRD's spec differs from deploy/crd's"
+has '^kind: CustomResourceDefinition$' <<<"$(helm_render --set crds.create=false)" && fail "chart: crds.create=false still renders the CRD"
+
+# The helm test hook: marekvs-operator check, as the operator's ServiceAccount, with its scope
+# and Lease; its labels outside the operator's selectors; none with tests.enabled=false.
+test_pod=$(doc Pod marekvs-operator-test <<<"$out")
+[ -n "$test_pod" ] || fail "chart: no test Pod marekvs-operator-test (helm test)"
+has '^    helm.sh/hook: test$' <<<"$test_pod" || fail "chart: the test Pod is not a helm.sh/hook: test"
+has '^    helm.sh/hook-delete-policy: [a-z,-]*before-hook-creation' <<<"$test_pod" || fail "chart: the test Pod has no hook-delete-policy with before-hook-creation"
+has '^  restartPolicy: Never$' <<<"$test_pod" || fail "chart: the test Pod restarts (restartPolicy is not Never)"
+has '^  serviceAccountName: marekvs-operator$' <<<"$test_pod" || fail "chart: the test Pod does not run as the operator's ServiceAccount"
+[ "$(sed -n 's/^ *image: "\{0,1\}\([^"]*\)"\{0,1\}$/\1/p' <<<"$test_pod")" = "$want_image" ] || fail "chart: the test Pod does not run $want_image"
+[ "$(sed -n '/^  - args:$/,/^    [a-z]/p' <<<"$test_pod" | sed -n 's/^    - //p' | tr '\n' ' ')" = "check --leader-elect=true --lease-name=marekvs-operator --lease-duration-seconds=15 " ] ||
+  fail "chart: the test Pod does not run check with the operator's Lease: $test_pod"
+has '^    app.kubernetes.io/name: marekvs-operator$' <<<"$test_pod" && fail "chart: the test Pod carries the operator's app.kubernetes.io/name (its Service and PDB would select it)"
+has '^    app.kubernetes.io/instance: marekvs-operator$' <<<"$test_pod" || fail "chart: the test Pod lacks the recommended labels"
+test_pod=$(doc Pod marekvs-operator-test <<<"$(helm_render --set scope=namespace --set watchNamespace=apps --set replicas=1 --set leaderElection.enabled=false)")
+[ "$(sed -n '/^  - args:$/,/^    [a-z]/p' <<<"$test_pod" | sed -n 's/^    - //p' | tr '\n' ' ')" = "check --leader-elect=false --namespace=apps " ] ||
+  fail "chart: the test Pod does not check the watched namespace without a Lease: $test_pod"
+has '^kind: Pod$' <<<"$(helm_render --set tests.enabled=false)" && fail "chart: tests.enabled=false still renders the test Pod"
+
+# Monitoring: nothing by default; each part alone when enabled.
+for kind in PodMonitor PrometheusRule ConfigMap; do
+  has "^kind: $kind\$" <<<"$out" && fail "chart: a $kind although monitoring is off by default"
+done
+# The PodMonitor selects the operator's member pods (the labels and the named port the operator
+# gives them, crates/controller/src/build) in the watched namespaces.
+if ! { grep -q 'container_port("metrics", PORT_METRICS, "TCP")' "$REPO/crates/controller/src/build/builders.rs" &&
+        grep -q 'pub const PORT_METRICS: i32 = 9121;' "$REPO/crates/controller/src/build/names.rs"; }; then
+  fail "the operator no longer names the members' port 9121 'metrics' (build/): the PodMonitor scrapes that name"
+fi
+out=$(helm_render --set scope=namespace --set watchNamespace=apps --set monitoring.podMonitor.enabled=true)
+[ "$(grep -c '^kind: ' <<<"$out")" = "$(grep -c '^kind: ' <<<"$(helm_render --set scope=namespace --set watchNamespace=apps)")" ] &&
+  fail "chart: monitoring.podMonitor.enabled renders nothing more"
+monitor=$(doc PodMonitor marekvs-operator-members <<<"$out")
+[ "$(spec_of <<<"$monitor")" = "spec:
+  namespaceSelector:
+    matchNames:
+    - apps
+  podMetricsEndpoints:
+  - interval: 30s
+    path: /metrics
+    port: metrics
+    relabelings:
+    - sourceLabels:
+      - __meta_kubernetes_pod_label_app_kubernetes_io_instance
+      targetLabel: marekvscluster
+    - sourceLabels:
+      - __meta_kubernetes_pod_label_marekvs_io_ordinal
+      targetLabel: ordinal
+  selector:
+    matchLabels:
+      app.kubernetes.io/managed-by: marekvs-operator
+      app.kubernetes.io/name: marekvs" ] || fail "chart (podMonitor): the members' PodMonitor is not as documented: $monitor"
+has '^kind: (PrometheusRule|ConfigMap)$' <<<"$out" && fail "chart: the PodMonitor alone renders rules or a dashboard"
+has '^    any: true$' <<<"$(doc PodMonitor marekvs-operator-members <<<"$(helm_render --set monitoring.podMonitor.enabled=true)")" ||
+  fail "chart (podMonitor, scope cluster): not every namespace"
+# The alerts: promtool accepts them, its unit tests (hack/chart-alerts-test.yaml) pass on the
+# rendered rules, each says what to do, and every metric they name is exported.
+promtool=$("$here/tools.sh" promtool)
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+rendered_rules=$("$helm" template marekvs-operator "$chart" --set monitoring.prometheusRule.enabled=true --show-only templates/prometheusrule.yaml) ||
+  fail "helm template of the PrometheusRule failed"
+has '^kind: (PodMonitor|ConfigMap)$' <<<"$(helm_render --set monitoring.prometheusRule.enabled=true)" && fail "chart: the rules alone render a PodMonitor or a dashboard"
+sed -n '/^spec:$/,$p' <<<"$rendered_rules" | sed '1d; s/^  //' > "$work/full.yaml"
+"$promtool" check rules "$work/full.yaml" >/dev/null || { "$promtool" check rules "$work/full.yaml" >&2; fail "promtool check rules refuses the chart's alerts"; }
+alerts=$(sed -n 's/^ *- alert: //p' "$work/full.yaml" | tr '\n' ' ')
+[ "$alerts" = "MarekvsHandoffGateStuck MarekvsMemberDown MarekvsMemberScrapeFailing MarekvsSuspectedPartition " ] ||
+  fail "chart: the alerts are '$alerts', not the four documented"
+[ "$(grep -c 'What to do:' "$work/full.yaml")" = 4 ] || fail "chart: not every alert's description says what to do"
+awk '/^ +annotations:$/ { n = match($0, /[^ ]/); skip = 1; next }
+     skip && /^ *$/ { next }
+     skip { if (match($0, /[^ ]/) > n) next; skip = 0 }
+     { print }' "$work/full.yaml" > "$work/rules.yaml"
+cp "$here/chart-alerts-test.yaml" "$work/test.yaml"
+(cd "$work" && "$promtool" test rules test.yaml >/dev/null) ||
+  { (cd "$work" && "$promtool" test rules test.yaml >&2); fail "the chart's alerts fail their unit tests (hack/chart-alerts-test.yaml)"; }
+# exported_names: every metric the operator (telemetry.rs) and the members (the node contract,
+# docs/marekvs-node.md) export; unexported FILE: the marekvs_ names FILE uses that are neither
+# (a histogram's _bucket, _sum and _count are its own).
+exported=$( (grep -o 'marekvs_operator_[a-z_]*' "$REPO/crates/controller/src/telemetry.rs"
+             grep -o '`marekvs_[a-z_]*' "$REPO/docs/marekvs-node.md" | tr -d '`') | sort -u)
+unexported() {
+  grep -o 'marekvs_[a-z_]*' "$1" | sort -u | while read -r name; do
+    grep -qx -- "$name" <<<"$exported" || grep -qx -- "$(sed -E 's/_(bucket|sum|count)$//' <<<"$name")" <<<"$exported" || echo "$name"
+  done
+}
+missing=$(unexported "$work/full.yaml")
+[ -z "$missing" ] || fail "chart: the alerts name metrics nobody exports: $missing"
+# The dashboard: the file, verbatim, in a ConfigMap the Grafana sidecar loads; every query
+# parses (promtool, as recording rules, Grafana's variables replaced) and names only exported
+# metrics.
+out=$(helm_render --set monitoring.dashboard.enabled=true)
+has '^kind: (PodMonitor|PrometheusRule)$' <<<"$out" && fail "chart: the dashboard alone renders a PodMonitor or rules"
+has '^    grafana_dashboard: "1"$' <<<"$(doc ConfigMap marekvs-operator-dashboard <<<"$out")" ||
+  fail "chart: the dashboard ConfigMap lacks the label grafana_dashboard: \"1\""
+"$helm" template marekvs-operator "$chart" --set monitoring.dashboard.enabled=true --show-only templates/dashboard.yaml |
+  sed -n '/^  marekvs.json: |-$/,$p' | sed '1d; s/^    //' > "$work/dashboard.json"
+cmp -s "$work/dashboard.json" "$chart/files/marekvs-dashboard.json" ||
+  fail "chart: the dashboard ConfigMap does not carry files/marekvs-dashboard.json as it is"
+python3 - "$work/dashboard.json" "$work/queries.yaml" <<'PY' || fail "the dashboard is not as a Grafana dashboard must be"
+import json, sys
+dash = json.load(open(sys.argv[1]))
+exprs = [t["expr"] for p in dash["panels"] if p["type"] != "row" for t in p["targets"]]
+assert all(p["targets"] for p in dash["panels"] if p["type"] != "row"), "a panel without a query"
+subst = {"$__rate_interval": "5m", "$namespace": ".*", "$marekvscluster": ".*"}
+with open(sys.argv[2], "w") as out:
+    out.write("groups:\n  - name: dashboard\n    rules:\n")
+    for i, e in enumerate(exprs):
+        for k, v in subst.items():
+            e = e.replace(k, v)
+        assert "$" not in e, f"a Grafana variable left in {e}"
+        out.write(f"      - record: dashboard:query_{i}\n        expr: {json.dumps(e)}\n")
+PY
+"$promtool" check rules "$work/queries.yaml" >/dev/null || { "$promtool" check rules "$work/queries.yaml" >&2; fail "promtool cannot parse a dashboard query"; }
+queries=$(grep -c 'record:' "$work/queries.yaml")
+missing=$(unexported "$work/dashboard.json")
+[ -z "$missing" ] || fail "chart: the dashboard names metrics nobody exports: $missing"
+
+echo "check-deploy: deploy/ and $(ls -d "$REPO"/deploy/overlays/*/ | wc -l) overlay(s) render; RBAC as promised (namespaced overlay watches $watched); image $want_image; the Helm chart lints, renders both scopes with deploy/'s rules and the optional NetworkPolicy, refuses 16 bad values, labels all $objects objects, passes the operator's flags and env, and leaves the ServiceAccount and RBAC to the user on request; its CRD is deploy/crd's, kept on uninstall, and off with crds.create=false; its helm test runs check as the operator; the PodMonitor, the 4 alerts (promtool check and unit tests) and the dashboard's $queries queries render only when enabled and name only exported metrics" >&2

@@ -123,14 +123,25 @@ pub async fn leader(env: &TestEnv, pods: &[Pod]) -> anyhow::Result<String> {
 /// so it lives under the repository's `.state/`.
 pub fn namespaced_kustomization(ns: &str) -> anyhow::Result<PathBuf> {
     let dir = Path::new(REPO).join(".state/e2e-install").join(ns);
-    std::fs::create_dir_all(&dir)?;
+    kustomization_over(&dir, "../../../deploy/overlays/namespaced", ns, "")
+}
+
+/// As [`namespaced_kustomization`], written to `dir`, over the namespaced overlay at `overlay`
+/// (relative to `dir`), with `more` (e.g. an `images:` block) added.
+pub fn kustomization_over(
+    dir: &Path,
+    overlay: &str,
+    ns: &str,
+    more: &str,
+) -> anyhow::Result<PathBuf> {
+    std::fs::create_dir_all(dir)?;
     let text = format!(
         r#"apiVersion: kustomize.config.k8s.io/v1beta1
 kind: Kustomization
 namespace: {ns}
 resources:
-  - ../../../deploy/overlays/namespaced
-patches:
+  - {overlay}
+{more}patches:
   - target: {{kind: Namespace, name: marekvs-system}}
     patch: |-
       $patch: delete
@@ -149,7 +160,7 @@ patches:
 "#
     );
     std::fs::write(dir.join("kustomization.yaml"), text)?;
-    Ok(dir)
+    Ok(dir.to_path_buf())
 }
 
 /// The operator crate's version: the image tag deploy/ and the chart name.

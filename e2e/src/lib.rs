@@ -741,6 +741,16 @@ pub fn cluster(name: &str, spec: Value) -> anyhow::Result<MarekvsCluster> {
     }))?)
 }
 
+/// The `kubectl-mkv` binary: `MAREKVS_KUBECTL_MKV_BIN` (hack/test-e2e.sh builds it), else the
+/// workspace's debug build.
+pub fn plugin_bin() -> std::path::PathBuf {
+    std::env::var_os("MAREKVS_KUBECTL_MKV_BIN")
+        .map(Into::into)
+        .unwrap_or_else(|| {
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/debug/kubectl-mkv")
+        })
+}
+
 /// The image the member pods use: any string on the simulator, the real image on kind.
 pub fn image() -> String {
     std::env::var("MAREKVS_IMAGE").unwrap_or_else(|_| "ghcr.io/yannick/marekvs:latest".into())

@@ -14,16 +14,6 @@ use serde_json::json;
 
 const T: Duration = Duration::from_secs(120);
 
-/// The plugin binary: `MAREKVS_KUBECTL_MKV_BIN` (hack/test-e2e.sh builds it), else the
-/// workspace's debug build.
-fn plugin_bin() -> std::path::PathBuf {
-    std::env::var_os("MAREKVS_KUBECTL_MKV_BIN")
-        .map(Into::into)
-        .unwrap_or_else(|| {
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/debug/kubectl-mkv")
-        })
-}
-
 /// What one run of the plugin said.
 struct Ran {
     ok: bool,

@@ -17,16 +17,6 @@ use serde_json::{Value, json};
 
 const T: Duration = Duration::from_secs(300);
 
-/// The plugin binary: `MAREKVS_KUBECTL_MKV_BIN` (hack/test-e2e.sh builds it), else the
-/// workspace's debug build.
-fn plugin_bin() -> std::path::PathBuf {
-    std::env::var_os("MAREKVS_KUBECTL_MKV_BIN")
-        .map(Into::into)
-        .unwrap_or_else(|| {
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/debug/kubectl-mkv")
-        })
-}
-
 /// Run `kubectl mkv report demo` with `args`; the zip's files by name.
 async fn report(env: &TestEnv, args: &[&str]) -> anyhow::Result<BTreeMap<String, Vec<u8>>> {
     let dir = std::env::temp_dir().join(format!("mkv-report-{}", env.namespace));

@@ -17,7 +17,8 @@ use anyhow::{Context as _, anyhow, ensure};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams};
 use marekvs_e2e::install::{
-    OPERATOR_LABEL, REPO, kubectl, leader, namespaced_kustomization, operator_version, tool,
+    OPERATOR_LABEL, REPO, kubectl, kustomization_over, leader, namespaced_kustomization,
+    operator_version, tool,
 };
 use marekvs_e2e::*;
 use serde_json::Value;
@@ -38,37 +39,14 @@ fn pinned_commit() -> anyhow::Result<&'static str> {
 /// A kustomization over the older tree's namespaced overlay, as `namespaced_kustomization`
 /// makes one over this tree's, with the image tagged for the older build.
 fn old_kustomization(old: &Path, ns: &str) -> anyhow::Result<PathBuf> {
-    let dir = old.join(format!("install-{ns}"));
-    std::fs::create_dir_all(&dir)?;
-    let text = format!(
-        r#"apiVersion: kustomize.config.k8s.io/v1beta1
-kind: Kustomization
-namespace: {ns}
-resources:
-  - ../deploy/overlays/namespaced
-images:
-  - name: ghcr.io/marekvs/marekvs-operator
-    newTag: {OLD_TAG}
-patches:
-  - target: {{kind: Namespace, name: marekvs-system}}
-    patch: |-
-      $patch: delete
-      apiVersion: v1
-      kind: Namespace
-      metadata:
-        name: marekvs-system
-  - target: {{group: apps, kind: Deployment, name: marekvs-operator}}
-    patch: |-
-      - op: test
-        path: /spec/template/spec/containers/0/args/2
-        value: --namespace=marekvs
-      - op: replace
-        path: /spec/template/spec/containers/0/args/2
-        value: --namespace={ns}
-"#
-    );
-    std::fs::write(dir.join("kustomization.yaml"), text)?;
-    Ok(dir)
+    let images =
+        format!("images:\n  - name: ghcr.io/marekvs/marekvs-operator\n    newTag: {OLD_TAG}\n");
+    kustomization_over(
+        &old.join(format!("install-{ns}")),
+        "../deploy/overlays/namespaced",
+        ns,
+        &images,
+    )
 }
 
 /// Whether the served CRD's status schema has `field`.

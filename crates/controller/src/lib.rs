@@ -11,6 +11,7 @@ pub mod budget;
 pub mod build;
 #[cfg(test)]
 mod build_golden;
+pub mod check;
 pub mod controller;
 pub mod ctx;
 pub mod error;

@@ -1,4 +1,4 @@
-//! `marekvs-operator`: runs the MarekvsCluster controller, or prints its CRD.
+//! `marekvs-operator`: runs the MarekvsCluster controller, checks an install, or prints its CRD.
 #![forbid(unsafe_code)]
 
 use std::sync::Arc;
@@ -12,7 +12,7 @@ use kube::CustomResourceExt;
 use marekvs_api::MarekvsCluster;
 use tracing::error;
 
-use marekvs_operator::{controller, lease, telemetry, term};
+use marekvs_operator::{check, controller, lease, telemetry, term};
 
 /// Kubernetes operator for marekvs: creates each member's Pod and PVC with ordinal identity,
 /// scales down one chosen, drained member at a time behind a hand-off gate, and replaces
@@ -56,22 +56,8 @@ enum Command {
         /// Cluster DNS domain, for the gossip seed name.
         #[arg(long, default_value = "cluster.local")]
         cluster_domain: String,
-        /// Run only while holding the leader Lease, so several replicas can run (the others
-        /// stand by). `--leader-elect=false` for a single replica.
-        #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
-        leader_elect: bool,
-        /// Namespace of the leader Lease (default: POD_NAMESPACE, else --namespace, else
-        /// marekvs-system).
-        #[arg(long, env = "MAREKVS_OPERATOR_LEASE_NAMESPACE")]
-        lease_namespace: Option<String>,
-        /// Name of the leader Lease.
-        #[arg(long, default_value = "marekvs-operator")]
-        lease_name: String,
-        /// A standby takes over once it has seen the leader's Lease record unchanged for this
-        /// long, timed on its own clock; the leader stops itself when it has not renewed within
-        /// two thirds of it.
-        #[arg(long, default_value_t = 15, env = "MAREKVS_OPERATOR_LEASE_SECONDS")]
-        lease_duration_seconds: u64,
+        #[command(flatten)]
+        lease: LeaseFlags,
         /// Where to serve /metrics (Prometheus text), /healthz and /readyz. Port 0 picks a
         /// free port (it is logged).
         #[arg(
@@ -85,8 +71,50 @@ enum Command {
         #[arg(long, value_enum, default_value_t = LogFormat::Text, env = "MAREKVS_OPERATOR_LOG_FORMAT")]
         log_format: LogFormat,
     },
+    /// Check that an install works, as the operator's ServiceAccount (the chart's `helm
+    /// test`): MarekvsClusters are served and may be listed in the scope given, and, with leader
+    /// election, the Lease is held and renewed within its duration. Prints one line and exits
+    /// 0, or prints the reason and exits 1. Takes `run`'s scope and Lease flags.
+    #[command(args_override_self = true)]
+    Check {
+        /// The watched namespace (default: every namespace).
+        #[arg(long, env = "MAREKVS_OPERATOR_NAMESPACE")]
+        namespace: Option<String>,
+        #[command(flatten)]
+        lease: LeaseFlags,
+    },
     /// Print the CustomResourceDefinition as YAML.
     Crd,
+}
+
+/// The leader Lease's namespace: the flag, else the pod's namespace, else the watched one,
+/// else marekvs-system.
+/// The leader election flags, the same for `run` and `check` (which checks the Lease `run`
+/// holds).
+#[derive(clap::Args, Debug)]
+struct LeaseFlags {
+    /// Run only while holding the leader Lease, so several replicas can run (the others
+    /// stand by). `--leader-elect=false` for a single replica.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    leader_elect: bool,
+    /// Namespace of the leader Lease (default: POD_NAMESPACE, else --namespace, else
+    /// marekvs-system).
+    #[arg(long, env = "MAREKVS_OPERATOR_LEASE_NAMESPACE")]
+    lease_namespace: Option<String>,
+    /// Name of the leader Lease.
+    #[arg(long, default_value = "marekvs-operator")]
+    lease_name: String,
+    /// A standby takes over once it has seen the leader's Lease record unchanged for this
+    /// long, timed on its own clock; the leader stops itself when it has not renewed within
+    /// two thirds of it.
+    #[arg(long, default_value_t = 15, env = "MAREKVS_OPERATOR_LEASE_SECONDS")]
+    lease_duration_seconds: u64,
+}
+
+fn lease_namespace(flag: Option<String>, watched: Option<&String>) -> String {
+    flag.or_else(|| std::env::var("POD_NAMESPACE").ok())
+        .or_else(|| watched.cloned())
+        .unwrap_or_else(|| "marekvs-system".into())
 }
 
 /// How log lines are written (to stdout).
@@ -117,16 +145,64 @@ async fn main() -> anyhow::Result<()> {
             print!("{}", serde_yaml_ng::to_string(&MarekvsCluster::crd())?);
             Ok(())
         }
+        Command::Check {
+            namespace,
+            lease:
+                LeaseFlags {
+                    leader_elect,
+                    lease_namespace: lease_ns,
+                    lease_name,
+                    lease_duration_seconds,
+                },
+        } => {
+            let duration = Duration::from_secs(lease_duration_seconds.max(2));
+            let target = check::Target {
+                lease: leader_elect.then(|| check::LeaseTarget {
+                    namespace: lease_namespace(lease_ns, namespace.as_ref()),
+                    name: lease_name,
+                    duration,
+                }),
+                namespace,
+            };
+            // Bounded: the Lease is watched for at most its duration, each request has the
+            // client's own timeouts; this is the bound of the whole.
+            let outcome = tokio::time::timeout(duration + Duration::from_secs(30), async {
+                let mut config = kube::Config::infer()
+                    .await
+                    .map_err(|e| format!("no Kubernetes config: {e}"))?;
+                config
+                    .headers
+                    .push((http::header::USER_AGENT, telemetry::user_agent("check")));
+                let client = kube::Client::try_from(config)
+                    .map_err(|e| format!("building the API client: {e}"))?;
+                check::run(client, &target).await
+            })
+            .await
+            .unwrap_or_else(|_| Err("the check did not finish in time".into()));
+            match outcome {
+                Ok(line) => {
+                    println!("ok: {line}");
+                    Ok(())
+                }
+                Err(reason) => {
+                    eprintln!("marekvs-operator check: {reason}");
+                    std::process::exit(1);
+                }
+            }
+        }
         Command::Run {
             namespace,
             member_timeout_ms,
             max_concurrent_scrapes,
             member_read_budget_bytes,
             cluster_domain,
-            leader_elect,
-            lease_namespace,
-            lease_name,
-            lease_duration_seconds,
+            lease:
+                LeaseFlags {
+                    leader_elect,
+                    lease_namespace,
+                    lease_name,
+                    lease_duration_seconds,
+                },
             metrics_addr,
             log_format,
         } => {
@@ -178,10 +254,7 @@ async fn main() -> anyhow::Result<()> {
             }
             // A standby is ready: it is doing its job (waiting to take over).
             metrics.ready.store(true, Ordering::Relaxed);
-            let lease_ns = lease_namespace
-                .or_else(|| std::env::var("POD_NAMESPACE").ok())
-                .or(namespace)
-                .unwrap_or_else(|| "marekvs-system".into());
+            let lease_ns = crate::lease_namespace(lease_namespace, namespace.as_ref());
             let elector =
                 lease::Elector::new(client, &lease_ns, &lease_name, &identity, lease_duration)
                     .with_term(term);

@@ -41,6 +41,21 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- end -}}
 
+{{/* The `helm test` pod's labels: the recommended ones, but its own name and component, so
+that the operator's selectors (name and instance) do not match it. */}}
+{{- define "marekvs-operator.testLabels" -}}
+app.kubernetes.io/name: {{ include "marekvs-operator.name" . }}-test
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/component: test
+app.kubernetes.io/part-of: marekvs
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
 {{- define "marekvs-operator.serviceAccountName" -}}
 {{- default (include "marekvs-operator.fullname" .) .Values.serviceAccount.name -}}
 {{- end -}}
