@@ -58,22 +58,9 @@ impl Podlet {
         Ok(())
     }
 
-    /// The member container's status and the readiness that follows from it.
+    /// The member container's status and the readiness that follows from it, and the pod's
+    /// phase when given (a pod whose container finished for good).
     pub(super) async fn patch_member(
-        &self,
-        pods: &Api<Pod>,
-        pod: &Pod,
-        started: &Timestamp,
-        container: &str,
-        member: &MemberStatus,
-    ) -> anyhow::Result<()> {
-        self.patch_member_phase(pods, pod, started, container, member, None)
-            .await
-    }
-
-    /// As [`Self::patch_member`], and the pod's phase when given (a pod whose container
-    /// finished for good).
-    pub(super) async fn patch_member_phase(
         &self,
         pods: &Api<Pod>,
         pod: &Pod,

@@ -334,7 +334,7 @@ impl MemberPod {
             self.restart_at = None;
             return self
                 .podlet
-                .patch_member_phase(
+                .patch_member(
                     &self.pods,
                     &self.pod,
                     &self.started,
@@ -367,6 +367,7 @@ impl MemberPod {
                 &self.started,
                 &self.container.name,
                 &self.status,
+                None,
             )
             .await
     }
