@@ -383,6 +383,7 @@ async fn operator(
     };
     let mut leaders = Vec::new();
     let mut namespaces: Vec<String> = pods.iter().filter_map(|p| p.namespace()).collect();
+    namespaces.sort();
     namespaces.dedup();
     for ns in &namespaces {
         let leases: Api<Lease> = Api::namespaced(client.clone(), ns);
