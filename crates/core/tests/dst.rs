@@ -5,6 +5,7 @@
 //! ```sh
 //! DST_SEED=1234 cargo test -p marekvs-core --test dst -- --nocapture   # one schedule, traced
 //! DST_SCHEDULES=100000 cargo test -p marekvs-core --test dst --release  # more schedules
+//! DST_THREADS=1 cargo test -p marekvs-core --test dst                    # one thread (default: one per core; same figures)
 //! ```
 //!
 //! The world is modelled on marekvs 0.2 as its source behaves (ticks of 1 s):
@@ -3289,8 +3290,7 @@ fn no_schedule_loses_data_or_disrupts_two_members_and_every_one_converges() {
     let mut counts = Counts::default();
     let mut failed = Vec::new();
     let mut known_failing = 0;
-    for seed in 0..schedules {
-        let o = run(seed, false);
+    for (seed, o) in over_seeds(0..schedules, |seed| run(seed, false)) {
         counts += o.counts;
         match KNOWN_FAILING.iter().find(|(s, _)| *s == seed) {
             Some((_, what)) if o.violations.iter().any(|v| v.contains(what)) => known_failing += 1,
@@ -3512,12 +3512,48 @@ fn writes_that_leave_the_cluster_are_reported() {
     );
 }
 
+/// `f` of every seed of `seeds`, in seed order, computed over `DST_THREADS` threads (by default
+/// one per core). Each schedule replays from its seed alone, so the results, and every figure
+/// summed from them, are the same for any number of threads.
+fn over_seeds<T: Send>(seeds: std::ops::Range<u64>, f: impl Fn(u64) -> T + Sync) -> Vec<(u64, T)> {
+    let threads = std::env::var("DST_THREADS")
+        .ok()
+        .and_then(|s| s.parse::<usize>().ok())
+        .filter(|n| *n > 0)
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let next = std::sync::atomic::AtomicU64::new(seeds.start);
+    let mut out: Vec<(u64, T)> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut mine = Vec::new();
+                    loop {
+                        let seed = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        if seed >= seeds.end {
+                            return mine;
+                        }
+                        mine.push((seed, f(seed)));
+                    }
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .flat_map(|w| {
+                w.join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+            })
+            .collect()
+    });
+    out.sort_unstable_by_key(|(seed, _)| *seed);
+    out
+}
+
 /// Schedules of a broken world that lose acknowledged writes, and the first such schedule.
 fn losses(broken: Broken, schedules: u64) -> (u64, Option<(u64, Vec<String>)>) {
     let mut lost = 0;
     let mut first = None;
-    for seed in 0..schedules {
-        let o = run_world(seed, false, broken);
+    for (seed, o) in over_seeds(0..schedules, |seed| run_world(seed, false, broken)) {
         if o.violations
             .iter()
             .any(|v| v.contains("acknowledged writes"))
