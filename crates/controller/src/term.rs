@@ -5,8 +5,14 @@
 //! between (a pass in flight, the fast re-creation path, a frozen process that wakes up late).
 //! A mutating request that does go out is cut off after `timeout`, shorter than the margin
 //! between the renew deadline and the lease duration, so none is still being sent when another
-//! replica may take over. Requests to Leases (the elector's own) are not judged here: the
-//! elector bounds them itself.
+//! replica may take over. The term and that bound are checked again before every step the
+//! request takes (a connection checked out or opened, a TLS handshake, the hand-over to the
+//! connection), ahead of the step: a process frozen after one check (SIGSTOP, a hung node)
+//! wakes past its term with the request half-way, and it must not then go out. (Checked after
+//! the step, as `tokio::time::timeout` does, the woken request went out: seen once in the e2e
+//! test that freezes a leader, under load.) What no check here reaches: a request the
+//! connection's own task had already taken when the process froze, written on waking. Requests
+//! to Leases (the elector's own) are not judged here: the elector bounds them itself.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -120,6 +126,8 @@ pub enum Refused {
     TermOver,
     #[error("a change to the API server took longer than {0:?}: cut off")]
     TimedOut(Duration),
+    #[error("a change in flight was cut off: this replica's term as leader ended")]
+    TermEnded,
 }
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -147,13 +155,19 @@ where
             return Box::pin(async { Err(Refused::TermOver.into()) });
         }
         let timeout = self.guard.timeout;
-        let sent = self.inner.call(req);
-        Box::pin(async move {
-            match tokio::time::timeout(timeout, sent).await {
-                Ok(r) => r.map_err(Into::into),
-                Err(_) => Err(Refused::TimedOut(timeout).into()),
+        let term = self.guard.term.clone();
+        let mut sent = Box::pin(self.inner.call(req));
+        let mut cut_off = Box::pin(tokio::time::sleep(timeout));
+        Box::pin(std::future::poll_fn(move |cx| {
+            // Before the request moves on: see the module.
+            if !term.allows(Instant::now()) {
+                return Poll::Ready(Err(Refused::TermEnded.into()));
             }
-        })
+            if cut_off.as_mut().poll(cx).is_ready() {
+                return Poll::Ready(Err(Refused::TimedOut(timeout).into()));
+            }
+            sent.as_mut().poll(cx).map_err(Into::into)
+        }))
     }
 }
 
@@ -280,5 +294,60 @@ mod tests {
             .unwrap_err();
         assert!(err.to_string().contains("cut off"), "{err}");
         assert_eq!(t0.elapsed(), Duration::from_secs(2));
+    }
+
+    /// A request half-way (it was let through, then its process froze) and woken past its
+    /// term takes no further step: it is refused before its next one, not after it.
+    #[tokio::test(start_paused = true)]
+    async fn a_request_woken_past_its_term_takes_no_further_step() {
+        /// Pending on its first poll, done (sent) on its second; counts its polls.
+        #[derive(Clone, Default)]
+        struct TwoSteps(Arc<Mutex<u32>>);
+        impl tower::Service<http::Request<()>> for TwoSteps {
+            type Response = ();
+            type Error = BoxError;
+            type Future = Pin<Box<dyn Future<Output = Result<(), BoxError>> + Send>>;
+            fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+                Poll::Ready(Ok(()))
+            }
+            fn call(&mut self, _: http::Request<()>) -> Self::Future {
+                let polls = self.0.clone();
+                Box::pin(std::future::poll_fn(move |cx| {
+                    let mut n = polls.lock().unwrap();
+                    *n += 1;
+                    if *n == 1 {
+                        cx.waker().wake_by_ref();
+                        Poll::Pending
+                    } else {
+                        Poll::Ready(Ok(()))
+                    }
+                }))
+            }
+        }
+        for (term_left, sent) in [(Duration::from_secs(10), true), (Duration::ZERO, false)] {
+            let term = Term::not_leading();
+            term.lead_until(Instant::now() + Duration::from_secs(4));
+            let inner = TwoSteps::default();
+            let mut client = GuardMutations {
+                term: term.clone(),
+                timeout: Duration::from_secs(2),
+            }
+            .layer(inner.clone());
+            let mut call = client.ready().await.unwrap().call(req(
+                http::Method::POST,
+                "/api/v1/namespaces/ns/persistentvolumeclaims",
+            ));
+            let first = std::future::poll_fn(|cx| Poll::Ready(call.as_mut().poll(cx))).await;
+            assert!(first.is_pending());
+            // Frozen here; woken with the term renewed (or not) meanwhile.
+            term.lead_until(Instant::now() + term_left);
+            let result = call.await;
+            assert_eq!(result.is_ok(), sent, "{result:?}");
+            assert_eq!(*inner.0.lock().unwrap(), if sent { 2 } else { 1 });
+            if !sent {
+                let err = result.unwrap_err().to_string();
+                assert!(err.contains("term as leader ended"), "{err}");
+            }
+        }
     }
 }
