@@ -455,12 +455,18 @@ impl DataSet {
         limit: Duration,
     ) -> anyhow::Result<Verified> {
         let via = self.reader.as_str();
+        self.refuse_empty()?;
         let start = Instant::now();
         let mut rounds = 0;
+        let mut reads = 0;
+        // Each round reads only the keys the rounds before it did not find: a key found is
+        // never read again, so no round counts a copy an earlier read left on the reader.
+        let mut to_read: Vec<String> = self.keys.clone();
         let mut last_missing: Option<usize> = None;
         loop {
             rounds += 1;
-            match self.read_all(pods, via).await {
+            reads += to_read.len();
+            match self.read_keys(pods, via, &to_read).await {
                 Ok(pass) if !pass.wrong.is_empty() => bail!(
                     "data check {}: {} keys read back through {via} with a wrong value: {:?}",
                     self.label,
@@ -470,7 +476,7 @@ impl DataSet {
                 Ok(Pass { missing, .. }) if missing.is_empty() => {
                     let v = Verified {
                         keys: self.keys.len(),
-                        reads: rounds * self.keys.len(),
+                        reads,
                         rounds,
                         elapsed: start.elapsed(),
                     };
@@ -497,6 +503,7 @@ impl DataSet {
                         );
                     }
                     last_missing = Some(missing.len());
+                    to_read.clone_from(&missing);
                     if start.elapsed() > limit {
                         return Err(Lost {
                             label: self.label.clone(),
@@ -526,13 +533,25 @@ impl DataSet {
         }
     }
 
-    /// One pass over every key through `via`. An error is a failure to read at all.
-    async fn read_all(&self, pods: &Api<Pod>, via: &str) -> anyhow::Result<Pass> {
+    /// A check over no key passes whatever happened to the data: it is a failure of the test
+    /// (a writer that recorded nothing, a key count of 0), never a pass.
+    fn refuse_empty(&self) -> anyhow::Result<()> {
+        if self.keys.is_empty() {
+            bail!(
+                "data check {}: no key was written, so reading back proves nothing",
+                self.label
+            );
+        }
+        Ok(())
+    }
+
+    /// One pass over `keys` through `via`. An error is a failure to read at all.
+    async fn read_keys(&self, pods: &Api<Pod>, via: &str, keys: &[String]) -> anyhow::Result<Pass> {
         let mut conn = connect_member(pods, via, self.password.as_deref()).await?;
         let mut missing = Vec::new();
         let mut errors = Vec::new();
         let mut wrong = Vec::new();
-        for chunk in self.keys.chunks(PIPELINE) {
+        for chunk in keys.chunks(PIPELINE) {
             let commands: Vec<Vec<Vec<u8>>> = chunk
                 .iter()
                 .map(|k| vec![b"GET".to_vec(), k.as_bytes().to_vec()])
@@ -650,5 +669,14 @@ mod tests {
         assert_ne!(v, set.value_of("e2e:t:2"));
         let other = DataSet { nonce: 8, ..set };
         assert_ne!(v, other.value_of("e2e:t:1"), "another run's value is wrong");
+    }
+
+    #[test]
+    fn a_check_over_no_key_fails_and_one_over_keys_may_run() {
+        let mut set = DataSet::empty("t", "demo-0");
+        let err = set.refuse_empty().expect_err("0 keys must not pass");
+        assert!(err.to_string().contains("no key was written"), "{err}");
+        set.record(set.key_at(0), "demo-1");
+        set.refuse_empty().expect("one key written");
     }
 }
