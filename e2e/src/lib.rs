@@ -489,16 +489,49 @@ pub const LEASE_NAMESPACE: &str = "marekvs-system";
 /// The name of that Lease (the operator's default `--lease-name`).
 pub const LEASE_NAME: &str = "marekvs-operator";
 
-/// The turns at the one Lease: the tests of one test binary run in parallel, and two of them
-/// electing leaders through the same Lease would depose each other's. Test binaries run one
-/// after another (cargo), so a lock in the process is enough.
-static LEASE_TURNS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+/// A lock on something the tests of the cluster under test share, seen by every process: tests
+/// run in parallel, each in a process of its own (hack/run-e2e.py). Held until dropped (or the
+/// process ends). `Shared` holders run beside each other, never beside an `Exclusive` one.
+pub struct ClusterLock {
+    _file: std::fs::File,
+}
+
+/// How a [`ClusterLock`] is held.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LockMode {
+    Shared,
+    Exclusive,
+}
+
+impl ClusterLock {
+    /// Wait for the lock `name` of the cluster under test (`MAREKVS_E2E_CLUSTER`).
+    pub async fn take(name: &str, mode: LockMode) -> anyhow::Result<ClusterLock> {
+        let cluster = std::env::var("MAREKVS_E2E_CLUSTER").unwrap_or_else(|_| "any".into());
+        let path = std::env::temp_dir().join(format!("marekvs-e2e-{cluster}-{name}.lock"));
+        let file = tokio::task::spawn_blocking(move || -> std::io::Result<std::fs::File> {
+            let file = std::fs::OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .open(&path)?;
+            match mode {
+                LockMode::Shared => file.lock_shared()?,
+                LockMode::Exclusive => file.lock()?,
+            }
+            Ok(file)
+        })
+        .await
+        .with_context(|| format!("waiting for the lock {name}"))?
+        .with_context(|| format!("locking {name}"))?;
+        Ok(ClusterLock { _file: file })
+    }
+}
 
 /// A test's turn at the Lease `marekvs-operator` in `marekvs-system`, the only one the
 /// operator's RBAC allows: held for the whole test, it is what [`Operator::start_electing`]
 /// asks for. Declare it before the operators, so it is dropped after they are killed.
 pub struct LeaseTurn {
-    _turn: tokio::sync::MutexGuard<'static, ()>,
+    _turn: ClusterLock,
 }
 
 impl LeaseTurn {
@@ -510,7 +543,8 @@ impl LeaseTurn {
             !Operator::external(),
             "the Lease belongs to the deployed operator here"
         );
-        let turn = LEASE_TURNS.lock().await;
+        // Two tests electing leaders through the same Lease would depose each other's.
+        let turn = ClusterLock::take("lease-turn", LockMode::Exclusive).await?;
         let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
             Api::namespaced(env.client.clone(), LEASE_NAMESPACE);
         match leases.delete(LEASE_NAME, &DeleteParams::default()).await {
@@ -539,6 +573,9 @@ pub struct Operator {
     env: Vec<(String, String)>,
     leader_elect: bool,
     child: Option<tokio::process::Child>,
+    /// Where the running process serves its metrics: a free loopback port picked at each
+    /// start, unless the test's environment names one.
+    metrics_addr: Option<String>,
 }
 
 impl Operator {
@@ -579,6 +616,7 @@ impl Operator {
                 .collect(),
             leader_elect,
             child: None,
+            metrics_addr: None,
         };
         if !Self::external() {
             op.spawn()?;
@@ -599,8 +637,20 @@ impl Operator {
         if let Ok(kubeconfig) = std::env::var("MAREKVS_OPERATOR_KUBECONFIG") {
             cmd.env("KUBECONFIG", kubeconfig);
         }
-        // Many operator processes run at once: each serves its metrics on a free port.
-        cmd.env("MAREKVS_OPERATOR_METRICS_ADDR", "127.0.0.1:0");
+        // Many operator processes run at once: each serves its metrics on a free port, which
+        // the test reads its pass counter from.
+        let metrics_addr = match self
+            .env
+            .iter()
+            .find(|(k, _)| k == "MAREKVS_OPERATOR_METRICS_ADDR")
+        {
+            Some((_, addr)) => addr.clone(),
+            None => std::net::TcpListener::bind("127.0.0.1:0")?
+                .local_addr()?
+                .to_string(),
+        };
+        cmd.env("MAREKVS_OPERATOR_METRICS_ADDR", &metrics_addr);
+        self.metrics_addr = Some(metrics_addr);
         // The one Lease the RBAC allows, whatever a shell exported; or none at all.
         cmd.env("MAREKVS_OPERATOR_LEASE_NAMESPACE", LEASE_NAMESPACE);
         cmd.envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
@@ -642,6 +692,58 @@ impl Operator {
     pub fn exit_code(&mut self) -> Option<Option<i32>> {
         let child = self.child.as_mut()?;
         child.try_wait().ok().flatten().map(|s| s.code())
+    }
+
+    /// The passes this process has run (`marekvs_operator_reconciles_total`, counted as each
+    /// begins; one cluster's passes run one after another).
+    pub async fn passes(&self) -> anyhow::Result<u64> {
+        let addr = self
+            .metrics_addr
+            .as_ref()
+            .context("no operator process here")?;
+        let text = http()
+            .get(format!("http://{addr}/metrics"))
+            .send()
+            .await?
+            .text()
+            .await?;
+        let n = metric(&text, "marekvs_operator_reconciles_total")
+            .context("the operator reports marekvs_operator_reconciles_total")?;
+        Ok(n as u64)
+    }
+
+    /// A window in which nothing is to happen: `at_least` long, and then until a whole pass
+    /// of the operator has run inside it (a window no pass saw would pass without testing
+    /// anything). With the operator deployed elsewhere, only the time, said as a skipped check.
+    pub async fn quiet_window(&self, at_least: Duration) -> anyhow::Result<()> {
+        if Self::external() {
+            skipped_check(
+                "a whole operator pass inside a quiet window",
+                "the operator runs elsewhere: its pass counter is not read",
+            );
+            tokio::time::sleep(at_least).await;
+            return Ok(());
+        }
+        let before = wait_until(
+            "the operator's pass counter",
+            Duration::from_secs(60),
+            || async { Ok(Some(self.passes().await?)) },
+        )
+        .await?;
+        tokio::time::sleep(at_least).await;
+        // The pass after `before` began inside the window; once the one after it begins, it
+        // has ended.
+        let after = wait_until(
+            "a whole pass inside the window",
+            Duration::from_secs(120),
+            || async {
+                let n = self.passes().await?;
+                Ok((n >= before + 2).then_some(n))
+            },
+        )
+        .await?;
+        eprintln!("quiet window: {} passes began in it", after - before);
+        Ok(())
     }
 
     pub fn restart(&mut self) -> anyhow::Result<()> {

@@ -60,6 +60,12 @@ async fn api_server_restarts_and_a_member_crash_mid_operation_lose_nothing() -> 
     .await?;
     let generation = api.get("demo").await?.metadata.generation;
 
+    if sim.is_none() {
+        skipped_check(
+            "no partition lost every copy at any poll through the restarts",
+            NOT_SIMULATED,
+        );
+    }
     let start = Instant::now();
     let mut steps_seen = BTreeSet::new();
     let mut outages = Vec::new();

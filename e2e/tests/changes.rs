@@ -58,7 +58,14 @@ async fn a_spec_change_restarts_one_member_at_a_time_behind_the_hand_off_gate() 
     patch_spec(&api, "demo", json!({"image": image_next()})).await?;
     let generation = api.get("demo").await?.metadata.generation;
     let mut order: Vec<String> = Vec::new();
+    // Without the simulator the fault cannot be made: counted as a skipped sub-check.
     let mut gated = sim.is_none();
+    if gated {
+        skipped_check(
+            "a restart held while another member reports under-replication",
+            "the fault needs the simulator's control API (members here are not simulated)",
+        );
+    }
     let start = Instant::now();
     loop {
         let s = status_of(&api.get("demo").await?);
@@ -831,7 +838,7 @@ async fn a_refused_pod_drains_no_one(
 ) -> anyhow::Result<()> {
     let env = TestEnv::new(label).await?;
     let ns = env.namespace.clone();
-    let _op = Operator::start(&ns)?;
+    let op = Operator::start(&ns)?;
     let api = create(&env, "demo", spec(3)).await?;
     let three = ["demo-0", "demo-1", "demo-2"];
     wait_healthy(&api, "demo", &three, T).await?;
@@ -851,7 +858,7 @@ async fn a_refused_pod_drains_no_one(
         blocked.message
     );
     // It stays so, touching no member.
-    tokio::time::sleep(Duration::from_secs(10)).await;
+    op.quiet_window(Duration::from_secs(10)).await?;
     let c = api.get("demo").await?;
     assert_eq!(status_of(&c).phase, Some(ClusterPhase::Blocked));
     assert_eq!(

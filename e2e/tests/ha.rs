@@ -326,13 +326,27 @@ async fn a_leader_frozen_past_its_lease_gets_no_change_through_after_the_new_lea
             .map(|c| c.completed)
             .min()
             .context("the new leader's first write is in the audit log")?;
+        // Work was still pending when the leader froze: the scale-up's creations it had not
+        // made are the new leader's. Without any, its guard had nothing to refuse, and "none
+        // reached the API server" below would hold whatever the guard does.
+        let left_to_the_new_leader = new_changes
+            .iter()
+            .filter(|c| c.verb == "create" && (200..300).contains(&c.code))
+            .filter(|c| {
+                c.what.starts_with("persistentvolumeclaims/") || c.what.starts_with("pods/")
+            })
+            .count();
+        anyhow::ensure!(
+            left_to_the_new_leader > 0,
+            "round {round}: the new leader created none of the scale-up's 16 objects: the old one had made them all before it froze, so nothing was left for its guard to refuse"
+        );
         let after: Vec<String> = old_changes
             .iter()
             .filter(|c| c.received > first_write)
             .map(|c| format!("{} {} -> {}", c.verb, c.what, c.code))
             .collect();
         eprintln!(
-            "frozen leader, round {round}: frozen after {made} of 8 PVCs; the standby took over {:.1}s after SIGSTOP (lease {LEASE_SECONDS}s) and the frozen one was woken at once; after the new leader's first write ({first_write}) {} changes of the old leader reached the API server {after:?}; it exited {:.1}s after SIGCONT",
+            "frozen leader, round {round}: frozen after {made} of 8 PVCs; the standby took over {:.1}s after SIGSTOP (lease {LEASE_SECONDS}s) and the frozen one was woken at once; the new leader made {left_to_the_new_leader} of the scale-up's creations; after its first write ({first_write}) {} changes of the old leader reached the API server {after:?}; it exited {:.1}s after SIGCONT",
             took_over.as_secs_f64(),
             after.len(),
             exited.as_secs_f64()

@@ -13,9 +13,9 @@
 //! A real `helm install` of an older chart and a `helm upgrade` to this one carry a change of
 //! the CRD, which is cluster-wide: while the old CRD is served, the API server refuses every
 //! status write of this operator, whichever namespace its cluster is in. So that test holds
-//! [`CRD_LOCK`] for writing from the moment it changes the CRD until it has put it back, and
-//! the other two hold it for reading for their whole run (they may run beside each other, never
-//! beside that window). Test binaries run one after another, so no other file's test meets it.
+//! [`crd_lock`] exclusively from the moment it changes the CRD until it has put it back, and
+//! the other two hold it shared for their whole run (they may run beside each other, never
+//! beside that window). hack/run-e2e.py runs this file's tests with no other file's beside them.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -38,10 +38,11 @@ const CRD: &str = "marekvsclusters.marekvs.io";
 const STATUS_PROPERTIES: &str =
     "/spec/versions/0/schema/openAPIV3Schema/properties/status/properties";
 
-/// Written while a test changes the cluster-wide CRD (or its ownership); read by the tests
-/// that need the CRD as the harness installed it. A tokio lock: each test runs on a runtime of
-/// its own.
-static CRD_LOCK: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
+/// Held exclusively while a test changes the cluster-wide CRD (or its ownership); shared by the
+/// tests that need the CRD as the harness installed it. Each test runs in a process of its own.
+async fn crd_lock(mode: LockMode) -> anyhow::Result<ClusterLock> {
+    ClusterLock::take("crd", mode).await
+}
 
 /// What both installs must do once applied: two replicas, one leading; the shipped demo
 /// cluster Healthy; grown to 4; keys written; the leader's pod deleted (SIGTERM) and a member
@@ -110,7 +111,7 @@ fn released_image() -> anyhow::Result<String> {
 async fn the_kustomize_install_runs_the_operator_from_its_manifests() -> anyhow::Result<()> {
     let env = TestEnv::new("install-kustomize").await?;
     // The CRD as the harness installed it, for the whole test (its operator writes status).
-    let _crd = CRD_LOCK.read().await;
+    let _crd = crd_lock(LockMode::Shared).await?;
     // The cluster-wide default as shipped: the API server accepts every object of it.
     let deploy = format!("{REPO}/deploy");
     let dry = kubectl(
@@ -161,7 +162,7 @@ async fn the_kustomize_install_runs_the_operator_from_its_manifests() -> anyhow:
 async fn the_helm_install_runs_the_operator_from_its_chart() -> anyhow::Result<()> {
     let env = TestEnv::new("install-helm").await?;
     // The CRD as the harness installed it, for the whole test (its operator writes status).
-    let _crd = CRD_LOCK.read().await;
+    let _crd = crd_lock(LockMode::Shared).await?;
     let chart = format!("{REPO}/deploy/helm/marekvs-operator");
     // The chart's cluster-wide default, its CRD template included: accepted by the API server
     // (as `helm template --skip-tests | kubectl apply` sends it: the test hook is Helm's).
@@ -465,11 +466,11 @@ async fn the_helm_upgrade_upgrades_the_crd_and_uninstall_keeps_it() -> anyhow::R
     let ns = env.namespace.clone();
     let old = old_chart(&ns)?;
     let crds: Api<CustomResourceDefinition> = Api::all(env.client.clone());
-    let crd_lock = CRD_LOCK.write().await;
+    let crd_held = crd_lock(LockMode::Exclusive).await?;
     let before = crds.get(CRD).await?;
     let result = upgrade_and_uninstall(&env, &old, &crds).await;
     let restored = restore_crd(&crds, &before).await;
-    drop(crd_lock);
+    drop(crd_held);
     let _ = std::fs::remove_dir_all(&old);
     result?;
     restored.context("restoring the CRD")?;
