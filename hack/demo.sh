@@ -9,7 +9,7 @@ cluster_env demo
 bin=$("$here/build-control-plane.sh")
 "$here/cluster-up.sh" demo >/dev/null
 "$here/sim-up.sh" demo >/dev/null
-(cd "$REPO" && cargo build -q -p marekvs-operator)
+build_all
 opkc=$(operator_kubeconfig)
 pidf="$STATE/pids/operator.pid"
 if [ -f "$pidf" ] && kill -0 "$(cat "$pidf")" 2>/dev/null; then

@@ -15,6 +15,9 @@ if ! cargo fuzz --version 2>/dev/null | grep -q " $version\$"; then
   log "installing cargo-fuzz $version"
   cargo install cargo-fuzz --version "$version" --locked --quiet
 fi
+# A target directory of its own: the nightly build with sanitizer flags would otherwise replace
+# the stable build's artifacts in a shared one (.ci/run shares one across clones).
+[ -z "${CARGO_TARGET_DIR:-}" ] || export CARGO_TARGET_DIR=$CARGO_TARGET_DIR-fuzz
 cd "$REPO/fuzz"
 mkdir -p corpus/metrics_parser
 out=$(mktemp)

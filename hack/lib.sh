@@ -36,6 +36,12 @@ cluster_env() {
   SERVICE_CIDR=127.96.0.0/16
 }
 
+# build_all [CARGO FLAGS]: every target of the workspace (debug), the one selection every script
+# and make target builds. Another selection (`-p some-crate`) unifies other features (the
+# controller's tokio test-util, the plugin's kube ws) and rebuilds the kube and tokio stack; with
+# one, cargo builds each crate once and every later call reuses it.
+build_all() { (cd "$REPO" && cargo build -q --workspace --all-targets "$@"); }
+
 kc() { "$bin/kubectl" --kubeconfig "$KUBECONFIG_PATH" "$@"; }
 
 # start_bg NAME CMD...: run CMD in its own session, log to logs/NAME.log, pid in pids/NAME.pid.

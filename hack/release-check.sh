@@ -40,7 +40,7 @@ if [ "${1:-}" = "--one" ]; then
     --rendered "$out"/*.yaml --plugin-binary "$binary"
 fi
 
-(cd "$REPO" && cargo build -q -p kubectl-mkv)
-binary=$REPO/target/debug/kubectl-mkv
+build_all
+binary=${CARGO_TARGET_DIR:-$REPO/target}/debug/kubectl-mkv
 python3 "$here/release.py" --root "$REPO" --self-test --rendered-cmd "$here/release-check.sh" --plugin-binary "$binary"
 "$here/release-check.sh" --one "$REPO" "$binary"

@@ -25,7 +25,7 @@ profile=${MAREKVS_SIM_PROFILE:-debug}
 if [ "$profile" = release ]; then
   (cd "$REPO" && cargo build -q --release -p marekvs-sim)
 else
-  (cd "$REPO" && cargo build -q -p marekvs-sim)
+  build_all
 fi
 sim="${CARGO_TARGET_DIR:-$REPO/target}/$profile/marekvs-sim"
 mkdir -p "$STATE/logs/pods"

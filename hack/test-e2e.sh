@@ -70,7 +70,18 @@ summary() {
 }
 trap finish EXIT
 
-(cd "$REPO" && cargo build -q -p marekvs-operator -p marekvs-sim -p kubectl-mkv --bins)
+# One build of every target of the workspace, the same selection `make test`'s unit stage and
+# `make lint`'s CRD check build: cargo reuses each crate as built there, with the same features.
+# The e2e crate's test binaries (its test files, and the unit tests of its library and of the
+# bench binary) are read from its report.
+e2e_bins=$(build_all --message-format=json-render-diagnostics \
+  | python3 -c 'import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m["manifest_path"].endswith("/e2e/Cargo.toml") \
+       and m["profile"]["test"] and m.get("executable"):
+        print(m["executable"])')
+[ -n "$e2e_bins" ] || { log "the build named no e2e test binary"; exit 1; }
 target=${CARGO_TARGET_DIR:-$REPO/target}/debug
 
 # The side cluster first: its members are stand-ins, whatever MAREKVS_BIN says.
@@ -112,8 +123,11 @@ else
   export MAREKVS_SIM_CONTROL_URL=$SIM_CONTROL_URL
 fi
 set +e
-# --no-fail-fast: a failing test binary must not keep the others from running (and counting).
-(cd "$REPO" && cargo test --no-fail-fast -p marekvs-e2e -- --test-threads "${E2E_THREADS:-4}" "$@") 2>&1 | tee "$log_file"
+# Every test of every binary in one queue, E2E_THREADS at a time, longest first; the tests that
+# change what the whole cluster sees run first, alone (hack/run-e2e.py says which and why).
+# shellcheck disable=SC2086
+python3 "$here/run-e2e.py" --jobs "${E2E_THREADS:-4}" --exclusive apiserver,install,upgrade,report \
+  --durations "$REPO/e2e/durations.json" ${E2E_RECORD:+--record "$E2E_RECORD"} $e2e_bins -- "$@" 2>&1 | tee "$log_file"
 rc=${PIPESTATUS[0]}
 set -e
 exit "$rc"

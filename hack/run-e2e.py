@@ -1,0 +1,152 @@
+#!/usr/bin/env python3
+"""Runs the e2e suite's tests across its test binaries, each test in a process of its own,
+JOBS at a time, longest first.
+
+cargo runs test binaries one after another, each a barrier: a binary holding one long test
+kept every other slot idle. Here every test of every binary is one job in one queue:
+
+- Tests of a binary named with --exclusive change what the whole cluster sees (the API server
+  restarted, an older CRD applied, an operator installed for every namespace). They run first,
+  one binary at a time, with nothing else beside them; the tests of one such binary run beside
+  each other, as they always have.
+- Every other test runs beside any other, longest first by the durations file (a test it does
+  not list counts as the longest). Each test has its own namespace and operator; what tests of
+  different binaries share (the one Lease the operator's RBAC allows) is guarded across
+  processes (e2e/src/lib.rs, LeaseTurn).
+
+Each test's output is printed whole when it ends, so tests never interleave, and ends with the
+runner's own "test result:" line, which hack/test-e2e.sh sums. A skipped test (a need not met
+here) prints its reason and counts as ignored, as it does under cargo.
+
+  hack/run-e2e.py [--jobs N] [--exclusive a,b] [--durations FILE] [--record FILE] BIN... [-- FILTER...]
+
+--record writes each test's wall time, to refresh the durations file.
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+
+
+def listed(binary, filters):
+    """The tests of one binary that the filters select (the suite's runner applies them)."""
+    out = subprocess.run(
+        [binary, "--list", *filters],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    return [line[: -len(": test")] for line in out.splitlines() if line.endswith(": test")]
+
+
+def run_one(binary, name):
+    """Run one test alone; its whole output, whether it passed, and its wall time."""
+    started = time.monotonic()
+    proc = subprocess.run(
+        [binary, "--exact", name, "--test-threads", "1"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        errors="replace",
+    )
+    return proc.stdout, proc.returncode == 0, time.monotonic() - started
+
+
+class Pool:
+    """JOBS workers over a queue; prints each test's output as it ends."""
+
+    def __init__(self, jobs):
+        self.jobs = jobs
+        self.lock = threading.Lock()
+        self.results = []
+
+    def run(self, queue):
+        queue = list(queue)
+        cursor = threading.Lock()
+
+        def worker():
+            while True:
+                with cursor:
+                    if not queue:
+                        return
+                    binary, name = queue.pop(0)
+                output, ok, secs = run_one(binary, name)
+                label = f"{os.path.basename(binary).rsplit('-', 1)[0]}::{name}"
+                with self.lock:
+                    sys.stdout.write(f"\n===== {label} ({'ok' if ok else 'FAILED'}, {secs:.1f}s)\n")
+                    sys.stdout.write(output)
+                    sys.stdout.flush()
+                    self.results.append((label, name, ok, secs))
+
+        threads = [threading.Thread(target=worker) for _ in range(min(self.jobs, len(queue)))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+
+
+def main():
+    argv = sys.argv[1:]
+    filters = []
+    if "--" in argv:
+        i = argv.index("--")
+        argv, filters = argv[:i], argv[i + 1 :]
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--jobs", type=int, default=4)
+    p.add_argument("--exclusive", default="", help="binaries (by test file name) whose tests run with nothing else")
+    p.add_argument("--durations", help="JSON: test name -> seconds, for the order")
+    p.add_argument("--record", help="write each test's wall time here (JSON)")
+    p.add_argument("binaries", nargs="+")
+    args = p.parse_args(argv)
+
+    hints = {}
+    if args.durations and os.path.exists(args.durations):
+        with open(args.durations) as f:
+            hints = json.load(f)
+    unknown = max(hints.values(), default=0) + 1
+    exclusive = {b for b in args.exclusive.split(",") if b}
+
+    def file_of(binary):
+        # cargo names a test binary <file>-<hash>.
+        return os.path.basename(binary).rsplit("-", 1)[0]
+
+    groups, shared = [], []
+    for binary in args.binaries:
+        tests = [(binary, t) for t in listed(binary, filters)]
+        if file_of(binary) in exclusive:
+            if tests:
+                groups.append(tests)
+        else:
+            shared.extend(tests)
+    shared.sort(key=lambda job: -hints.get(job[1], unknown))
+    total = sum(len(g) for g in groups) + len(shared)
+    print(f"run-e2e: {total} tests, {args.jobs} at a time; {len(groups)} exclusive binaries first", flush=True)
+
+    pool = Pool(args.jobs)
+    started = time.monotonic()
+    for group in groups:
+        pool.run(group)
+    pool.run(shared)
+    wall = time.monotonic() - started
+
+    failed = [r for r in pool.results if not r[2]]
+    busy = sum(r[3] for r in pool.results)
+    print(f"\nrun-e2e: {len(pool.results)} tests in {wall:.0f}s wall ({busy:.0f}s of test time over {args.jobs} slots); slowest:")
+    for label, _, ok, secs in sorted(pool.results, key=lambda r: -r[3])[:8]:
+        print(f"  {secs:7.1f}s  {label}{'' if ok else '  FAILED'}")
+    for label, *_ in failed:
+        print(f"run-e2e: FAILED {label}")
+    if args.record:
+        with open(args.record, "w") as f:
+            json.dump({name: round(secs, 1) for _, name, _, secs in sorted(pool.results, key=lambda r: r[1])}, f, indent=1, sort_keys=True)
+            f.write("\n")
+    return 1 if failed or len(pool.results) != total else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

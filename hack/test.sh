@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# `make test`: every stage runs, whatever the stages before it did, and the run ends with a
+# table of each stage's time, verdict and counts (hack/stages.sh), naming each that failed.
+#
+#   build     every target of the workspace, once (each later stage reuses it); meanwhile, in
+#             the background, what the e2e stages need besides: the control plane, helm and
+#             the operator at the pinned commit of the upgrade test (each cached outside the
+#             repository, so a no-op when warm)
+#   unit      unit, property and simulation tests (the DST's 10,000 schedules over the cores)
+#   fuzz      the metrics parser for FUZZ_SECONDS
+#   e2e       the e2e suite on simulated members (hack/test-e2e.sh)
+#   e2e-real  the disruptive, data-checked e2e tests again on real marekvs members, when
+#             MAREKVS_REAL_BIN names a marekvs-server binary; otherwise each is reported
+#             skipped, with the reason (a machine without the binary still passes)
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+. "$here/lib.sh"
+. "$here/stages.sh"
+
+# The lane on real members: 5 -> 3 removing the chosen member; a replacement on the member's
+# own volume and one on a fresh volume; a roll of every member; 5 -> 4 under a steady load
+# through the Service, and with a client pinned to the leaver; the upgrade from the pinned commit.
+REAL_LANE=(
+  creates_members_then_scales_3_5_3_removing_the_chosen_member_first
+  a_deleted_pod_returns_on_its_volume_and_a_deleted_pod_and_pvc_rejoin_fresh
+  a_spec_change_restarts_one_member_at_a_time_behind_the_hand_off_gate
+  a_scale_down_under_a_steady_load_completes_and_loses_nothing
+  a_client_writing_to_the_leavers_pod_address_holds_the_removal_until_it_stops
+  an_upgrade_from_the_pinned_commit_keeps_members_and_keys
+)
+
+stages_begin build unit fuzz e2e e2e-real
+
+prep_log=$(mktemp)
+prepare_e2e() {
+  "$here/build-control-plane.sh" >/dev/null && "$here/tools.sh" helm >/dev/null \
+    && "$here/build-upgrade-from.sh" >/dev/null
+}
+prepare_e2e > "$prep_log" 2>&1 &
+prep=$!
+
+stage build build_all
+stage unit cargo test --no-fail-fast --workspace --exclude marekvs-e2e
+stage fuzz "$here/fuzz.sh" "${FUZZ_SECONDS:-30}"
+
+# The e2e stages need what the background built; its failure fails them, with its log.
+prep_rc=0
+wait "$prep" || prep_rc=$?
+prepared() {
+  [ "$prep_rc" -eq 0 ] || { cat "$prep_log" >&2; log "preparing the e2e stages failed"; }
+  return "$prep_rc"
+}
+e2e() { prepared && "$here/test-e2e.sh" "$@"; }
+real_lane() {
+  if [ -z "${MAREKVS_REAL_BIN:-}" ]; then
+    local why=${MAREKVS_REAL_SKIP_REASON:-no real marekvs-server binary here (MAREKVS_REAL_BIN names one)}
+    for t in "${REAL_LANE[@]}"; do echo "skipped $t: real-member lane: $why"; done
+    echo "test result: ok. 0 passed; 0 failed; ${#REAL_LANE[@]} ignored; 0 measured; 0 filtered out"
+    return 0
+  fi
+  prepared && MAREKVS_BIN=$MAREKVS_REAL_BIN E2E_THREADS=${E2E_REAL_THREADS:-3} \
+    "$here/test-e2e.sh" "${REAL_LANE[@]}"
+}
+stage e2e e2e
+stage e2e-real real_lane
+rm -f "$prep_log"
+stages_end
