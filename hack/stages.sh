@@ -44,6 +44,12 @@ stage() {
   rm -f "$out"
 }
 
+# stage_record NAME RC SECS: a row for a step that is not run through `stage` (a callee that
+# failed before it could plan its own stages).
+stage_record() {
+  printf 'plan\t%s\nran\t%s\t%s\t%s\t0\t0\t0\n' "$1" "$1" "$2" "$3" >> "$MAREKVS_STAGE_LOG"
+}
+
 # Whether every stage named ran and passed.
 stages_ok() {
   local name
