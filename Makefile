@@ -5,7 +5,7 @@ SHELL := /bin/bash
 .PHONY: help build test unit e2e fuzz deny bench lint release-check crd crd-check control-plane demo demo-down kubeconfig image image-push helm kind-up kind-e2e kind-down
 
 help: ## List the targets
-	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
+	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
 
 # The release version: the operator crate's (its --version), the chart's version and appVersion,
 # and the image tag deploy/ names (hack/check-deploy.sh checks they agree).
