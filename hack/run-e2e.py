@@ -10,9 +10,9 @@ kept every other slot idle. Here every test of every binary is one job in one qu
   one binary at a time, with nothing else beside them; the tests of one such binary run beside
   each other, as they always have.
 - Every other test runs beside any other, longest first by the durations file (a test it does
-  not list counts as the longest). Each test has its own namespace and operator; what tests of
-  different binaries share (the one Lease the operator's RBAC allows) is guarded across
-  processes (e2e/src/lib.rs, LeaseTurn).
+  not list counts as the longest). Each test has its own namespace and operator; what tests
+  share (the one Lease the operator's RBAC allows, the CRD the install tests change) is guarded
+  by file locks every test process sees (e2e/src/lib.rs, ClusterLock).
 
 Each test's output is printed whole when it ends, so tests never interleave, and ends with the
 runner's own "test result:" line, which hack/test-e2e.sh sums. A skipped test (a need not met
