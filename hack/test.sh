@@ -19,13 +19,16 @@ here=$(cd "$(dirname "$0")" && pwd)
 
 # The lane on real members: 5 -> 3 removing the chosen member; a replacement on the member's
 # own volume and one on a fresh volume; a roll of every member; 5 -> 4 under a steady load
-# through the Service, and with a client pinned to the leaver; the upgrade from the pinned commit.
+# through the Service, and with a client pinned to the leaver; the data check's negative control
+# (a raw pod + PVC delete 5 s after writes loses keys, and the check names them); the upgrade from
+# the pinned commit.
 REAL_LANE=(
   creates_members_then_scales_3_5_3_removing_the_chosen_member_first
   a_deleted_pod_returns_on_its_volume_and_a_deleted_pod_and_pvc_rejoin_fresh
   a_spec_change_restarts_one_member_at_a_time_behind_the_hand_off_gate
   a_scale_down_under_a_steady_load_completes_and_loses_nothing
   a_client_writing_to_the_leavers_pod_address_holds_the_removal_until_it_stops
+  a_raw_pod_and_pvc_delete_seconds_after_writes_loses_keys_the_check_names
   an_upgrade_from_the_pinned_commit_keeps_members_and_keys
 )
 

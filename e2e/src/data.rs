@@ -12,8 +12,13 @@
 //!   none is missing or [`bound`] has passed, and then fails with [`Lost`], naming the keys.
 //! - Each value is derived from its key and a per-run nonce, so a stale, foreign or corrupted
 //!   value is caught, not just a missing one. A wrong value fails at once.
+//! - A tenth of the keys is then overwritten and another tenth deleted, each through a member
+//!   other than the one that wrote it (when there is one): afterwards an overwritten key must
+//!   read its second value and a deleted key must read nil. A first value, or a deleted key
+//!   that reads back, may be a copy not yet repaired, so it is read again like a missing key,
+//!   and named at the bound as stale or resurrected.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
 
@@ -210,6 +215,12 @@ pub struct DataSet {
     keys: Vec<String>,
     /// Member → keys written through it.
     written_through: BTreeMap<String, usize>,
+    /// Member → the keys first written through it (for [`DataSet::revise`]).
+    first_writer: BTreeMap<String, Vec<usize>>,
+    /// Keys written a second time, with [`DataSet::second_value_of`].
+    overwritten: BTreeSet<String>,
+    /// Keys deleted after they were written.
+    deleted: BTreeSet<String>,
     reader: String,
     /// The RESP password (`None`: `MAREKVS_E2E_REQUIREPASS`, if set).
     password: Option<String>,
@@ -227,6 +238,9 @@ pub struct Verified {
     pub reads: usize,
     pub rounds: usize,
     pub elapsed: Duration,
+    /// Of the keys, those that read their second value, and those that read nil as deleted.
+    pub overwritten: usize,
+    pub deleted: usize,
 }
 
 /// The check's verdict when keys stayed unreadable for the whole bound.
@@ -238,6 +252,10 @@ pub struct Lost {
     pub missing: Vec<String>,
     /// Of those, the ones whose last read was an error reply (not nil), with the reply.
     pub errors: Vec<String>,
+    /// Overwritten keys that still read their first value.
+    pub stale: Vec<String>,
+    /// Deleted keys that still read a value.
+    pub resurrected: Vec<String>,
     pub via: String,
     pub limit: Duration,
     pub written_through: BTreeMap<String, usize>,
@@ -245,7 +263,7 @@ pub struct Lost {
 
 impl std::fmt::Display for Lost {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let shown: Vec<&str> = self.missing.iter().take(20).map(String::as_str).collect();
+        let first = |keys: &[String]| -> Vec<String> { keys.iter().take(20).cloned().collect() };
         write!(
             f,
             "data check {}: {} of {} keys LOST ({} of them error replies, first: {:?}; not readable through {} for {:?}; written through {:?}); first missing: {:?}",
@@ -257,8 +275,25 @@ impl std::fmt::Display for Lost {
             self.via,
             self.limit,
             self.written_through,
-            shown
-        )
+            first(&self.missing)
+        )?;
+        if !self.stale.is_empty() {
+            write!(
+                f,
+                "; {} overwritten keys still read their FIRST value: {:?}",
+                self.stale.len(),
+                first(&self.stale)
+            )?;
+        }
+        if !self.resurrected.is_empty() {
+            write!(
+                f,
+                "; {} deleted keys read back (RESURRECTED): {:?}",
+                self.resurrected.len(),
+                first(&self.resurrected)
+            )?;
+        }
+        Ok(())
     }
 }
 
@@ -311,6 +346,34 @@ impl DataSet {
         password: Option<String>,
         value_len: usize,
     ) -> anyhow::Result<DataSet> {
+        let mut set =
+            Self::write_first(pods, members, reader, n, label, password, value_len).await?;
+        set.revise(pods).await?;
+        Ok(set)
+    }
+
+    /// [`DataSet::write`] without the overwrites and deletes: for a test that makes them later
+    /// ([`DataSet::revise`]), while a member is away, say.
+    pub async fn write_unrevised(
+        pods: &Api<Pod>,
+        members: &[&str],
+        reader: &str,
+        n: usize,
+        label: &str,
+    ) -> anyhow::Result<DataSet> {
+        Self::write_first(pods, members, reader, n, label, None, VALUE_LEN).await
+    }
+
+    /// Every key's first value, spread round robin over `members` except `reader`.
+    async fn write_first(
+        pods: &Api<Pod>,
+        members: &[&str],
+        reader: &str,
+        n: usize,
+        label: &str,
+        password: Option<String>,
+        value_len: usize,
+    ) -> anyhow::Result<DataSet> {
         let writers: Vec<&str> = members.iter().copied().filter(|m| *m != reader).collect();
         anyhow::ensure!(
             !writers.is_empty(),
@@ -324,14 +387,23 @@ impl DataSet {
                 .map(|i| format!("e2e:{label}:{nonce:016x}:{i:06}"))
                 .collect(),
             written_through: BTreeMap::new(),
+            first_writer: BTreeMap::new(),
+            overwritten: BTreeSet::new(),
+            deleted: BTreeSet::new(),
             reader: reader.to_string(),
             password,
             value_len,
         };
         for (m, member) in writers.iter().enumerate() {
-            let mine: Vec<&String> = set.keys.iter().skip(m).step_by(writers.len()).collect();
-            set.write_through(pods, member, &mine).await?;
+            let mine: Vec<usize> = (m..n).step_by(writers.len()).collect();
+            let commands: Vec<Vec<Vec<u8>>> = mine
+                .iter()
+                .map(|&i| set.set_command(&set.keys[i]))
+                .collect();
+            set.send(pods, member, &commands, |_| Reply::Simple("OK".into()))
+                .await?;
             set.written_through.insert(member.to_string(), mine.len());
+            set.first_writer.insert(member.to_string(), mine);
         }
         eprintln!(
             "data check {}: wrote {} keys through {:?}; will read them back through {reader}",
@@ -342,27 +414,109 @@ impl DataSet {
         Ok(set)
     }
 
-    async fn write_through(
-        &self,
+    /// Overwrite one key in ten (index 3 mod 10) and delete another (7 mod 10), each through
+    /// the next member that wrote keys (the same one if it was the only one), never through the
+    /// reader. Each is acknowledged: `OK`, and `1` for a delete (the deleting member saw the
+    /// key, so it wrote a tombstone; marekvs writes none for a key it cannot see).
+    pub async fn revise(&mut self, pods: &Api<Pod>) -> anyhow::Result<()> {
+        let writers: Vec<String> = self.first_writer.keys().cloned().collect();
+        let through: Vec<&str> = writers.iter().map(String::as_str).collect();
+        self.revise_through(pods, &through).await
+    }
+
+    /// [`DataSet::revise`] through `through` only (members still there while another is away,
+    /// say): the keys first written through the `w`-th writer are revised through the next of
+    /// `through` after position `w` that is not that writer, if there is one.
+    pub async fn revise_through(
+        &mut self,
         pods: &Api<Pod>,
-        member: &str,
-        keys: &[&String],
+        through: &[&str],
     ) -> anyhow::Result<()> {
-        let mut conn = connect_member(pods, member, self.password.as_deref()).await?;
-        for chunk in keys.chunks(PIPELINE) {
-            let commands: Vec<Vec<Vec<u8>>> = chunk
+        anyhow::ensure!(
+            !through.is_empty() && !through.contains(&self.reader.as_str()),
+            "revise through members other than the reader {}: {through:?}",
+            self.reader
+        );
+        anyhow::ensure!(
+            self.overwritten.is_empty() && self.deleted.is_empty(),
+            "data check {}: revised once already",
+            self.label
+        );
+        // Values are ordered by the hybrid clock's milliseconds first: a second write within the
+        // millisecond of the first could lose to it on the origin's id alone.
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        let writers: Vec<String> = self.first_writer.keys().cloned().collect();
+        for (w, first) in writers.iter().enumerate() {
+            let next = (1..=through.len())
+                .map(|step| through[(w + step) % through.len()])
+                .find(|m| *m != first)
+                .unwrap_or(through[0]);
+            let picked = |rest: usize| -> Vec<usize> {
+                self.first_writer[first]
+                    .iter()
+                    .copied()
+                    .filter(|i| i % 10 == rest)
+                    .collect()
+            };
+            let (rewrite, delete) = (picked(3), picked(7));
+            let mut commands: Vec<Vec<Vec<u8>>> = rewrite
                 .iter()
-                .map(|k| {
+                .map(|&i| {
+                    let k = &self.keys[i];
                     vec![
                         b"SET".to_vec(),
                         k.as_bytes().to_vec(),
-                        self.value_of(k).into_bytes(),
+                        self.second_value_of(k).into_bytes(),
                     ]
                 })
                 .collect();
-            for (k, reply) in chunk.iter().zip(conn.pipeline(&commands).await?) {
-                if reply != Reply::Simple("OK".into()) {
-                    bail!("SET {k} through {member}: {reply:?}");
+            commands.extend(
+                delete
+                    .iter()
+                    .map(|&i| vec![b"DEL".to_vec(), self.keys[i].as_bytes().to_vec()]),
+            );
+            let sets = rewrite.len();
+            self.send(pods, next, &commands, |n| {
+                if n < sets {
+                    Reply::Simple("OK".into())
+                } else {
+                    Reply::Integer(1)
+                }
+            })
+            .await?;
+            self.overwritten
+                .extend(rewrite.iter().map(|&i| self.keys[i].clone()));
+            self.deleted
+                .extend(delete.iter().map(|&i| self.keys[i].clone()));
+        }
+        eprintln!(
+            "data check {}: overwrote {} keys and deleted {} through {through:?}",
+            self.label,
+            self.overwritten.len(),
+            self.deleted.len()
+        );
+        Ok(())
+    }
+
+    /// Send `commands` through `member`, pipelined, and fail unless the `n`-th reply is
+    /// `expected(n)`.
+    async fn send(
+        &self,
+        pods: &Api<Pod>,
+        member: &str,
+        commands: &[Vec<Vec<u8>>],
+        expected: impl Fn(usize) -> Reply,
+    ) -> anyhow::Result<()> {
+        let mut conn = connect_member(pods, member, self.password.as_deref()).await?;
+        for (c, chunk) in commands.chunks(PIPELINE).enumerate() {
+            for (i, (command, reply)) in chunk.iter().zip(conn.pipeline(chunk).await?).enumerate() {
+                if reply != expected(c * PIPELINE + i) {
+                    let shown: Vec<String> = command
+                        .iter()
+                        .take(2)
+                        .map(|a| String::from_utf8_lossy(a).into_owned())
+                        .collect();
+                    bail!("{} through {member}: {reply:?}", shown.join(" "));
                 }
             }
         }
@@ -377,6 +531,9 @@ impl DataSet {
             nonce: new_nonce(),
             keys: Vec::new(),
             written_through: BTreeMap::new(),
+            first_writer: BTreeMap::new(),
+            overwritten: BTreeSet::new(),
+            deleted: BTreeSet::new(),
             reader: reader.to_string(),
             password: None,
             value_len: VALUE_LEN,
@@ -391,6 +548,9 @@ impl DataSet {
             nonce: self.nonce,
             keys: Vec::new(),
             written_through: BTreeMap::new(),
+            first_writer: BTreeMap::new(),
+            overwritten: BTreeSet::new(),
+            deleted: BTreeSet::new(),
             reader: self.reader.clone(),
             password: self.password.clone(),
             value_len: self.value_len,
@@ -434,6 +594,32 @@ impl DataSet {
         format!("{v:.<width$}", width = self.value_len)
     }
 
+    /// The value an overwrite gives `key`: another checksum, marked `v2`.
+    fn second_value_of(&self, key: &str) -> String {
+        let v = format!("{key}|{:016x}|v2|", checksum(!self.nonce, key));
+        format!("{v:.<width$}", width = self.value_len)
+    }
+
+    /// What a read of `key` through the reader says, against what was last written to it.
+    fn judge(&self, key: &str, reply: Reply) -> Read {
+        let deleted = self.deleted.contains(key);
+        let current = if self.overwritten.contains(key) {
+            self.second_value_of(key)
+        } else {
+            self.value_of(key)
+        };
+        match reply {
+            Reply::Null if deleted => Read::Good,
+            // An error (a member still loading, say) is not a value: read again.
+            Reply::Null => Read::Missing(None),
+            Reply::Error(e) => Read::Missing(Some(e)),
+            Reply::Bulk(v) if !deleted && v == current.as_bytes() => Read::Good,
+            // An older value, or one a delete should have ended: perhaps not yet repaired.
+            Reply::Bulk(v) if v == self.value_of(key).as_bytes() => Read::Stale,
+            other => Read::Wrong(format!("{other:?}")),
+        }
+    }
+
     pub fn len(&self) -> usize {
         self.keys.len()
     }
@@ -459,10 +645,10 @@ impl DataSet {
         let start = Instant::now();
         let mut rounds = 0;
         let mut reads = 0;
-        // Each round reads only the keys the rounds before it did not find: a key found is
-        // never read again, so no round counts a copy an earlier read left on the reader.
+        // Each round reads only the keys the rounds before it did not find as written: a key
+        // found is never read again, so no round counts a copy an earlier read left.
         let mut to_read: Vec<String> = self.keys.clone();
-        let mut last_missing: Option<usize> = None;
+        let mut last_unsettled: Option<usize> = None;
         loop {
             rounds += 1;
             reads += to_read.len();
@@ -473,43 +659,53 @@ impl DataSet {
                     pass.wrong.len(),
                     pass.wrong.iter().take(10).collect::<Vec<_>>()
                 ),
-                Ok(Pass { missing, .. }) if missing.is_empty() => {
+                Ok(pass) if pass.settled() => {
                     let v = Verified {
                         keys: self.keys.len(),
                         reads,
                         rounds,
                         elapsed: start.elapsed(),
+                        overwritten: self.overwritten.len(),
+                        deleted: self.deleted.len(),
                     };
                     eprintln!(
-                        "data check {}: all {} keys read back through {via} after {:.1}s ({} rounds, {} GETs)",
+                        "data check {}: all {} keys read back through {via} as last written ({} overwritten, {} deleted) after {:.1}s ({} rounds, {} GETs)",
                         self.label,
                         v.keys,
+                        v.overwritten,
+                        v.deleted,
                         v.elapsed.as_secs_f64(),
                         v.rounds,
                         v.reads
                     );
                     return Ok(v);
                 }
-                Ok(Pass {
-                    missing, errors, ..
-                }) => {
-                    if last_missing != Some(missing.len()) {
+                Ok(pass) => {
+                    let unsettled = pass.missing.len() + pass.stale.len();
+                    if last_unsettled != Some(unsettled) {
                         eprintln!(
-                            "data check {}: {} of {} keys not readable through {via} after {:.1}s; reading again",
+                            "data check {}: {} of {} keys not readable through {via} and {} reading an older value after {:.1}s; reading again",
                             self.label,
-                            missing.len(),
+                            pass.missing.len(),
                             self.keys.len(),
+                            pass.stale.len(),
                             start.elapsed().as_secs_f64()
                         );
                     }
-                    last_missing = Some(missing.len());
-                    to_read.clone_from(&missing);
+                    last_unsettled = Some(unsettled);
+                    to_read = pass.missing.iter().chain(&pass.stale).cloned().collect();
                     if start.elapsed() > limit {
+                        let (resurrected, stale) = pass
+                            .stale
+                            .into_iter()
+                            .partition(|k| self.deleted.contains(k));
                         return Err(Lost {
                             label: self.label.clone(),
                             total: self.keys.len(),
-                            missing,
-                            errors,
+                            missing: pass.missing,
+                            errors: pass.errors,
+                            stale,
+                            resurrected,
                             via: via.to_string(),
                             limit,
                             written_through: self.written_through.clone(),
@@ -548,32 +744,27 @@ impl DataSet {
     /// One pass over `keys` through `via`. An error is a failure to read at all.
     async fn read_keys(&self, pods: &Api<Pod>, via: &str, keys: &[String]) -> anyhow::Result<Pass> {
         let mut conn = connect_member(pods, via, self.password.as_deref()).await?;
-        let mut missing = Vec::new();
-        let mut errors = Vec::new();
-        let mut wrong = Vec::new();
+        let mut pass = Pass::default();
         for chunk in keys.chunks(PIPELINE) {
             let commands: Vec<Vec<Vec<u8>>> = chunk
                 .iter()
                 .map(|k| vec![b"GET".to_vec(), k.as_bytes().to_vec()])
                 .collect();
             for (k, reply) in chunk.iter().zip(conn.pipeline(&commands).await?) {
-                match reply {
-                    // An error (a member still loading, say) is not a value: read again.
-                    Reply::Null => missing.push(k.clone()),
-                    Reply::Error(e) => {
-                        missing.push(k.clone());
-                        errors.push(format!("{k}: {e}"));
+                match self.judge(k, reply) {
+                    Read::Good => {}
+                    Read::Missing(error) => {
+                        pass.missing.push(k.clone());
+                        if let Some(e) = error {
+                            pass.errors.push(format!("{k}: {e}"));
+                        }
                     }
-                    Reply::Bulk(v) if v == self.value_of(k).as_bytes() => {}
-                    other => wrong.push(format!("{k}: {other:?}")),
+                    Read::Stale => pass.stale.push(k.clone()),
+                    Read::Wrong(reply) => pass.wrong.push(format!("{k}: {reply}")),
                 }
             }
         }
-        Ok(Pass {
-            missing,
-            errors,
-            wrong,
-        })
+        Ok(pass)
     }
 
     /// Which of `keys` each of `members` holds in its own store (`SCAN` answers from the
@@ -633,14 +824,37 @@ impl DataSet {
     }
 }
 
+/// What one read of a key says.
+#[derive(Debug, PartialEq)]
+enum Read {
+    /// As last written: its value, or nil for a deleted key.
+    Good,
+    /// Nil, or an error reply (given).
+    Missing(Option<String>),
+    /// The first value of a key since overwritten or deleted.
+    Stale,
+    /// Neither value: another run's, corrupted, or not a string.
+    Wrong(String),
+}
+
 /// What one pass over every key found.
+#[derive(Default)]
 struct Pass {
     /// Keys that read back as nil or an error.
     missing: Vec<String>,
     /// `key: error` of the keys that read back as an error reply.
     errors: Vec<String>,
-    /// `key: reply` of keys whose value was not the one written.
+    /// Keys overwritten or deleted that still read their first value.
+    stale: Vec<String>,
+    /// `key: reply` of keys whose value was neither written.
     wrong: Vec<String>,
+}
+
+impl Pass {
+    /// Every key read as last written.
+    fn settled(&self) -> bool {
+        self.missing.is_empty() && self.stale.is_empty() && self.wrong.is_empty()
+    }
 }
 
 #[cfg(test)]
@@ -654,6 +868,9 @@ mod tests {
             nonce: 7,
             keys: vec![],
             written_through: BTreeMap::new(),
+            first_writer: BTreeMap::new(),
+            overwritten: BTreeSet::new(),
+            deleted: BTreeSet::new(),
             reader: "demo-0".into(),
             password: None,
             value_len: VALUE_LEN,
@@ -678,5 +895,66 @@ mod tests {
         assert!(err.to_string().contains("no key was written"), "{err}");
         set.record(set.key_at(0), "demo-1");
         set.refuse_empty().expect("one key written");
+    }
+
+    #[test]
+    fn a_read_is_judged_against_what_was_last_written() {
+        let mut set = DataSet::empty("t", "demo-0");
+        for i in 0..3 {
+            set.record(set.key_at(i), "demo-1");
+        }
+        let (kept, rewritten, gone) = (set.key_at(0), set.key_at(1), set.key_at(2));
+        set.overwritten.insert(rewritten.clone());
+        set.deleted.insert(gone.clone());
+        let bulk = |v: String| Reply::Bulk(v.into_bytes());
+        assert_eq!(set.judge(&kept, bulk(set.value_of(&kept))), Read::Good);
+        assert_eq!(set.judge(&kept, Reply::Null), Read::Missing(None));
+        assert!(matches!(
+            set.judge(&kept, bulk(set.second_value_of(&kept))),
+            Read::Wrong(_)
+        ));
+        assert_eq!(
+            set.judge(&rewritten, bulk(set.second_value_of(&rewritten))),
+            Read::Good
+        );
+        assert_eq!(
+            set.judge(&rewritten, bulk(set.value_of(&rewritten))),
+            Read::Stale
+        );
+        assert_eq!(set.judge(&rewritten, Reply::Null), Read::Missing(None));
+        assert_eq!(set.judge(&gone, Reply::Null), Read::Good);
+        assert_eq!(set.judge(&gone, bulk(set.value_of(&gone))), Read::Stale);
+        assert!(matches!(
+            set.judge(&gone, bulk(set.value_of(&kept))),
+            Read::Wrong(_)
+        ));
+        assert_eq!(
+            set.judge(&kept, Reply::Error("LOADING".into())),
+            Read::Missing(Some("LOADING".into()))
+        );
+    }
+
+    #[test]
+    fn a_verdict_names_stale_and_resurrected_keys() {
+        let lost = Lost {
+            label: "t".into(),
+            total: 10,
+            missing: vec![],
+            errors: vec![],
+            stale: vec!["e2e:t:1".into()],
+            resurrected: vec!["e2e:t:2".into()],
+            via: "demo-0".into(),
+            limit: Duration::from_secs(1),
+            written_through: BTreeMap::new(),
+        };
+        let text = lost.to_string();
+        assert!(
+            text.contains("1 overwritten keys still read their FIRST value: [\"e2e:t:1\"]"),
+            "{text}"
+        );
+        assert!(
+            text.contains("1 deleted keys read back (RESURRECTED): [\"e2e:t:2\"]"),
+            "{text}"
+        );
     }
 }

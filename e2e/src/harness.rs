@@ -19,6 +19,11 @@ pub enum Need {
     /// makes, a write rate real members on a 2-core harness do not converge at). Absent where
     /// [`Need::Simulator`] is; the benchmarks measure real members (`bench ladder`, `trap`).
     SimulatedDataPlane,
+    /// Real marekvs members (`MAREKVS_BIN`, or kind): the test asserts what only the node's own
+    /// replication does (a ring that skips entries, anti-entropy that has not yet run), which
+    /// the simulator's data plane does not reproduce. The lane `make test` runs when it finds
+    /// the real server runs it.
+    RealDataPlane,
     /// An operator process of the test's own, which it may kill and restart. Absent where the
     /// operator is deployed (`MAREKVS_E2E_EXTERNAL_OPERATOR`).
     OwnOperator,
@@ -54,6 +59,9 @@ impl Need {
             ),
             Need::SimulatedDataPlane if !set("MAREKVS_SIM_CONTROL_URL") => Some(
                 "asserts figures of the simulator's data plane (a loss sized to its ring, or 3,000 SET/s, which real members on a 2-core harness do not converge at); hack/bench.sh ladder and trap measure real members",
+            ),
+            Need::RealDataPlane if set("MAREKVS_SIM_CONTROL_URL") => Some(
+                "asserts a loss only the real node's replication makes (a raw delete seconds after its writes); members here are simulated: run it with MAREKVS_BIN, as make test's real-member lane does",
             ),
             Need::Alone if !set("MAREKVS_E2E_ALONE") => Some(
                 "loads the simulator and the cores so that tests beside it time out: run it alone, MAREKVS_E2E_ALONE=1 hack/test-e2e.sh <its name>",

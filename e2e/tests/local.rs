@@ -9,9 +9,9 @@ use std::net::Ipv4Addr;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
-use kube::api::Api;
-use marekvs_e2e::data::{self, Reply, Resp};
+use k8s_openapi::api::core::v1::{ContainerStatus, PersistentVolumeClaim, Pod};
+use kube::api::{Api, DeleteParams};
+use marekvs_e2e::data::{self, DataSet, Reply, Resp};
 use marekvs_e2e::*;
 use serde_json::{Value, json};
 
@@ -302,10 +302,68 @@ async fn the_data_check_names_the_keys_whose_copies_are_gone() -> anyhow::Result
     env.cleanup().await
 }
 
+/// The data check can fail on real members too: 20,000 keys written through demo-2 alone, and
+/// 5 s later its pod and PVC deleted by hand, which no operator can gate. What demo-2's ring
+/// had not shipped and no anti-entropy round had yet delivered was only on its volume (43 keys
+/// on a first measurement). The check returns its `Lost` verdict, and every key it names is
+/// held by no member.
+async fn a_raw_pod_and_pvc_delete_seconds_after_writes_loses_keys_the_check_names()
+-> anyhow::Result<()> {
+    let env = TestEnv::new("raw-delete").await?;
+    let _op = Operator::start(&env.namespace)?;
+    let api = create(&env, "demo", spec(3)).await?;
+    let all = ["demo-0", "demo-1", "demo-2"];
+    wait_healthy(&api, "demo", &all, T).await?;
+    let pods: Api<Pod> = env.api();
+    let pvcs: Api<PersistentVolumeClaim> = env.api();
+    let data = DataSet::write(&pods, &["demo-2"], "demo-0", 20_000, "raw-delete").await?;
+    let old = pvc_uid(&env, "data-demo-2").await?;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    pvcs.delete("data-demo-2", &DeleteParams::default()).await?;
+    pods.delete("demo-2", &DeleteParams::default()).await?;
+    wait_until("demo-2 re-created on a fresh volume", T, || async {
+        let fresh = pvcs.get_opt("data-demo-2").await?;
+        Ok(fresh
+            .filter(|p| p.metadata.uid.as_ref() != Some(&old))
+            .map(|_| ()))
+    })
+    .await?;
+    wait_healthy(&api, "demo", &all, T).await?;
+    let err = data
+        .verify_within(&pods, Duration::from_secs(60))
+        .await
+        .expect_err("writes only demo-2's volume held cannot read back once it is gone");
+    let lost = err
+        .downcast_ref::<data::Lost>()
+        .with_context(|| format!("a verdict of lost keys, not: {err:#}"))?;
+    let named: Vec<String> = [&lost.missing, &lost.stale, &lost.resurrected]
+        .into_iter()
+        .flatten()
+        .cloned()
+        .collect();
+    eprintln!(
+        "real negative control: {} of {} keys lost ({} missing, {} on their first value, {} deleted and back) with demo-2's pod and volume",
+        named.len(),
+        lost.total,
+        lost.missing.len(),
+        lost.stale.len(),
+        lost.resurrected.len()
+    );
+    assert!(!named.is_empty(), "{err:#}");
+    assert!(named.len() < lost.total, "what demo-2 shipped survived");
+    assert!(format!("{err:#}").contains("LOST"), "{err:#}");
+    // Missing keys are gone from every volume, not merely unread through demo-0.
+    for (member, held) in data.local_holders(&pods, &all, &lost.missing).await {
+        assert_eq!(held?, 0, "{member} holds keys the check named lost");
+    }
+    env.cleanup().await
+}
+
 fn main() -> std::process::ExitCode {
     harness::run(marekvs_e2e::cases![
         members_form_one_cluster_and_see_each_other_by_identity,
         two_local_clusters_side_by_side_and_real_binary_members_on_their_pod_ips needs [SideCluster, OwnOperator],
         the_data_check_names_the_keys_whose_copies_are_gone needs [Simulator],
+        a_raw_pod_and_pvc_delete_seconds_after_writes_loses_keys_the_check_names needs [RealDataPlane],
     ])
 }

@@ -2323,7 +2323,8 @@ async fn absent_since(
 
 /// Kept volumes are mounted again while their absence is within `storage.staleVolumeGraceSeconds`
 /// and never past it: the returning member then gets a fresh PVC, an Event says why, and every
-/// key written before reads back.
+/// key written before reads back. Keys overwritten and deleted while demo-3 was away read their
+/// new value or stay deleted once its kept volume, holding their first values, is back.
 async fn a_kept_volume_is_reused_within_the_grace_and_replaced_once_stale() -> anyhow::Result<()> {
     let env = TestEnv::new("stale").await?;
     let ns = env.namespace.clone();
@@ -2340,6 +2341,12 @@ async fn a_kept_volume_is_reused_within_the_grace_and_replaced_once_stale() -> a
     wait_healthy(&api, "demo", &four, T).await?;
     let pvcs: Api<PersistentVolumeClaim> = env.api();
     let data = write_keys(&env, &four, "demo-0", "stale-volumes").await?;
+    // Written now, overwritten and deleted while demo-3 is away: its kept volume comes back
+    // holding every first value, and must not bring a deleted key back.
+    let pods: Api<Pod> = env.api();
+    let mut rejoin =
+        DataSet::write_unrevised(&pods, &four, "demo-0", data::default_keys(), "stale-rejoin")
+            .await?;
     let uid = pvc_uid(&env, "data-demo-3").await?;
     for m in four {
         let pvc = format!("data-{m}");
@@ -2363,6 +2370,7 @@ async fn a_kept_volume_is_reused_within_the_grace_and_replaced_once_stale() -> a
     let kept = &status_of(&c).kept_volumes[0];
     assert_eq!(kept.member, "demo-3");
     assert!(absent_since(&pvcs, "data-demo-3").await?.is_some());
+    rejoin.revise_through(&pods, &["demo-1", "demo-2"]).await?;
 
     // Back within the grace: the same volume, and the record goes once the member serves.
     patch_spec(&api, "demo", json!({"nodes": 4})).await?;
@@ -2381,6 +2389,7 @@ async fn a_kept_volume_is_reused_within_the_grace_and_replaced_once_stale() -> a
     .await?;
     let s = status_of(&api.get("demo").await?);
     assert!(s.kept_volumes.is_empty(), "{:?}", s.kept_volumes);
+    read_back(&env, &rejoin).await?;
 
     // 4 → 3 again; past the grace the kept volume is reported stale.
     patch_spec(&api, "demo", json!({"nodes": 3})).await?;
