@@ -2546,8 +2546,9 @@ async fn hibernation_and_fencing_keep_every_volume_and_a_fence_holds_the_scale_d
     let ns = env.namespace.clone();
     let op = Operator::start(&ns)?;
     let sim = Sim::from_env();
-    // A grace the test can wait out at the end, long enough for every stop before it: the
-    // nodes' tombstone grace (the bound of the stale-volume grace) and the grace, both 120 s.
+    // A grace long enough for every stop before the last: the nodes' tombstone grace (the
+    // bound of the stale-volume grace) and the grace, both 120 s; both go down to 20 s for
+    // the last stop, which waits it out.
     let mut s = spec(4);
     s["extraEnv"] = json!({"MAREKVS_GC_GRACE_SECS": "120"});
     s["storage"]["staleVolumeGraceSeconds"] = json!(120);
@@ -2644,22 +2645,38 @@ async fn hibernation_and_fencing_keep_every_volume_and_a_fence_holds_the_scale_d
         ),
     }
 
-    // Hibernate again; a wake past the grace is refused and starts nothing.
-    patch_spec(&api, "demo", json!({"hibernation": true})).await?;
+    // Hibernate again, now with both graces at 20 s (no pod runs to restart for the nodes'
+    // one); a wake past the grace is refused and starts nothing.
+    patch_spec(
+        &api,
+        "demo",
+        json!({"hibernation": true, "extraEnv": {"MAREKVS_GC_GRACE_SECS": "20"},
+               "storage": {"staleVolumeGraceSeconds": 20}}),
+    )
+    .await?;
     wait_cluster(&api, "demo", "Hibernated again", T, |s| {
         s.phase == Some(ClusterPhase::Hibernated)
     })
     .await?;
     wait_no_pods(&env).await?;
     let pvcs: Api<PersistentVolumeClaim> = env.api();
+    let mut last_left = 0;
     for m in three {
         let pvc = format!("data-{m}");
-        wait_until(&format!("the absence of {pvc} recorded"), T, || async {
-            Ok(absent_since(&pvcs, &pvc).await?.map(|_| ()))
+        let since = wait_until(&format!("the absence of {pvc} recorded"), T, || async {
+            absent_since(&pvcs, &pvc).await
         })
         .await?;
+        let since: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time =
+            serde_json::from_value(json!(since)).context("absent-since is a timestamp")?;
+        last_left = last_left.max(since.0.as_millisecond());
     }
-    tokio::time::sleep(Duration::from_secs(122)).await;
+    // Past the grace as the operator counts it: from the absence it recorded on each volume.
+    wait_until("every volume away past the 20 s grace", T, || async {
+        let now = k8s_openapi::jiff::Timestamp::now().as_millisecond();
+        Ok((now > last_left + 21_000).then_some(()))
+    })
+    .await?;
     patch_spec(&api, "demo", json!({"hibernation": false})).await?;
     let c = wait_cluster(&api, "demo", "the wake refused", T, |s| {
         s.phase == Some(ClusterPhase::Blocked) && s.block_reason == Some(BlockReason::WakeRefused)
