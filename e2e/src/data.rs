@@ -38,6 +38,9 @@ pub const RESP_PORT: u16 = 6379;
 const PIPELINE: usize = 256;
 /// One reply (or a connect) that takes longer than this is an error.
 const IO_TIMEOUT: Duration = Duration::from_secs(10);
+/// A healthy cluster replicates a write to every owner within this (its ring ships every
+/// 50 ms; anti-entropy repairs what a full ring skipped within a few rounds).
+const REPLICATED_WITHIN: Duration = Duration::from_secs(60);
 
 /// How long the check keeps reading before it calls a missing key lost:
 /// `MAREKVS_E2E_DATA_BOUND_SECONDS`, by default 300 s. On real marekvs, anti-entropy can need
@@ -459,6 +462,11 @@ impl DataSet {
                     .collect()
             };
             let (rewrite, delete) = (picked(3), picked(7));
+            // An owner that has not yet received a key answers DEL with 0 and orders its write
+            // by its own clock (marekvs reads through only as a non-owner): revise only what
+            // the reviser already reads as first written.
+            let both: Vec<usize> = rewrite.iter().chain(&delete).copied().collect();
+            self.await_first_values(pods, next, &both).await?;
             let mut commands: Vec<Vec<Vec<u8>>> = rewrite
                 .iter()
                 .map(|&i| {
@@ -496,6 +504,47 @@ impl DataSet {
             self.deleted.len()
         );
         Ok(())
+    }
+
+    /// Wait until `member` reads the first value of each key in `idxs` (replication under
+    /// way: bounded by [`REPLICATED_WITHIN`]), else fail naming how many it did not.
+    async fn await_first_values(
+        &self,
+        pods: &Api<Pod>,
+        member: &str,
+        idxs: &[usize],
+    ) -> anyhow::Result<()> {
+        let deadline = tokio::time::Instant::now() + REPLICATED_WITHIN;
+        let mut waiting: Vec<usize> = idxs.to_vec();
+        loop {
+            let mut conn = connect_member(pods, member, self.password.as_deref()).await?;
+            let mut still = Vec::new();
+            for chunk in waiting.chunks(PIPELINE) {
+                let commands: Vec<Vec<Vec<u8>>> = chunk
+                    .iter()
+                    .map(|&i| vec![b"GET".to_vec(), self.keys[i].as_bytes().to_vec()])
+                    .collect();
+                for (&i, reply) in chunk.iter().zip(conn.pipeline(&commands).await?) {
+                    if reply != Reply::Bulk(self.value_of(&self.keys[i]).into_bytes()) {
+                        still.push(i);
+                    }
+                }
+            }
+            if still.is_empty() {
+                return Ok(());
+            }
+            if tokio::time::Instant::now() >= deadline {
+                bail!(
+                    "data check {}: {} keys still not read through {member} as first written \
+                     {REPLICATED_WITHIN:?} after the writes, {} among them",
+                    self.label,
+                    still.len(),
+                    self.keys[still[0]]
+                );
+            }
+            waiting = still;
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
     }
 
     /// Send `commands` through `member`, pipelined, and fail unless the `n`-th reply is
