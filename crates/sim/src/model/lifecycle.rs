@@ -87,6 +87,8 @@ impl Cluster {
             ),
             ae_round: 0,
             next_ae_ms,
+            ae_inbox: Default::default(),
+            ae_credit: 0.0,
             gauges: None,
             next_gauges_ms: now_ms + self.settings.gauge_refresh_ms.max(1),
             leases: HashMap::new(),
@@ -178,6 +180,7 @@ impl Cluster {
             self.up_by_id.remove(&id);
         }
         self.availability_dirty = true;
+        self.drop_links(key);
         self.announce(now_ms, &id, None, detect);
     }
 }

@@ -116,6 +116,10 @@ pub struct Member {
     pub(crate) ring: Ring,
     pub(crate) ae_round: u64,
     pub(crate) next_ae_ms: u64,
+    /// Its anti-entropy lane: messages received, with their sender, handled in order.
+    pub(crate) ae_inbox: std::collections::VecDeque<(String, super::anti_entropy::AeMsg)>,
+    /// Records its anti-entropy task may still scan this tick (negative: a debt).
+    pub(crate) ae_credit: f64,
     pub(crate) gauges: Option<Gauges>,
     pub(crate) next_gauges_ms: u64,
     /// Keys it fetched as a non-owner → until when its copy is fresh.

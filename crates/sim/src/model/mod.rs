@@ -11,7 +11,9 @@
 //! - [`lifecycle`]: start, `/drain`, SIGTERM, kill.
 //! - [`keys`]: writes (local commit) and reads (owners local, non-owners read through).
 //! - [`ring`]: every commit's ring entry (occupancy) and shipping of originated writes.
-//! - [`anti_entropy`]: rounds of exchanges between owners, and offers of stranded data.
+//! - [`anti_entropy`]: rounds of per-bucket exchanges between owners, and offers of
+//!   stranded data.
+//! - [`mesh`]: the bounded send queues and the sequential handler the exchanges go through.
 //! - [`bootstrap`]: whole-partition copies into locally empty partitions, and the join gate.
 //! - [`metrics`]: gauges refreshed every 2 s, counters, figures.
 //! - [`loss`]: the simulator's own availability and loss figures.
@@ -26,6 +28,7 @@ mod keys;
 mod lifecycle;
 mod loss;
 mod member;
+mod mesh;
 mod metrics;
 mod placement;
 mod ring;
@@ -86,6 +89,10 @@ pub struct Cluster {
     availability_dirty: bool,
     /// Times a partition became owned by no running member (the simulator's loss figure).
     pub lost_partitions_total: u64,
+    /// Anti-entropy send queues between member processes.
+    mesh: BTreeMap<mesh::Link, std::collections::VecDeque<anti_entropy::AeMsg>>,
+    /// Anti-entropy messages dropped (full queue, frame limit, no peer).
+    ae_dropped: u64,
     rng: u64,
     seq: u64,
     last_tick_ms: Option<u64>,
@@ -106,6 +113,8 @@ impl Cluster {
             unavailable: vec![false; p],
             availability_dirty: false,
             lost_partitions_total: 0,
+            mesh: BTreeMap::new(),
+            ae_dropped: 0,
             rng: seed | 1,
             seq: 0,
             last_tick_ms: None,

@@ -55,8 +55,22 @@ pub struct Settings {
     pub ae_interval_ms: u64,
     /// ... plus a jitter below this.
     pub ae_jitter_ms: u64,
-    /// Probability that one anti-entropy exchange of a round is silently dropped.
+    /// Probability that one anti-entropy message is silently dropped (beside the drops of a
+    /// full queue).
     pub ae_drop_probability: f64,
+    /// Messages a mesh connection's send queue holds; one put on a full queue is dropped
+    /// (`WRITER_QUEUE` on the node: 4,096).
+    pub ae_queue_capacity: usize,
+    /// Messages a member's anti-entropy lane holds before its connections stall (8,192).
+    pub ae_inbox_capacity: usize,
+    /// An anti-entropy message encoded larger than this is dropped (`MAX_FRAME`: 8 MiB).
+    pub ae_frame_limit_bytes: u64,
+    /// Records a member's anti-entropy task scans a second: what its one sequential handler
+    /// gets through (a bucket's keys, a diff, a request each scan their whole partition).
+    /// Chosen against the real `gap` trace (crates/sim/tests/traces): repairs spread over
+    /// rounds as there; at lower rates the lanes clog and repair stalls, which the node did
+    /// not. The model still empties its backlog about twice as fast as the node. 0: unlimited.
+    pub ae_scan_records_per_sec: f64,
     /// Lease of a copy a non-owner fetched for a read.
     pub read_lease_ms: u64,
     /// Gauges (cluster, ring, mesh, join gate, disk) are refreshed this often; they read 0
@@ -90,6 +104,10 @@ impl Default for Settings {
             ae_interval_ms: 5000,
             ae_jitter_ms: 2000,
             ae_drop_probability: 0.0,
+            ae_queue_capacity: 4096,
+            ae_inbox_capacity: 8192,
+            ae_frame_limit_bytes: 8 << 20,
+            ae_scan_records_per_sec: 200_000.0,
             read_lease_ms: 60_000,
             gauge_refresh_ms: 2000,
             returning_grace_ms: 3_600_000,

@@ -330,6 +330,85 @@ fn a_silently_skipped_write_is_readable_through_an_owner_only_after_an_ae_round(
     assert_eq!(figure(&c, before + 0.5, 1).ae_repair_ops_total, 1);
 }
 
+/// Keys `s-0..n` member 1 does not hold, after writing them through member 0 with every
+/// ring entry skipped, and running until both members' first round after the writes is over.
+fn missing_after_one_round(queue: usize, n: usize) -> (usize, u64) {
+    let mut c = boot_with(
+        Settings {
+            ring_skip_fraction: 1.0,
+            ae_queue_capacity: queue,
+            ..settings()
+        },
+        2,
+        2,
+    );
+    for i in 0..n {
+        c.set(secs(20.0), &member(0), format!("s-{i}").as_bytes(), b"v")
+            .unwrap();
+    }
+    let round = |c: &Cluster, i: usize| c.members[&member(i)].next_ae_ms as f64 / 1000.0;
+    let both = round(&c, 0).max(round(&c, 1)) + 0.5;
+    assert!(
+        both < round(&c, 0).min(round(&c, 1)) + 5.0,
+        "one round each"
+    );
+    run(&mut c, 20.1, both);
+    let missing = (0..n)
+        .filter(|i| on_volume(&c, 1, format!("s-{i}").as_bytes()).is_none())
+        .count();
+    (missing, c.ae_messages_dropped())
+}
+
+#[test]
+fn a_round_repairs_only_what_fits_its_queues() {
+    // 256 partitions, 3,000 keys: about 12 differing buckets a partition, so a round's
+    // bucket messages (about 3,000 each way) overflow a queue of 500 but not one of 100,000.
+    let (missing, dropped) = missing_after_one_round(100_000, 3_000);
+    assert_eq!(
+        (missing, dropped),
+        (0, 0),
+        "everything fits: one round repairs all"
+    );
+    let (missing, dropped) = missing_after_one_round(500, 3_000);
+    assert!(dropped > 0, "a full queue drops messages");
+    assert!(
+        (500..3_000).contains(&missing),
+        "what was dropped waits for a later round: {missing} of 3,000 missing"
+    );
+}
+
+#[test]
+fn a_bucket_message_over_the_frame_limit_is_dropped_and_never_repairs() {
+    let mut c = boot_with(
+        Settings {
+            ring_skip_fraction: 1.0,
+            // Above the 2 KiB of a partition's bucket digests, below the large value.
+            ae_frame_limit_bytes: 3_000,
+            ..settings()
+        },
+        2,
+        2,
+    );
+    let small = key_owned_by(&c, &[0, 1]);
+    c.set(secs(20.0), &member(0), &small, b"v").unwrap();
+    let big = b"b".repeat(4_000);
+    let large = format!("{}-large", String::from_utf8_lossy(&small));
+    c.set(secs(20.0), &member(0), large.as_bytes(), &big)
+        .unwrap();
+    run(&mut c, 20.1, 60.0);
+    assert_eq!(
+        on_volume(&c, 1, &small),
+        Some(b"v".to_vec()),
+        "a small repair goes through"
+    );
+    assert_eq!(
+        on_volume(&c, 1, large.as_bytes()),
+        None,
+        "its repair exceeds the frame"
+    );
+    assert!(c.ae_messages_dropped() > 0);
+}
+
 #[test]
 fn the_default_skip_fraction_is_the_measured_one() {
     let s = Settings::default();

@@ -42,6 +42,7 @@ impl Cluster {
         for key in &keys {
             self.anti_entropy(key, now_ms);
         }
+        self.run_mesh(&keys, dt);
         // SIGTERM'd members whose ring drained (or whose time is up) exit.
         for key in &keys {
             self.maybe_exit_after_flush(key, now_ms);

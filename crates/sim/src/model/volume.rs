@@ -121,19 +121,3 @@ impl Volume {
             .count() as u64
     }
 }
-
-/// What `from` has of `pid` that `to` lacks or has older: the records an exchange sends.
-pub(crate) fn newer_in(from: &Volume, to: &Volume, pid: u32) -> Vec<(Vec<u8>, Entry)> {
-    let Some(src) = from.data.get(&pid) else {
-        return Vec::new();
-    };
-    let dst = to.data.get(&pid);
-    src.entries
-        .iter()
-        .filter(|(k, e)| {
-            dst.and_then(|d| d.entries.get(*k))
-                .is_none_or(|have| have.version < e.version)
-        })
-        .map(|(k, e)| (k.clone(), e.clone()))
-        .collect()
-}
