@@ -20,7 +20,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 # The lane on real members: 5 -> 3 removing the chosen member; a replacement on the member's
 # own volume and one on a fresh volume; a roll of every member; 5 -> 4 under a steady load
 # through the Service, and with a client pinned to the leaver; the data check's negative control
-# (a raw pod + PVC delete 5 s after writes loses keys, and the check names them); the upgrade from
+# (a forced pod + PVC delete 5 s after 160 MiB of writes loses keys, and the check names them); the upgrade from
 # the pinned commit.
 REAL_LANE=(
   creates_members_then_scales_3_5_3_removing_the_chosen_member_first
