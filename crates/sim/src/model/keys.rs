@@ -45,8 +45,8 @@ impl Cluster {
         Ok(self.read(now, member, key)?.map(|v| v.to_vec()))
     }
 
-    /// `DEL key...` through `member`: writes a tombstone for each key and answers how many of
-    /// them existed as `member` saw them (a key given twice counts once, as in Redis).
+    /// `DEL key...` through `member`: writes a tombstone for each key `member` sees and
+    /// answers how many it saw (a key given twice counts once, as in Redis).
     pub fn del(
         &mut self,
         now: Duration,
@@ -55,10 +55,12 @@ impl Cluster {
     ) -> Result<u64, NotServing> {
         let mut existed = 0;
         for key in keys {
+            // A key the member does not see (an owner that lacks it, a non-owner whose owners
+            // answered nothing) is left alone: no tombstone (marekvs `generic::del`).
             if self.read(now, member, key)?.is_some() {
                 existed += 1;
+                self.write(member, key, None)?;
             }
-            self.write(member, key, None)?;
         }
         Ok(existed)
     }

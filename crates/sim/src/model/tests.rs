@@ -818,6 +818,41 @@ fn deletes_are_tombstones_that_win_over_older_values() {
 }
 
 #[test]
+fn a_delete_through_an_owner_that_lacks_the_key_writes_no_tombstone() {
+    let mut c = boot_with(
+        Settings {
+            ring_skip_fraction: 1.0,
+            ..exact()
+        },
+        2,
+        2,
+    );
+    let k = key_owned_by(&c, &[0, 1]);
+    c.set(secs(20.0), &member(0), &k, b"v").unwrap();
+    let next_round = c.members[&member(0)]
+        .next_ae_ms
+        .min(c.members[&member(1)].next_ae_ms) as f64
+        / 1000.0;
+    assert!(next_round > 20.3, "no round before the delete");
+    run(&mut c, 20.1, 20.2);
+    assert_eq!(
+        on_volume(&c, 1, &k),
+        None,
+        "skipped: only its origin has it"
+    );
+    assert_eq!(
+        c.del(secs(20.2), &member(1), std::slice::from_ref(&k)),
+        Ok(0)
+    );
+    run(&mut c, 20.3, next_round + 8.0);
+    assert_eq!(
+        c.get(secs(next_round + 8.0), &member(1), &k).unwrap(),
+        Some(b"v".to_vec()),
+        "nothing deleted: the value reaches it by anti-entropy"
+    );
+}
+
+#[test]
 fn a_stopped_member_serves_nothing() {
     let mut c = boot(3, 2);
     c.kill(secs(20.0), &member(2));
