@@ -149,6 +149,12 @@ const AE_MIN: u64 = 5;
 const AE_JITTER: u64 = 3;
 /// Chance that one anti-entropy exchange is dropped (a full send queue: silent).
 const AE_DROP: f64 = 0.002;
+/// Messages one member's round puts on its queue to one peer before the queue is full and the
+/// rest are dropped, silently. On the node an exchange is its root and one message per bucket
+/// that differs, each put on the connection's 4,096-message queue without waiting, which
+/// holds three times the roots a round sends one peer (1,365 of 4,096 partitions at 3
+/// members, RF 2); here 3 x 16 of the 32 partitions. A batch stands for a differing bucket.
+const AE_QUEUE: u64 = 48;
 /// Records a partition's base counts for in a repair counter.
 const BASE_RECORDS: u64 = 50;
 /// Ticks a stopped process stays in the others' views (the failure detector).
@@ -376,6 +382,8 @@ struct Exchange {
     to: u32,
     p: usize,
     both: bool,
+    /// Differing batches it carries: those past its queue's room were dropped.
+    room: u64,
 }
 
 /// A rogue client dialling one member's pod address.
@@ -990,6 +998,7 @@ impl World {
                 continue;
             }
             let cands = candidates(&self.view(o));
+            let mut queued: BTreeMap<u32, u64> = BTreeMap::new();
             for p in 0..PARTITIONS {
                 let owners = self.owners(p, &cands);
                 let (peers, both): (Vec<u32>, bool) = if owners.contains(&o) {
@@ -1015,11 +1024,25 @@ impl World {
                     self.load.exchanges_dropped_shipping += 1;
                     continue;
                 }
+                // Its root, then one message per differing batch while the queue has room.
+                let used = queued.entry(to).or_insert(0);
+                if *used >= AE_QUEUE {
+                    self.load.exchanges_cut_by_queue += 1;
+                    continue;
+                }
+                *used += 1;
+                let differing = self.differing(o, to, p, both);
+                let room = differing.min(AE_QUEUE - *used);
+                *used += room;
+                if room < differing {
+                    self.load.exchanges_cut_by_queue += 1;
+                }
                 self.exchanges.push(Exchange {
                     from: o,
                     to,
                     p,
                     both,
+                    room,
                 });
             }
         }
@@ -1032,30 +1055,47 @@ impl World {
             if !up(x.from) || !up(x.to) {
                 continue;
             }
-            self.merge(x.from, x.to, x.p);
+            let left = self.merge(x.from, x.to, x.p, x.room);
             if x.both {
-                self.merge(x.to, x.from, x.p);
+                self.merge(x.to, x.from, x.p, left);
             }
         }
     }
 
-    /// What `a` holds of partition `p` and `b` lacks reaches `b`.
-    fn merge(&mut self, a: u32, b: u32, p: usize) {
+    /// Batches (a missing base counts as one) that differ between `a` and `b` in partition
+    /// `p`: what `a` has and `b` lacks, and the other way too for an owner's exchange.
+    fn differing(&self, a: u32, b: u32, p: usize, both: bool) -> u64 {
+        let one_way = |a: u32, b: u32| {
+            u64::from(self.holds(a, p) && !self.holds(b, p))
+                + self.batches[p]
+                    .iter()
+                    .filter(|x| x.holders & bit(a) != 0 && x.holders & bit(b) == 0)
+                    .count() as u64
+        };
+        one_way(a, b) + if both { one_way(b, a) } else { 0 }
+    }
+
+    /// What `a` holds of partition `p` and `b` lacks reaches `b`, at most `room` batches (a
+    /// base counts as one); returns the room left.
+    fn merge(&mut self, a: u32, b: u32, p: usize, mut room: u64) -> u64 {
         let mut records = 0;
-        if self.holds(a, p) && !self.holds(b, p) {
+        if room > 0 && self.holds(a, p) && !self.holds(b, p) {
             self.vols.get_mut(&b).unwrap().data[p] = true;
             records += BASE_RECORDS;
+            room -= 1;
         }
         for x in self.batches[p].iter_mut() {
-            if x.holders & bit(a) != 0 && x.holders & bit(b) == 0 {
+            if room > 0 && x.holders & bit(a) != 0 && x.holders & bit(b) == 0 {
                 x.holders |= bit(b);
                 records += x.n;
                 self.load.ae_delivered += x.n;
+                room -= 1;
             }
         }
         let pod = self.pods.get_mut(&b).unwrap();
         pod.repairs += records;
         pod.ring += records;
+        room
     }
 
     /// Writes on every volume holding their partition's base become part of it.
@@ -1797,6 +1837,8 @@ struct LoadCounts {
     /// Passes whose hand-off was held by repairs after the leaver's window stalled.
     held_by_stalled_window: u64,
     exchanges_dropped_shipping: u64,
+    /// Exchanges cut short or dropped by a full queue (`AE_QUEUE`).
+    exchanges_cut_by_queue: u64,
     /// Passes that read a member's rounds, input bytes or own RESP bytes as unknown.
     unknown_figure_passes: u64,
     /// Client-traffic labels set on pods (`Action::SetClientTraffic`).
@@ -1838,6 +1880,7 @@ impl std::ops::AddAssign for LoadCounts {
         self.held_by_shipping += o.held_by_shipping;
         self.exited_unshipped += o.exited_unshipped;
         self.exchanges_dropped_shipping += o.exchanges_dropped_shipping;
+        self.exchanges_cut_by_queue += o.exchanges_cut_by_queue;
         self.held_by_stalled_window += o.held_by_stalled_window;
         self.unknown_figure_passes += o.unknown_figure_passes;
         self.traffic_labels += o.traffic_labels;
@@ -3363,7 +3406,7 @@ fn no_schedule_loses_data_or_disrupts_two_members_and_every_one_converges() {
     println!(
         "dst write load: {} writes acknowledged ({} from a rogue client), {} past a ring gap, {} write copies skipped for a peer, {} write copies delivered by anti-entropy; \
          {} members removed ({} under load), {} removal victims' pods deleted and checked for client input ({} while another ready member's join-gate gauge read above 0), {} victims restarted on their volume to close client connections, {} rings stalled for good while shipping ({} removal victims' pods deleted while stalled), {} pods deleted by the operator holding {} writes found nowhere else (kept on their volume); \
-         hand-offs held: {} passes by the leaver's client input, {} by its anti-entropy rounds, {} by its ring still shipping, {} by repairs after its window stalled ({} loads stopped by the user for it); {} writes still unshipped when their process exited, {} exchanges dropped beside a shipping ring; {} passes reading rounds, input or own bytes as unknown; {} client-traffic labels set; {} passes refused at replicationFactor 1; \
+         hand-offs held: {} passes by the leaver's client input, {} by its anti-entropy rounds, {} by its ring still shipping, {} by repairs after its window stalled ({} loads stopped by the user for it); {} writes still unshipped when their process exited, {} exchanges dropped beside a shipping ring, {} cut short by a full queue; {} passes reading rounds, input or own bytes as unknown; {} client-traffic labels set; {} passes refused at replicationFactor 1; \
          known gaps, not violations: {} stale volumes replaced while holding {} writes found nowhere else (lost), {} writes on volumes users discarded",
         l.writes,
         l.rogue_writes,
@@ -3386,6 +3429,7 @@ fn no_schedule_loses_data_or_disrupts_two_members_and_every_one_converges() {
         counts.loads_stopped_for_stalled_window,
         l.exited_unshipped,
         l.exchanges_dropped_shipping,
+        l.exchanges_cut_by_queue,
         l.unknown_figure_passes,
         l.traffic_labels,
         counts.single_copy_passes,
@@ -3445,7 +3489,8 @@ fn no_schedule_loses_data_or_disrupts_two_members_and_every_one_converges() {
             l.held_by_shipping > 0
                 && l.held_by_stalled_window > 0
                 && l.exited_unshipped > 0
-                && l.exchanges_dropped_shipping > 0,
+                && l.exchanges_dropped_shipping > 0
+                && l.exchanges_cut_by_queue > 0,
             "{l:?}"
         );
         assert!(counts.loads_stopped_for_stalled_window > 0, "{counts:?}");
