@@ -125,8 +125,10 @@ fi
 set +e
 # Every test of every binary in one queue, E2E_THREADS at a time, longest first; the tests that
 # change what the whole cluster sees run first, alone (hack/run-e2e.py says which and why).
+# E2E_EXCLUSIVE names more such binaries (comma-separated).
 # shellcheck disable=SC2086
-python3 "$here/run-e2e.py" --jobs "${E2E_THREADS:-4}" --exclusive apiserver,install,upgrade,report \
+python3 "$here/run-e2e.py" --jobs "${E2E_THREADS:-4}" \
+  --exclusive "apiserver,install,upgrade,report${E2E_EXCLUSIVE:+,$E2E_EXCLUSIVE}" \
   --durations "$REPO/e2e/durations.json" ${E2E_RECORD:+--record "$E2E_RECORD"} $e2e_bins -- "$@" 2>&1 | tee "$log_file"
 rc=${PIPESTATUS[0]}
 set -e
