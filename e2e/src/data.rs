@@ -400,7 +400,7 @@ impl DataSet {
                 .iter()
                 .map(|&i| set.set_command(&set.keys[i]))
                 .collect();
-            set.send(pods, member, &commands, |_| Reply::Simple("OK".into()))
+            set.send(pods, member, &commands, Reply::Simple("OK".into()))
                 .await?;
             set.written_through.insert(member.to_string(), mine.len());
             set.first_writer.insert(member.to_string(), mine);
@@ -476,7 +476,7 @@ impl DataSet {
                 .iter()
                 .map(|&i| vec![b"DEL".to_vec(), self.keys[i].as_bytes().to_vec()])
                 .collect();
-            self.send(pods, next, &commands, |_| Reply::Simple("OK".into()))
+            self.send(pods, next, &commands, Reply::Simple("OK".into()))
                 .await?;
             // A DEL is a no-op, without a tombstone, on a member that does not see the key
             // (marekvs reads through only as a non-owner, and a non-owner's lease may hold an
@@ -486,7 +486,7 @@ impl DataSet {
             } else {
                 next
             };
-            self.send(pods, deleter, &deletes, |_| Reply::Integer(1))
+            self.send(pods, deleter, &deletes, Reply::Integer(1))
                 .await?;
             self.overwritten
                 .extend(rewrite.iter().map(|&i| self.keys[i].clone()));
@@ -502,19 +502,18 @@ impl DataSet {
         Ok(())
     }
 
-    /// Send `commands` through `member`, pipelined, and fail unless the `n`-th reply is
-    /// `expected(n)`.
+    /// Send `commands` through `member`, pipelined, and fail unless every reply is `expected`.
     async fn send(
         &self,
         pods: &Api<Pod>,
         member: &str,
         commands: &[Vec<Vec<u8>>],
-        expected: impl Fn(usize) -> Reply,
+        expected: Reply,
     ) -> anyhow::Result<()> {
         let mut conn = connect_member(pods, member, self.password.as_deref()).await?;
-        for (c, chunk) in commands.chunks(PIPELINE).enumerate() {
-            for (i, (command, reply)) in chunk.iter().zip(conn.pipeline(chunk).await?).enumerate() {
-                if reply != expected(c * PIPELINE + i) {
+        for chunk in commands.chunks(PIPELINE) {
+            for (command, reply) in chunk.iter().zip(conn.pipeline(chunk).await?) {
+                if reply != expected {
                     let shown: Vec<String> = command
                         .iter()
                         .take(2)
