@@ -16,6 +16,10 @@ here=$(cd "$(dirname "$0")" && pwd)
 cache=${MAREKVS_CACHE:-$HOME/.cache/marekvs-operator}
 bin="$cache/bin/k8s-$KUBE_VERSION-etcd-$ETCD_VERSION-kwok-$KWOK_VERSION"
 mkdir -p "$bin"
+# One build at a time: .ci/run starts this in the background while lint and make test call it
+# too; a second caller waits here, then finds every binary built.
+exec 9>"$bin/.lock"
+flock 9
 export CGO_ENABLED=0 GOFLAGS=-buildvcs=false
 
 log() { printf '[build-control-plane] %s\n' "$*" >&2; }
@@ -73,9 +77,10 @@ MOD
 }
 
 build_kwok() {
-  if ! { [ -x "$bin/kwok" ] && [ -x "$bin/kwokctl" ]; }; then
+  # kwok only: the cluster scripts start kwok themselves, never through kwokctl.
+  if ! [ -x "$bin/kwok" ]; then
     log "building kwok $KWOK_VERSION"
-    GOBIN="$bin" go install -trimpath -ldflags "-s -w" "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION" "sigs.k8s.io/kwok/cmd/kwokctl@$KWOK_VERSION"
+    GOBIN="$bin" go install -trimpath -ldflags "-s -w" "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"
   fi
   # kwok's Logs and PortForward CRDs, from the same module: with them kwok's kubelet API
   # serves `kubectl logs` and `kubectl port-forward` for the pods the podlet runs.

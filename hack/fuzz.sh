@@ -13,7 +13,8 @@ version=0.13.2
 rustup toolchain list | grep -q '^nightly' || rustup toolchain install nightly --profile minimal
 if ! cargo fuzz --version 2>/dev/null | grep -q " $version\$"; then
   log "installing cargo-fuzz $version"
-  cargo install cargo-fuzz --version "$version" --locked --quiet
+  # An unoptimised build (a fraction of the release build's time); it only drives cargo.
+  cargo install cargo-fuzz --version "$version" --locked --quiet --debug
 fi
 # A target directory of its own: the nightly build with sanitizer flags would otherwise replace
 # the stable build's artifacts in a shared one (.ci/run shares one across clones).

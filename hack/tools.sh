@@ -17,10 +17,14 @@ log() { printf '[tools] %s\n' "$*" >&2; }
 build() {
   local tool=$1 version=$2 package=$3 ldflags=$4 tags=${5:-}
   local dir="$cache/bin/$tool-$version"
+  # One build of a tool at a time (.ci/run starts them in the background while lint needs
+  # them): a second caller waits on the lock, then finds the tool built.
+  mkdir -p "$dir"
+  exec 9>"$dir/.lock"
+  flock 9
   if [ ! -x "$dir/$tool" ]; then
     command -v go >/dev/null || { log "go is needed to build $tool (or put $tool $version at $dir/$tool)"; exit 1; }
     log "building $tool $version from $package (first use only)"
-    mkdir -p "$dir"
     CGO_ENABLED=0 GOFLAGS="-buildvcs=false ${GOFLAGS:-}" GOBIN="$dir" go install -trimpath ${tags:+-tags "$tags"} \
       -ldflags "-s -w $ldflags" "$package@$version"
   fi
