@@ -21,14 +21,11 @@ if [ ! -x "$cache/marekvs-operator" ]; then
   log "building the operator at $commit (once; cached in $cache)"
   src=$(mktemp -d)
   git -C "$REPO" archive "$commit" | tar -x -C "$src"
-  # Its intermediate artifacts go to this checkout's build directory: the pinned commit's
-  # dependencies are this workspace's, so a cold machine compiles only the crates that differ
-  # (about 40, not 400). Its binary lands in a target directory of its own, so it never
-  # replaces this checkout's marekvs-operator.
-  build_dir=${CARGO_BUILD_BUILD_DIR:-${CARGO_TARGET_DIR:-target}}
-  case $build_dir in /*) ;; *) build_dir=$REPO/$build_dir ;; esac
-  (cd "$src" && CARGO_BUILD_BUILD_DIR="$build_dir" CARGO_TARGET_DIR="$cache/target" \
-    cargo build -q --locked -p marekvs-operator --bin marekvs-operator)
+  # A target (or build) directory of its own, never this checkout's: cargo names a workspace
+  # crate's artifacts by its path under the workspace root, the same in both trees, so the
+  # pinned commit's marekvs-core would replace this checkout's (seen: a shared build directory
+  # had the unit stage compile marekvs-api against the old core).
+  (cd "$src" && CARGO_TARGET_DIR="$cache/target" cargo build -q --locked -p marekvs-operator --bin marekvs-operator)
   mkdir -p "$cache"
   cp "$cache/target/debug/marekvs-operator" "$cache/marekvs-operator.tmp"
   mv "$cache/marekvs-operator.tmp" "$cache/marekvs-operator"
