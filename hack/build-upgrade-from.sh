@@ -5,6 +5,9 @@
 # holding COMMIT, bin/marekvs-operator and deploy/.
 #
 # Needs the commit in this clone's history (a shallow CI checkout needs fetch-depth: 0).
+#
+#   hack/build-upgrade-from.sh           # build what is missing, print the directory
+#   hack/build-upgrade-from.sh --where   # print the directory it is, or will be, in; build nothing
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib.sh"
@@ -17,6 +20,11 @@ git -C "$REPO" cat-file -e "$commit^{commit}" 2>/dev/null || {
 }
 cache=${MAREKVS_CACHE:-$HOME/.cache/marekvs-operator}/upgrade-from/$commit
 out=$REPO/.state/upgrade-from/$commit
+if [ "${1:-}" = --where ]; then echo "$out"; exit 0; fi
+# One build at a time (hack/test-e2e.sh starts it in the background).
+mkdir -p "$(dirname "$cache")"
+exec 9>"$(dirname "$cache")/.lock"
+flock 9
 if [ ! -x "$cache/marekvs-operator" ]; then
   log "building the operator at $commit (once; cached in $cache)"
   src=$(mktemp -d)

@@ -20,6 +20,12 @@ here) prints its reason and counts as ignored, as it does under cargo.
 
   hack/run-e2e.py [--jobs N] [--exclusive a,b] [--durations FILE] [--record FILE] BIN... [-- FILTER...]
 
+--await FILE=READY (repeatable) holds the tests of binary FILE until the file READY exists:
+hack/test-e2e.sh builds what only some tests need (helm, the operator at the pinned commit) in
+the background and writes READY when the build ends, "ok" or its error. The other tests run
+meanwhile; the exclusive binaries that await nothing run first. A build that failed fails the
+tests that awaited it, with its error.
+
 --record writes each test's wall time, to refresh the durations file.
 """
 
@@ -57,6 +63,28 @@ def run_one(binary, name):
     return proc.stdout, proc.returncode == 0, time.monotonic() - started
 
 
+# A cold build of what a test awaits takes minutes; a builder that died without a word, forever.
+READY_WITHIN_S = 45 * 60
+
+
+def wait_ready(files):
+    """Wait until each READY file exists: None when each says ok, else what failed."""
+    for ready in files:
+        if not os.path.exists(ready):
+            print(f"run-e2e: waiting for {ready}", flush=True)
+            waited = time.monotonic()
+            while not os.path.exists(ready):
+                if time.monotonic() - waited > READY_WITHIN_S:
+                    return f"{ready}: not written within {READY_WITHIN_S}s"
+                time.sleep(1)
+            print(f"run-e2e: {ready} after {time.monotonic() - waited:.0f}s", flush=True)
+        with open(ready) as f:
+            said = f.read().strip()
+        if said != "ok":
+            return f"{ready}: {said}"
+    return None
+
+
 class Pool:
     """JOBS workers over a queue; prints each test's output as it ends."""
 
@@ -64,6 +92,15 @@ class Pool:
         self.jobs = jobs
         self.lock = threading.Lock()
         self.results = []
+
+    def fail(self, queue, error):
+        """Count each test of the queue failed, without running it."""
+        for binary, name in queue:
+            label = f"{os.path.basename(binary).rsplit('-', 1)[0]}::{name}"
+            sys.stdout.write(f"\n===== {label} (FAILED, not run)\n{error}\n")
+            sys.stdout.write("test result: FAILED. 0 passed; 1 failed; 0 ignored; 0 measured; 0 filtered out\n")
+            self.results.append((label, name, False, 0.0))
+        sys.stdout.flush()
 
     def run(self, queue):
         queue = list(queue)
@@ -101,6 +138,8 @@ def main():
     p.add_argument("--exclusive", default="", help="binaries (by test file name) whose tests run with nothing else")
     p.add_argument("--durations", help="JSON: test name -> seconds, for the order")
     p.add_argument("--record", help="write each test's wall time here (JSON)")
+    p.add_argument("--await", dest="awaits", action="append", default=[], metavar="FILE=READY",
+                   help="hold the tests of binary FILE until the file READY exists")
     p.add_argument("binaries", nargs="+")
     args = p.parse_args(argv)
 
@@ -115,6 +154,13 @@ def main():
         # cargo names a test binary <file>-<hash>.
         return os.path.basename(binary).rsplit("-", 1)[0]
 
+    awaits = {}
+    for a in args.awaits:
+        stem, _, ready = a.partition("=")
+        if not ready:
+            p.error(f"--await {a}: FILE=READY")
+        awaits.setdefault(stem, []).append(ready)
+
     groups, shared = [], []
     for binary in args.binaries:
         tests = [(binary, t) for t in listed(binary, filters)]
@@ -123,6 +169,8 @@ def main():
                 groups.append(tests)
         else:
             shared.extend(tests)
+    # Exclusive binaries that await a build run after those that await none.
+    groups.sort(key=lambda g: file_of(g[0][0]) in awaits)
     shared.sort(key=lambda job: -hints.get(job[1], unknown))
     total = sum(len(g) for g in groups) + len(shared)
     print(f"run-e2e: {total} tests, {args.jobs} at a time; {len(groups)} exclusive binaries first", flush=True)
@@ -130,7 +178,19 @@ def main():
     pool = Pool(args.jobs)
     started = time.monotonic()
     for group in groups:
-        pool.run(group)
+        error = wait_ready(awaits.get(file_of(group[0][0]), []))
+        if error:
+            pool.fail(group, error)
+        else:
+            pool.run(group)
+    if any(file_of(b) in awaits for b, _ in shared):
+        # A shared test that awaits a build: hold the shared queue until it is ready.
+        ready = [r for b, _ in shared for r in awaits.get(file_of(b), [])]
+        error = wait_ready(sorted(set(ready)))
+        if error:
+            held = [job for job in shared if file_of(job[0]) in awaits]
+            pool.fail(held, error)
+            shared = [job for job in shared if job not in held]
     pool.run(shared)
     wall = time.monotonic() - started
 

@@ -16,11 +16,15 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib.sh"
 log_file=$(mktemp)
+builders=()
 # Whatever a shell left over (from make demo, kind) must not point the tests elsewhere.
 unset MAREKVS_SIM_CONTROL_URL MAREKVS_E2E_EXTERNAL_OPERATOR
 
 finish() {
   local rc=$?
+  # The background builds end here too (each a no-op once cached; the next run needs them).
+  [ ${#builders[@]} -eq 0 ] || wait "${builders[@]}" 2>/dev/null || true
+  [ -z "${ready:-}" ] || rm -rf "$ready"
   cluster_env test
   if [ $rc -ne 0 ] && [ -d "$STATE/logs" ]; then
     for f in "$STATE"/logs/marekvs-sim.log "$STATE"/logs/operator-*.log; do
@@ -95,8 +99,25 @@ cluster_env test
 # The API server logs every change the operators ask for: a test counts a deposed leader's.
 APISERVER_AUDIT=mutations "$here/cluster-up.sh" test >/dev/null
 export MAREKVS_E2E_AUDIT_LOG=$STATE/logs/audit.log
-# The operator as it stood at the commit e2e/upgrade-from.env pins (e2e/tests/upgrade.rs).
-upgrade_from=$("$here/build-upgrade-from.sh")
+# Helm and the operator as it stood at the commit e2e/upgrade-from.env pins
+# (e2e/tests/upgrade.rs) build in the background, at a lower priority (no-ops once cached):
+# only the install, report and upgrade tests need them, and the runner holds those until the
+# build each awaits wrote its READY file ("ok" or its error), running the others meanwhile.
+ready=$(mktemp -d)
+builders=()
+build_beside() {
+  local name=$1; shift
+  (
+    if nice -n 10 "$@" > "$ready/$name.log" 2>&1; then echo ok; else
+      echo "building $name ($*) failed:"; tail -n 20 "$ready/$name.log"
+    fi > "$ready/$name.tmp"
+    mv "$ready/$name.tmp" "$ready/$name"
+  ) &
+  builders+=($!)
+}
+build_beside helm "$here/tools.sh" helm
+build_beside upgrade-from "$here/build-upgrade-from.sh"
+upgrade_from=$("$here/build-upgrade-from.sh" --where)
 export MAREKVS_E2E_UPGRADE_FROM=$upgrade_from
 # Pods of the operator image (the shipped installs, e2e/tests/install.rs) run as this build;
 # tagged `upgrade-from`, as that older one.
@@ -104,7 +125,7 @@ MAREKVS_SIM_OPERATOR_BIN=$target/marekvs-operator \
   MAREKVS_SIM_OPERATOR_BIN_FOR_TAG=upgrade-from=$upgrade_from/bin/marekvs-operator \
   "$here/sim-up.sh" test >/dev/null
 bin=$("$here/build-control-plane.sh")
-export MAREKVS_E2E_KUBECTL=$bin/kubectl MAREKVS_E2E_HELM=$("$here/tools.sh" helm)
+export MAREKVS_E2E_KUBECTL=$bin/kubectl MAREKVS_E2E_HELM=$("$here/tools.sh" --where helm)
 export MAREKVS_E2E_OPERATOR_PODS=1 MAREKVS_E2E_POD_LOGS=$STATE/logs/pods
 # Each test runs its own operator process, scoped to the test's namespace, authenticated as
 # the operator's ServiceAccount: the suite proves the least-privilege RBAC is enough.
@@ -129,6 +150,8 @@ set +e
 # shellcheck disable=SC2086
 python3 "$here/run-e2e.py" --jobs "${E2E_THREADS:-4}" \
   --exclusive "apiserver,install,upgrade,report${E2E_EXCLUSIVE:+,$E2E_EXCLUSIVE}" \
+  --await "install=$ready/helm" --await "report=$ready/helm" \
+  --await "upgrade=$ready/helm" --await "upgrade=$ready/upgrade-from" \
   --durations "$REPO/e2e/durations.json" ${E2E_RECORD:+--record "$E2E_RECORD"} $e2e_bins -- "$@" 2>&1 | tee "$log_file"
 rc=${PIPESTATUS[0]}
 set -e

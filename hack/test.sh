@@ -3,12 +3,15 @@
 # table of each stage's time, verdict and counts (hack/stages.sh), naming each that failed.
 #
 #   build     every target of the workspace, once (each later stage reuses it); meanwhile, in
-#             the background, what the e2e stages need besides: the control plane, helm and
-#             the operator at the pinned commit of the upgrade test (each cached outside the
+#             the background, the control plane the e2e stages need (cached outside the
 #             repository, so a no-op when warm)
 #   unit      unit, property and simulation tests (the DST's 10,000 schedules over the cores)
 #   fuzz      the metrics parser for FUZZ_SECONDS
-#   e2e       the e2e suite on simulated members (hack/test-e2e.sh)
+#             (unit and fuzz need no cluster: they run beside the e2e stages, at the lowest CPU
+#             priority, so they take the cores the e2e tests leave idle; their output is
+#             printed whole when they end, after the e2e stages')
+#   e2e       the e2e suite on simulated members (hack/test-e2e.sh, which builds helm and the
+#             operator at the pinned commit of the upgrade test beside the first tests)
 #   e2e-real  the disruptive, data-checked e2e tests again on real marekvs members, when
 #             MAREKVS_REAL_BIN names a marekvs-server binary; otherwise each is reported
 #             skipped, with the reason (a machine without the binary still passes)
@@ -35,18 +38,20 @@ REAL_LANE=(
 stages_begin build unit fuzz e2e e2e-real
 
 prep_log=$(mktemp)
-prepare_e2e() {
-  "$here/build-control-plane.sh" >/dev/null && "$here/tools.sh" helm >/dev/null \
-    && "$here/build-upgrade-from.sh" >/dev/null
-}
-prepare_e2e > "$prep_log" 2>&1 &
+"$here/build-control-plane.sh" > "$prep_log" 2>&1 &
 prep=$!
 
 stage build build_all
-stage unit cargo test --no-fail-fast --workspace --exclude marekvs-e2e
-stage fuzz "$here/fuzz.sh" "${FUZZ_SECONDS:-30}"
+beside_log=$(mktemp)
+(
+  renice -n 19 -p "$BASHPID" >/dev/null
+  stage unit cargo test --no-fail-fast --workspace --exclude marekvs-e2e
+  stage fuzz "$here/fuzz.sh" "${FUZZ_SECONDS:-30}"
+) > "$beside_log" 2>&1 &
+beside=$!
 
-# The e2e stages need what the background built; its failure fails them, with its log.
+# The e2e stages need the control plane the background built; its failure fails them, with
+# its log.
 prep_rc=0
 wait "$prep" || prep_rc=$?
 prepared() {
@@ -68,5 +73,7 @@ real_lane() {
 }
 stage e2e e2e
 stage e2e-real real_lane
-rm -f "$prep_log"
+wait "$beside" || true
+cat "$beside_log"
+rm -f "$prep_log" "$beside_log"
 stages_end

@@ -5,18 +5,22 @@
 #   hack/tools.sh helm        # build helm $HELM_VERSION on first use, print its path
 #   hack/tools.sh actionlint  # the same for actionlint $ACTIONLINT_VERSION (GitHub workflows)
 #   hack/tools.sh promtool    # the same for promtool $PROMTOOL_VERSION (the chart's alerting rules)
+#   hack/tools.sh --where helm  # where the tool is, or will be once built; builds nothing
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=versions.env
 . "$here/versions.env"
 cache=${MAREKVS_CACHE:-$HOME/.cache/marekvs-operator}
 log() { printf '[tools] %s\n' "$*" >&2; }
+where=0
+if [ "${1:-}" = --where ]; then where=1; shift; fi
 
 # build <tool> <version> <module path of its main package> <ldflags> [build tags]: go install it
 # once into the cache and print its path.
 build() {
   local tool=$1 version=$2 package=$3 ldflags=$4 tags=${5:-}
   local dir="$cache/bin/$tool-$version"
+  if [ "$where" = 1 ]; then echo "$dir/$tool"; return; fi
   # One build of a tool at a time (.ci/run starts them in the background while lint needs
   # them): a second caller waits on the lock, then finds the tool built.
   mkdir -p "$dir"
@@ -49,7 +53,7 @@ case "${1:-}" in
       "-X github.com/prometheus/common/version.Version=$release" remove_all_sd
     ;;
   *)
-    echo "usage: hack/tools.sh helm|actionlint|promtool" >&2
+    echo "usage: hack/tools.sh [--where] helm|actionlint|promtool" >&2
     exit 2
     ;;
 esac

@@ -29,7 +29,7 @@ fn show(outcomes: &[Outcome]) -> String {
 }
 
 /// The properties each scenario must exercise (hold, not merely "not applicable").
-const APPLIES: [(&str, &[&str]); 5] = [
+const APPLIES: [(&str, &[&str]); 6] = [
     (
         "writes",
         &[
@@ -90,6 +90,25 @@ const APPLIES: [(&str, &[&str]); 5] = [
             "ae_rounds_since_start",
         ],
     ),
+    (
+        "handoff-load",
+        &[
+            "ring_holds_writes",
+            "ring_holds_applies",
+            "ring_never_drains",
+            "drain_moves_nothing",
+            "sigterm_exit_delay",
+            "views_drop_exited",
+            "ae_rounds_since_start",
+            "repairs_after_skips",
+            "counters_reset_on_restart",
+            "returning_member_no_bootstrap",
+            "myid_stable",
+            "generation_changes_on_restart",
+            "missing_never_grows",
+            "drained_exit_loses_nothing",
+        ],
+    ),
 ];
 
 #[test]
@@ -123,7 +142,17 @@ fn every_property_holds_on_every_real_trace() {
         seen.push(trace.scenario);
     }
     seen.sort();
-    assert_eq!(seen, ["drain", "gap", "idle-start", "restart", "writes"]);
+    assert_eq!(
+        seen,
+        [
+            "drain",
+            "gap",
+            "handoff-load",
+            "idle-start",
+            "restart",
+            "writes"
+        ]
+    );
 }
 
 // ----- wrong traces: each property fails -----
@@ -452,7 +481,8 @@ fn run_model(name: &str) -> Trace {
 
 /// The model's trace of scenario `name`, run once per test binary.
 fn model(name: &str) -> &'static Trace {
-    static RUNS: [OnceLock<Trace>; 5] = [const { OnceLock::new() }; 5];
+    static RUNS: [OnceLock<Trace>; scenario::SCENARIOS.len()] =
+        [const { OnceLock::new() }; scenario::SCENARIOS.len()];
     let i = scenario::SCENARIOS
         .iter()
         .position(|s| *s == name)
@@ -460,9 +490,17 @@ fn model(name: &str) -> &'static Trace {
     RUNS[i].get_or_init(|| run_model(name))
 }
 
-/// Properties that hold on the real trace but are not meaningful at the model's scale, with
-/// why: (scenario, property, reason). Each is printed when skipped, never passed silently.
-const NOT_AT_MODEL_SCALE: &[(&str, &str, &str)] = &[];
+/// Known gaps of the model: properties that hold on the real trace and fail on the model's,
+/// with what differs: (scenario, property, what). Each is printed, never passed silently, and
+/// must still fail on the model: once the model meets it, the entry has to go.
+const KNOWN_MODEL_GAPS: &[(&str, &str, &str)] = &[(
+    "handoff-load",
+    "drained_exit_loses_nothing",
+    "a member restarted on its data right after a burst its ring never shipped: through \
+     another member the node repaired the burst in about 30 s (483 of 4,000 sampled keys \
+     missing 9 s after the restart, 0 at 31 s); the model leaves tens of them missing for \
+     minutes (45 at 110 s), and this property reads the scenario's last read",
+)];
 
 /// Every property that holds on the real trace of `name` holds on the model's; none fails there.
 fn model_matches_real_properties(name: &str) {
@@ -471,11 +509,17 @@ fn model_matches_real_properties(name: &str) {
     let mut bad = Vec::new();
     for (r, m) in real.iter().zip(&sim) {
         assert_eq!(r.name, m.name);
-        if let Some((_, _, why)) = NOT_AT_MODEL_SCALE
+        if let Some((_, _, what)) = KNOWN_MODEL_GAPS
             .iter()
             .find(|(s, p, _)| *s == name && *p == r.name)
         {
-            println!("{name}: {} not checked on the model: {why}", r.name);
+            println!("{name}: {} is a known gap of the model: {what}", r.name);
+            assert_eq!(
+                m.verdict,
+                Verdict::Fails,
+                "{name}: the model now meets {}: take it out of KNOWN_MODEL_GAPS\n{m}",
+                r.name
+            );
             continue;
         }
         let must_hold = r.verdict == Verdict::Holds;
@@ -510,6 +554,11 @@ fn model_restart_shows_the_real_properties() {
 #[test]
 fn model_idle_start_shows_the_real_properties() {
     model_matches_real_properties("idle-start");
+}
+
+#[test]
+fn model_handoff_load_shows_the_real_properties() {
+    model_matches_real_properties("handoff-load");
 }
 
 // ----- headline figures: the real trace and the model's, against the same tolerances -----

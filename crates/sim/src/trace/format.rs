@@ -16,7 +16,7 @@ pub const FORMAT_VERSION: u32 = 1;
 
 /// The `marekvs_*` series a trace keeps (names without the prefix); `commands_total` is kept
 /// per `cmd` label in [`Samples::commands`].
-pub const SERIES: [&str; 15] = [
+pub const SERIES: [&str; 18] = [
     "cluster_members",
     "cluster_underreplicated_partitions",
     "cluster_owned_partitions",
@@ -31,6 +31,9 @@ pub const SERIES: [&str; 15] = [
     "mesh_peers",
     "repl_ops_sent_total",
     "repl_ops_applied_total",
+    "repl_inflight_bytes",
+    "repl_window_stalls_total",
+    "repl_send_failures_total",
     "uptime_seconds",
 ];
 

@@ -197,6 +197,14 @@ fn lives_samples(trace: &Trace, m: usize) -> Vec<(u64, u64, Vec<usize>)> {
         .collect()
 }
 
+/// Whether member `m`'s life beginning at `start` is a restart on its data.
+fn restarted_at(trace: &Trace, m: usize, start: u64) -> bool {
+    trace
+        .events
+        .iter()
+        .any(|e| e.t == start && matches!(e.what, What::Restart { m: x } if x == m))
+}
+
 fn ring_full(member: &Member, i: usize) -> bool {
     at(member, "ring_bytes", i).is_some_and(|b| b >= RING_FULL_BYTES)
 }
@@ -300,12 +308,27 @@ pub fn ring_holds_writes(trace: &Trace) -> Outcome {
 /// Every replicated apply enters the receiver's ring and stays: at every sample `ring_ops` is
 /// at least the `repl_ops_applied_total` of [`REFRESH_LAG_MS`] earlier in the same life,
 /// unless the ring is full.
+///
+/// Not in a life restarted on its data: the counter counts ops received, the ring only those
+/// that changed the store (marekvs-repl's commit hook), and a returning member is sent again
+/// what it already holds (its per-origin cursor is not synced at once). Measured in the
+/// `handoff-load` trace: 2,019 applied, `ring_ops` 0 throughout. Such a life is reported, not
+/// judged.
 pub fn ring_holds_applies(trace: &Trace) -> Outcome {
     let mut out = Outcome::new("ring_holds_applies");
     for (m, member) in trace.members.iter().enumerate() {
         let mut max_applied = 0;
         let mut violations = Vec::new();
         for (start, _, idx) in lives_samples(trace, m) {
+            if restarted_at(trace, m, start) {
+                let most = |name| idx.iter().filter_map(|&i| at(member, name, i)).max();
+                out.figures.push(format!(
+                    "member {m} (restarted on its data at {start} ms, not judged): ring_ops up to {:?}, applied up to {:?}",
+                    most("ring_ops"),
+                    most("repl_ops_applied_total")
+                ));
+                continue;
+            }
             for &i in &idx {
                 let t = member.samples.t[i];
                 let Some(ring) = at(member, "ring_ops", i) else {
@@ -885,8 +908,8 @@ pub fn myid_stable(trace: &Trace) -> Outcome {
     out
 }
 
-/// A restarted member lists itself with a new, later generation, and its peers come to list
-/// that generation.
+/// A restarted member lists itself with a new, later generation, and its peers (those whose
+/// process runs at the restart) come to list that generation.
 pub fn generation_changes_on_restart(trace: &Trace) -> Outcome {
     let mut out = Outcome::new("generation_changes_on_restart");
     for (tr, what) in trace.events_where(|w| matches!(w, What::Restart { .. })) {
@@ -911,7 +934,7 @@ pub fn generation_changes_on_restart(trace: &Trace) -> Outcome {
             .members
             .iter()
             .enumerate()
-            .filter(|(p, _)| p != m)
+            .filter(|(p, _)| p != m && life_at(trace, *p, tr).is_some())
             .map(|(p, pm)| {
                 let seen = pm
                     .views

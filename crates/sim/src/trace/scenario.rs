@@ -9,7 +9,14 @@ use super::backend::Backend;
 use super::recorder::Recorder;
 
 /// The scenarios by name.
-pub const SCENARIOS: [&str; 5] = ["writes", "drain", "gap", "restart", "idle-start"];
+pub const SCENARIOS: [&str; 6] = [
+    "writes",
+    "drain",
+    "gap",
+    "restart",
+    "idle-start",
+    "handoff-load",
+];
 
 /// What a scenario needs from its backend.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -27,6 +34,7 @@ pub fn plan(name: &str) -> Option<Plan> {
         "gap" => (3, 2, 420),
         "restart" => (3, 2, 180),
         "idle-start" => (3, 2, 60),
+        "handoff-load" => (4, 2, 480),
         _ => return None,
     };
     Some(Plan {
@@ -63,6 +71,16 @@ pub fn describe(name: &str) -> Option<&'static str> {
              5 s once it answers RESP"
         }
         "idle-start" => "3 members, RF 2, start together: their first 15 s",
+        "handoff-load" => {
+            "4 members, RF 2. A hand-off under a steady load: 200 SETs of 1 KiB through member 0 \
+             every 100 ms; 10 s on, /drain member 3; 20 s; SIGTERM member 3, the load going on \
+             until it exits and 10 s more; every 10th key read through member 1 then and every \
+             5 s until none is missing, at most 60 s. Then a restart with unshipped writes: \
+             40,000 SETs of 4 KiB through member 2, pipelined 1,000 at a time (more than its \
+             128 MiB ring), SIGTERM at once, started again on its data 5 s after its exit; all \
+             of them read through it once RESP answers, and every 10th through member 1 every \
+             10 s until none is missing, at most 120 s"
+        }
         _ => return None,
     })
 }
@@ -77,6 +95,7 @@ pub async fn run<B: Backend>(rec: &mut Recorder<B>, name: &str) -> anyhow::Resul
         "gap" => gap(rec).await,
         "restart" => restart(rec).await,
         "idle-start" => idle_start(rec).await,
+        "handoff-load" => handoff_load(rec).await,
         other => bail!("no scenario {other:?} (known: {})", SCENARIOS.join(", ")),
     }
 }
@@ -193,4 +212,100 @@ async fn idle_start<B: Backend>(rec: &mut Recorder<B>) -> anyhow::Result<()> {
         rec.start(m).await?;
     }
     rec.wait(15_000).await
+}
+
+/// The steady load of [`handoff_load`]: this many SETs of 1 KiB ...
+const LOAD_BATCH: u32 = 200;
+/// ... every this many milliseconds (2,000 a second).
+const LOAD_EVERY_MS: u64 = 100;
+
+/// One step of the steady load through member `m`, from key `*next` on.
+async fn load_step<B: Backend>(
+    rec: &mut Recorder<B>,
+    m: usize,
+    next: &mut u32,
+) -> anyhow::Result<()> {
+    let began = rec.now();
+    rec.write(m, *next..*next + LOAD_BATCH, 1024, LOAD_BATCH)
+        .await?;
+    *next += LOAD_BATCH;
+    let spent = rec.now() - began;
+    if spent < LOAD_EVERY_MS {
+        rec.wait(LOAD_EVERY_MS - spent).await?;
+    }
+    Ok(())
+}
+
+/// The steady load through member `m` until scenario time `until`.
+async fn load_until<B: Backend>(
+    rec: &mut Recorder<B>,
+    m: usize,
+    next: &mut u32,
+    until: u64,
+) -> anyhow::Result<()> {
+    while rec.now() < until {
+        load_step(rec, m, next).await?;
+    }
+    Ok(())
+}
+
+/// Read the keys through member `m` now and every `every_ms` until none is missing, at most
+/// `max_ms`.
+async fn reads_until_found<B: Backend>(
+    rec: &mut Recorder<B>,
+    m: usize,
+    (first, step, count): (u32, u32, u32),
+    every_ms: u64,
+    max_ms: u64,
+) -> anyhow::Result<()> {
+    let until = rec.now() + max_ms;
+    while rec.check_reads(m, first, step, count).await? > 0 && rec.now() + every_ms <= until {
+        rec.wait(every_ms).await?;
+    }
+    Ok(())
+}
+
+/// The first key of the burst in [`handoff_load`]'s second phase (above the load's keys).
+const BURST_FIRST: u32 = 1_000_000;
+const BURST: u32 = 40_000;
+
+/// 4 members, RF 2: a hand-off under a steady load (the operator's removal: drain, wait,
+/// SIGTERM, with client writes going on through another member), then a restart with writes
+/// its ring had not shipped (a burst larger than the ring, SIGTERM at once).
+async fn handoff_load<B: Backend>(rec: &mut Recorder<B>) -> anyhow::Result<()> {
+    rec.start_all_and_settle(SETTLE_MS).await?;
+    rec.wait(2_000).await?;
+    rec.note("phase 1: a hand-off under a steady load through member 0");
+    let mut next = 0;
+    let t = rec.now();
+    load_until(rec, 0, &mut next, t + 10_000).await?;
+    rec.drain(3).await?;
+    let t = rec.now();
+    load_until(rec, 0, &mut next, t + 20_000).await?;
+    rec.sigterm(3).await?;
+    let t = rec.now();
+    while rec.backend.running(3) {
+        if rec.now() >= t + 20_000 {
+            bail!("member 3 did not exit within 20 s of SIGTERM");
+        }
+        load_step(rec, 0, &mut next).await?;
+    }
+    let t = rec.now();
+    load_until(rec, 0, &mut next, t + 10_000).await?;
+    rec.note(format!("the load wrote keys 0..{next}"));
+    reads_until_found(rec, 1, (0, 10, next / 10), 5_000, 60_000).await?;
+
+    rec.note("phase 2: a restart of member 2 with writes its ring had not shipped");
+    rec.write(2, BURST_FIRST..BURST_FIRST + BURST, 4096, 1_000)
+        .await?;
+    rec.sigterm(2).await?;
+    rec.wait_exit(2, 30_000).await?;
+    rec.wait(5_000).await?;
+    rec.restart(2).await?;
+    rec.wait_for(60_000, "member 2 answers RESP again", |r| {
+        r.latest(2).is_some_and(|o| o.resp.is_some())
+    })
+    .await?;
+    rec.check_reads(2, BURST_FIRST, 1, BURST).await?;
+    reads_until_found(rec, 1, (BURST_FIRST, 10, BURST / 10), 10_000, 120_000).await
 }
