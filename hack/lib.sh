@@ -42,6 +42,17 @@ cluster_env() {
 # one, cargo builds each crate once and every later call reuses it.
 build_all() { (cd "$REPO" && cargo build -q --workspace --all-targets "$@"); }
 
+# build_all, then the paths of the e2e crate's test binaries (its test files, and the unit tests
+# of its library and of the bench binary), read from cargo's report, one per line.
+e2e_binaries() {
+  build_all --message-format=json-render-diagnostics | python3 -c 'import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m["manifest_path"].endswith("/e2e/Cargo.toml") \
+       and m["profile"]["test"] and m.get("executable"):
+        print(m["executable"])'
+}
+
 kc() { "$bin/kubectl" --kubeconfig "$KUBECONFIG_PATH" "$@"; }
 
 # start_bg NAME CMD...: run CMD in its own session, log to logs/NAME.log, pid in pids/NAME.pid.

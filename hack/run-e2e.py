@@ -6,9 +6,9 @@ cargo runs test binaries one after another, each a barrier: a binary holding one
 kept every other slot idle. Here every test of every binary is one job in one queue:
 
 - Tests of a binary named with --exclusive change what the whole cluster sees (the API server
-  restarted, an older CRD applied, an operator installed for every namespace). They run first,
-  one binary at a time, with nothing else beside them; the tests of one such binary run beside
-  each other, as they always have.
+  restarted, an older CRD applied, an operator installed for every namespace). They run first
+  (or last, those that --await a build), one binary at a time, with nothing else beside them;
+  the tests of one such binary run beside each other, as they always have.
 - Every other test runs beside any other, longest first by the durations file (a test it does
   not list counts as the longest). Each test has its own namespace and operator; what tests
   share (the one Lease the operator's RBAC allows, the CRD the install tests change) is guarded
@@ -18,13 +18,14 @@ Each test's output is printed whole when it ends, so tests never interleave, and
 runner's own "test result:" line, which hack/test-e2e.sh sums. A skipped test (a need not met
 here) prints its reason and counts as ignored, as it does under cargo.
 
-  hack/run-e2e.py [--jobs N] [--exclusive a,b] [--durations FILE] [--record FILE] BIN... [-- FILTER...]
+  hack/run-e2e.py [--jobs N] [--exclusive a,b] [--await FILE=READY]... [--durations FILE]
+                  [--record FILE] BIN... [-- FILTER...]
 
 --await FILE=READY (repeatable) holds the tests of binary FILE until the file READY exists:
 hack/test-e2e.sh builds what only some tests need (helm, the operator at the pinned commit) in
 the background and writes READY when the build ends, "ok" or its error. The other tests run
-meanwhile; the exclusive binaries that await nothing run first. A build that failed fails the
-tests that awaited it, with its error.
+meanwhile: the exclusive binaries that await nothing run first, those that await a build run
+last. A build that failed fails the tests that awaited it, with its error.
 
 --record writes each test's wall time, to refresh the durations file.
 """
@@ -169,20 +170,19 @@ def main():
                 groups.append(tests)
         else:
             shared.extend(tests)
-    # Exclusive binaries that await a build run after those that await none.
-    groups.sort(key=lambda g: file_of(g[0][0]) in awaits)
+    # Exclusive binaries that await a build run last, after the shared queue: on a cold machine
+    # their builds finish meanwhile, where waiting first would hold every slot idle.
+    later = [g for g in groups if file_of(g[0][0]) in awaits]
+    groups = [g for g in groups if file_of(g[0][0]) not in awaits]
     shared.sort(key=lambda job: -hints.get(job[1], unknown))
-    total = sum(len(g) for g in groups) + len(shared)
-    print(f"run-e2e: {total} tests, {args.jobs} at a time; {len(groups)} exclusive binaries first", flush=True)
+    total = sum(len(g) for g in groups + later) + len(shared)
+    print(f"run-e2e: {total} tests, {args.jobs} at a time; {len(groups)} exclusive binaries first, "
+          f"{len(later)} last (they await a build)", flush=True)
 
     pool = Pool(args.jobs)
     started = time.monotonic()
     for group in groups:
-        error = wait_ready(awaits.get(file_of(group[0][0]), []))
-        if error:
-            pool.fail(group, error)
-        else:
-            pool.run(group)
+        pool.run(group)
     if any(file_of(b) in awaits for b, _ in shared):
         # A shared test that awaits a build: hold the shared queue until it is ready.
         ready = [r for b, _ in shared for r in awaits.get(file_of(b), [])]
@@ -192,6 +192,12 @@ def main():
             pool.fail(held, error)
             shared = [job for job in shared if job not in held]
     pool.run(shared)
+    for group in later:
+        error = wait_ready(awaits[file_of(group[0][0])])
+        if error:
+            pool.fail(group, error)
+        else:
+            pool.run(group)
     wall = time.monotonic() - started
 
     failed = [r for r in pool.results if not r[2]]

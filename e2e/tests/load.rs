@@ -22,7 +22,7 @@ const TRAP_RATE: f64 = 20_000.0;
 const FIVE: [&str; 5] = ["demo-0", "demo-1", "demo-2", "demo-3", "demo-4"];
 
 /// The trap, without the operator disrupting anything: writes go through demo-2 as fast as the
-/// harness can, and its pod and PVC are deleted by hand while they do. What its ring skipped
+/// harness can, and its pod and PVC are deleted by hand, the pod forced, while they do. What its ring skipped
 /// and no anti-entropy round delivered was only on its volume: the data check counts it lost.
 async fn a_member_deleted_right_after_writes_went_past_its_ring_loses_them() -> anyhow::Result<()> {
     let env = TestEnv::new("ring-trap").await?;
@@ -43,9 +43,12 @@ async fn a_member_deleted_right_after_writes_went_past_its_ring_loses_them() -> 
     tokio::time::sleep(Duration::from_secs(3)).await;
     let pods: Api<Pod> = env.api();
     let pvcs: Api<PersistentVolumeClaim> = env.api();
+    // Forced, as a node lost with its disk: a graceful delete let the member flush and run
+    // anti-entropy through its grace, and the trap then lost 5 to 65 of about 92,000 keys in
+    // CI, and once none at all.
     pvcs.delete("data-demo-2", &DeleteParams::default()).await?;
-    pods.delete("demo-2", &DeleteParams::default()).await?;
-    // It keeps serving while it flushes: writes still go through it, past its ring.
+    pods.delete("demo-2", &DeleteParams::default().grace_period(0))
+        .await?;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let report = load.stop().await?;
     eprintln!(
