@@ -309,11 +309,11 @@ pub fn ring_holds_writes(trace: &Trace) -> Outcome {
 /// at least the `repl_ops_applied_total` of [`REFRESH_LAG_MS`] earlier in the same life,
 /// unless the ring is full.
 ///
-/// Not in a life restarted on its data: the counter counts ops received, the ring only those
-/// that changed the store (marekvs-repl's commit hook), and a returning member is sent again
-/// what it already holds (its per-origin cursor is not synced at once). Measured in the
-/// `handoff-load` trace: 2,019 applied, `ring_ops` 0 throughout. Such a life is reported, not
-/// judged.
+/// Not in a life restarted on its data: the counter counts ops as a batch is received
+/// (marekvs-repl `handle`), the ring only what the store commits (its commit hook), and in the
+/// `handoff-load` trace the returning member counted 2,019 applied with `ring_ops` 0
+/// throughout, most likely ops it already held, sent again (not confirmed). Such a life is
+/// reported, not judged.
 pub fn ring_holds_applies(trace: &Trace) -> Outcome {
     let mut out = Outcome::new("ring_holds_applies");
     for (m, member) in trace.members.iter().enumerate() {
