@@ -12,9 +12,10 @@
 //!   none is missing or [`bound`] has passed, and then fails with [`Lost`], naming the keys.
 //! - Each value is derived from its key and a per-run nonce, so a stale, foreign or corrupted
 //!   value is caught, not just a missing one. A wrong value fails at once.
-//! - A tenth of the keys is then overwritten and another tenth deleted, each through a member
-//!   other than the one that wrote it (when there is one): afterwards an overwritten key must
-//!   read its second value and a deleted key must read nil. A first value, or a deleted key
+//! - A tenth of the keys is then overwritten through a member other than the one that wrote
+//!   it (when there is one), and another tenth deleted through the one that wrote it:
+//!   afterwards an overwritten key must read its second value and a deleted key (one whose
+//!   `DEL` answered 1) must read nil. A first value, or a deleted key
 //!   that reads back, may be a copy not yet repaired, so it is read again like a missing key,
 //!   and named at the bound as stale or resurrected.
 
@@ -416,9 +417,10 @@ impl DataSet {
 
     /// Overwrite one key in ten (index 3 mod 10) through the next member that wrote keys (the
     /// same one if it was the only one), and delete another (7 mod 10) through the member that
-    /// wrote it; never through the reader. Each is acknowledged: `OK`, and `1` for a delete (the
-    /// deleting member saw the key, so it wrote a tombstone; marekvs writes none for a key it
-    /// cannot see).
+    /// wrote it; never through the reader. Each overwrite must answer `OK`. A delete answering
+    /// `1` wrote a tombstone and the key must read nil; one answering `0` found no key there
+    /// (marekvs writes no tombstone for a key the member cannot see), so the key must still
+    /// read as written. At least one delete must answer `1`.
     pub async fn revise(&mut self, pods: &Api<Pod>) -> anyhow::Result<()> {
         let writers: Vec<String> = self.first_writer.keys().cloned().collect();
         let through: Vec<&str> = writers.iter().map(String::as_str).collect();
@@ -448,6 +450,7 @@ impl DataSet {
         // millisecond of the first could lose to it on the origin's id alone.
         tokio::time::sleep(Duration::from_millis(5)).await;
         let writers: Vec<String> = self.first_writer.keys().cloned().collect();
+        let mut unseen = 0;
         for (w, first) in writers.iter().enumerate() {
             let next = (1..=through.len())
                 .map(|step| through[(w + step) % through.len()])
@@ -480,26 +483,55 @@ impl DataSet {
                 .await?;
             // A DEL is a no-op, without a tombstone, on a member that does not see the key
             // (marekvs reads through only as a non-owner, and a non-owner's lease may hold an
-            // empty answer for 60 s): deletes go through the member that wrote the key.
+            // empty answer for 60 s): deletes go through the member that wrote the key. Even
+            // so, while a member is away the key's new owner may not hold it yet, and the DEL
+            // answers 0: that key was not deleted, so it must still read as written.
             let deleter = if through.contains(&first.as_str()) {
                 first.as_str()
             } else {
                 next
             };
-            self.send(pods, deleter, &deletes, Reply::Integer(1))
-                .await?;
+            let replies = self.replies(pods, deleter, &deletes).await?;
+            for (&i, reply) in delete.iter().zip(replies) {
+                match reply {
+                    Reply::Integer(1) => {
+                        self.deleted.insert(self.keys[i].clone());
+                    }
+                    Reply::Integer(0) => unseen += 1,
+                    other => bail!("DEL {} through {deleter}: {other:?}", self.keys[i]),
+                }
+            }
             self.overwritten
                 .extend(rewrite.iter().map(|&i| self.keys[i].clone()));
-            self.deleted
-                .extend(delete.iter().map(|&i| self.keys[i].clone()));
         }
         eprintln!(
-            "data check {}: overwrote {} keys and deleted {} through {through:?}",
+            "data check {}: overwrote {} keys and deleted {} through {through:?} ({unseen} DELs \
+             answered 0, the deleting member not seeing the key: those keys stay as written)",
             self.label,
             self.overwritten.len(),
             self.deleted.len()
         );
+        anyhow::ensure!(
+            !self.deleted.is_empty(),
+            "data check {}: no DEL deleted a key ({unseen} answered 0)",
+            self.label
+        );
         Ok(())
+    }
+
+    /// Send `commands` through `member`, pipelined: the replies, one per command.
+    async fn replies(
+        &self,
+        pods: &Api<Pod>,
+        member: &str,
+        commands: &[Vec<Vec<u8>>],
+    ) -> anyhow::Result<Vec<Reply>> {
+        let mut conn = connect_member(pods, member, self.password.as_deref()).await?;
+        let mut out = Vec::with_capacity(commands.len());
+        for chunk in commands.chunks(PIPELINE) {
+            out.extend(conn.pipeline(chunk).await?);
+        }
+        Ok(out)
     }
 
     /// Send `commands` through `member`, pipelined, and fail unless every reply is `expected`.
