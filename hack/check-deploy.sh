@@ -82,15 +82,45 @@ has '^  minAvailable: 1$' <<<"$pdb" || fail "deploy/: the operator has no PDB wi
 has 'topologyKey: kubernetes.io/hostname' <<<"$(doc Deployment marekvs-operator <<<"$base")" ||
   fail "deploy/: the operator Deployment does not spread over nodes"
 
+# Nodes: read, and only by the ClusterRole marekvs-operator-nodes, bound to the operator.
+nodes_rules='rules:
+- apiGroups:
+  - ""
+  resources:
+  - nodes
+  verbs:
+  - get
+  - list
+  - watch'
+# without_nodes_role: the rendered documents but the ClusterRole marekvs-operator-nodes.
+without_nodes_role() {
+  awk 'function flush() { if (!(kind == "ClusterRole" && name ~ /^marekvs-operator-nodes$/)) printf "%s", buf; buf = ""; kind = ""; name = ""; inmeta = 0 }
+       /^---$/ { flush(); print; next }
+       { buf = buf $0 "\n" }
+       /^kind: / { kind = $2 }
+       /^metadata:/ { inmeta = 1; next }
+       /^[^ ]/ { inmeta = 0 }
+       inmeta && /^  name: / && name == "" { name = $2 }
+       END { flush() }'
+}
+nodes_role_only() {
+  [ "$(rules <<<"$(doc ClusterRole marekvs-operator-nodes <<<"$2")")" = "$nodes_rules" ] ||
+    fail "$1: no ClusterRole marekvs-operator-nodes of exactly get, list and watch on nodes"
+  has '^  name: marekvs-operator-nodes$' <<<"$(doc ClusterRoleBinding marekvs-operator-nodes <<<"$2")" ||
+    fail "$1: no ClusterRoleBinding marekvs-operator-nodes"
+  has '^  - (nodes|pods/exec|\*)$' <<<"$(without_nodes_role <<<"$2")" &&
+    fail "$1: a role other than marekvs-operator-nodes grants nodes, or exec or *"
+  return 0
+}
 for dir in "$REPO"/deploy/overlays/*/; do
   name=deploy/overlays/$(basename "$dir")
   out=$(render "$name")
   if has '^kind: (Role|ClusterRole)$' <<<"$out"; then
-    has '^  - (nodes|pods/exec|\*)$' <<<"$out" && fail "$name: a role grants nodes, exec or *"
+    nodes_role_only "$name" "$out"
     secrets_get_only "$name" "$out"
   fi
 done
-has '^  - (nodes|pods/exec|\*)$' <<<"$base" && fail "deploy/: a role grants nodes, exec or *"
+nodes_role_only deploy/ "$base"
 secrets_get_only deploy/ "$base"
 has '^  - secrets$' <<<"$cluster_role" || fail "deploy/: the ClusterRole cannot get the Secret of spec.auth"
 # Status is written only by patches (server-side apply carrying the resourceVersion read; a
@@ -102,7 +132,8 @@ status_verbs=$(awk '/^- / { s = 0 } /^  - marekvsclusters\/status$/ { s = 1 } s 
 
 ns=deploy/overlays/namespaced
 out=$(render $ns)
-has '^kind: ClusterRole(Binding)?$' <<<"$out" && fail "$ns: still a ClusterRole or ClusterRoleBinding"
+[ -n "$(doc ClusterRole marekvs-operator <<<"$out")$(doc ClusterRoleBinding marekvs-operator <<<"$out")" ] &&
+  fail "$ns: still a ClusterRole or ClusterRoleBinding marekvs-operator"
 role=$(doc Role marekvs-operator <<<"$out")
 [ -n "$role" ] || fail "$ns: no Role marekvs-operator"
 watched=$(sed -n 's/^  namespace: //p' <<<"$role")
@@ -155,13 +186,16 @@ helm_render() {
 out=$(helm_render)
 [ "$(rules <<<"$(doc ClusterRole marekvs-operator <<<"$out")")" = "$(rules <<<"$cluster_role")" ] ||
   fail "chart (scope cluster): the ClusterRole's rules differ from deploy/rbac's"
+nodes_role_only "chart (scope cluster)" "$out"
 [ "$(rules <<<"$(doc Role marekvs-operator-leader-election <<<"$out")")" = "$(rules <<<"$election")" ] ||
   fail "chart (scope cluster): the leader-election Role differs from deploy/rbac's"
 has '^kind: Role$' <<<"$(doc Role marekvs-operator <<<"$out")" && fail "chart (scope cluster): a Role marekvs-operator besides the ClusterRole"
 [ "$(image_of marekvs-operator <<<"$out")" = "$want_image" ] || fail "chart: the default image is not $want_image"
 has '^  - --namespace' <<<"$out" && fail "chart (scope cluster): the operator runs with --namespace"
 out=$(helm_render --set scope=namespace --set watchNamespace=apps)
-has '^kind: ClusterRole(Binding)?$' <<<"$out" && fail "chart (scope namespace): still a ClusterRole or ClusterRoleBinding"
+[ -n "$(doc ClusterRole marekvs-operator <<<"$out")$(doc ClusterRoleBinding marekvs-operator <<<"$out")" ] &&
+  fail "chart (scope namespace): still a ClusterRole or ClusterRoleBinding marekvs-operator"
+nodes_role_only "chart (scope namespace)" "$out"
 role=$(doc Role marekvs-operator <<<"$out")
 has '^  namespace: apps$' <<<"$role" || fail "chart (scope namespace): no Role marekvs-operator in the watched namespace"
 [ "$(rules <<<"$role")" = "$(rules <<<"$cluster_role")" ] || fail "chart (scope namespace): the Role's rules differ from deploy/rbac's ClusterRole"
@@ -170,7 +204,6 @@ has '^        - --namespace=apps$' <<<"$(doc Deployment marekvs-operator <<<"$ou
 [ "$(rules <<<"$(doc Role marekvs-operator-leader-election <<<"$out")")" = "$(rules <<<"$election")" ] ||
   fail "chart (scope namespace): the leader-election Role differs from deploy/rbac's"
 secrets_get_only chart "$out"
-has '^  - (nodes|pods/exec|\*)$' <<<"$out" && fail "chart: a role grants nodes, exec or *"
 has '^kind: NetworkPolicy$' <<<"$out" && fail "chart: a NetworkPolicy although networkPolicy.enabled is false"
 # The optional NetworkPolicy: in the watched namespace, selecting the members, with exactly
 # its four sources (members: any port; the operator and monitoring: 6379 and 9121; clients: 6379).

@@ -66,9 +66,14 @@ async fn creates_members_then_scales_3_5_3_removing_the_chosen_member_first() ->
     );
     let _client: Service = env.api().get("demo").await?;
     let pdb: PodDisruptionBudget = env.api().get("demo").await?;
+    let pdb = pdb.spec.unwrap();
     assert_eq!(
-        pdb.spec.unwrap().min_available,
-        Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(2))
+        (pdb.min_available, pdb.max_unavailable),
+        (
+            None,
+            Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(0))
+        ),
+        "no eviction takes a member"
     );
 
     // Up: all at once.

@@ -76,6 +76,7 @@ impl From<&marekvs_core::RollReason> for RolloutReason {
             marekvs_core::RollReason::SpecChanged => RolloutReason::SpecChanged,
             marekvs_core::RollReason::VolumeRequested { .. } => RolloutReason::VolumeRequested,
             marekvs_core::RollReason::RestartRequested => RolloutReason::RestartRequested,
+            marekvs_core::RollReason::NodeDrained { .. } => RolloutReason::NodeDrained,
         }
     }
 }
@@ -83,17 +84,30 @@ impl From<&marekvs_core::RollReason> for RolloutReason {
 /// The uid of the volume a rollout leaves, for `rollout.replacedPvc`.
 pub fn replaced_pvc(x: &marekvs_core::RollReason) -> Option<String> {
     match x {
-        marekvs_core::RollReason::SpecChanged | marekvs_core::RollReason::RestartRequested => None,
+        marekvs_core::RollReason::SpecChanged
+        | marekvs_core::RollReason::RestartRequested
+        | marekvs_core::RollReason::NodeDrained { .. } => None,
         marekvs_core::RollReason::VolumeRequested { pvc } => Some(pvc.clone()),
     }
 }
 
-/// A rollout's reason read back from status, with its `replacedPvc`. `None` for a move to a
-/// fresh volume without the volume it leaves: no operator writes that, and such a record is
-/// dropped rather than guessed.
+/// The node a rollout moves its member off, for `rollout.node`.
+pub fn drained_node(x: &marekvs_core::RollReason) -> Option<String> {
+    match x {
+        marekvs_core::RollReason::NodeDrained { node } => Some(node.clone()),
+        marekvs_core::RollReason::SpecChanged
+        | marekvs_core::RollReason::RestartRequested
+        | marekvs_core::RollReason::VolumeRequested { .. } => None,
+    }
+}
+
+/// A rollout's reason read back from status, with its `replacedPvc` and `node`. `None` for a
+/// move to a fresh volume without the volume it leaves, or off a drained node without the
+/// node: no operator writes either, and such a record is dropped rather than guessed.
 pub fn roll_reason(
     reason: RolloutReason,
     replaced_pvc: Option<&str>,
+    node: Option<&str>,
 ) -> Option<marekvs_core::RollReason> {
     Some(match reason {
         RolloutReason::SpecChanged => marekvs_core::RollReason::SpecChanged,
@@ -101,6 +115,9 @@ pub fn roll_reason(
             pvc: replaced_pvc?.to_string(),
         },
         RolloutReason::RestartRequested => marekvs_core::RollReason::RestartRequested,
+        RolloutReason::NodeDrained => marekvs_core::RollReason::NodeDrained {
+            node: node?.to_string(),
+        },
     })
 }
 
@@ -273,11 +290,25 @@ mod tests {
                 pvc: "uid-1".into(),
             },
             RollReason::RestartRequested,
+            RollReason::NodeDrained {
+                node: "node-1".into(),
+            },
         ] {
             let stored = RolloutReason::from(&r);
-            assert_eq!(roll_reason(stored, replaced_pvc(&r).as_deref()), Some(r));
+            assert_eq!(
+                roll_reason(
+                    stored,
+                    replaced_pvc(&r).as_deref(),
+                    drained_node(&r).as_deref()
+                ),
+                Some(r)
+            );
         }
-        assert_eq!(roll_reason(RolloutReason::VolumeRequested, None), None);
+        assert_eq!(
+            roll_reason(RolloutReason::VolumeRequested, None, None),
+            None
+        );
+        assert_eq!(roll_reason(RolloutReason::NodeDrained, None, None), None);
     }
 
     #[test]

@@ -1007,9 +1007,13 @@ pub struct RolloutStatus {
     /// Why it is restarted: `SpecChanged` (a rolling update), `VolumeRequested` (its pod
     /// asked for a fresh volume with the annotation `marekvs.io/replace-volume: "true"`), or
     /// `RestartRequested` (its pod asked for a restart on its own volume with the annotation
-    /// `marekvs.io/restart: "true"`).
+    /// `marekvs.io/restart: "true"`), or `NodeDrained` (its node is being drained: it moves off
+    /// it on its own volume).
     #[serde(default)]
     pub reason: RolloutReason,
+    /// With `NodeDrained`: the node being drained that the member moves off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
     /// With `VolumeRequested`: UID of the PVC it was asked to leave. The request is carried
     /// here once recorded: the annotation goes with the pod that is deleted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -1114,12 +1118,16 @@ pub enum RolloutStep {
 ///   it is drained, its data handed off, and it restarts on a fresh, empty volume.
 /// - `RestartRequested`: its pod asked for a restart (`marekvs.io/restart: "true"`); it is
 ///   drained, its data handed off, and it restarts on its own volume.
+/// - `NodeDrained`: its pod runs on a node being drained (cordoned, or tainted for a drain); it
+///   is drained, its data handed off, its pod let go to the drain's eviction, and it restarts
+///   on its own volume on another node.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
 pub enum RolloutReason {
     #[default]
     SpecChanged,
     VolumeRequested,
     RestartRequested,
+    NodeDrained,
 }
 
 /// Why a member was chosen for removal.

@@ -235,6 +235,7 @@ async fn act(
         Action::DeleteUnstartedPod(_) => "delete_unstarted_pod",
         Action::DeletePvc(_) => "delete_pvc",
         Action::SetClientTraffic { .. } => "set_client_traffic",
+        Action::SetEviction { .. } => "set_eviction",
     });
     let ns = cr.namespace().unwrap_or_default();
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
@@ -334,6 +335,16 @@ async fn act(
                     build::CLIENT_TRAFFIC_OFF
                 };
                 let patch = json!({"metadata": {"labels": {build::LABEL_CLIENT_TRAFFIC: value}}});
+                patch_pod(&pods, pod, patch)
+                    .await
+                    .map_err(failed(pod.name_any()))?;
+            }
+        }
+        Action::SetEviction { ordinal, allowed } => {
+            if let Some(pod) = children.pods.get(&ordinal) {
+                // A label only: the member PDB leaves out the pod labelled "allowed".
+                let value = allowed.then_some(build::EVICTION_ALLOWED);
+                let patch = json!({"metadata": {"labels": {build::LABEL_EVICTION: value}}});
                 patch_pod(&pods, pod, patch)
                     .await
                     .map_err(failed(pod.name_any()))?;

@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Service};
+use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim, Pod, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{Controller, WatchStreamExt, watcher};
@@ -115,6 +115,19 @@ pub async fn run(
     );
     let (services, service_stream) = cached!(Service, "services", managed.clone());
     let (pdbs, pdb_stream) = cached!(PodDisruptionBudget, "poddisruptionbudgets", managed.clone());
+    // Nodes are cluster-wide, whatever namespace the operator watches: a member on a node
+    // being drained is moved off it (`core::NodeObs::draining`).
+    let (nodes, node_writer) = reflector::store::<Node>();
+    let node_stream = cache_and_trigger(
+        watcher(Api::<Node>::all(client.clone()), watcher::Config::default())
+            .backoff(watch_backoff()),
+        node_writer,
+        metrics.clone(),
+        "nodes",
+        |_: &Node| {},
+    )
+    // Only a change a drain makes (cordoned, its taints) wakes a cluster: not its heartbeats.
+    .predicate_filter(drain_marks, Default::default());
     let ctx = Arc::new(reconcile::Ctx {
         client: client.clone(),
         events: crate::events::Events::new(
@@ -128,6 +141,7 @@ pub async fn run(
         pvcs: pvcs.clone(),
         services: services.clone(),
         pdbs: pdbs.clone(),
+        nodes: nodes.clone(),
         metrics: metrics.clone(),
         recreation,
         inputs,
@@ -163,6 +177,7 @@ pub async fn run(
         ),
         metrics.clone(),
     ));
+    let node_pods = pods.clone();
     Controller::for_stream(cr_stream, crs)
         .owns_stream(pod_stream)
         .owns_stream(service_stream)
@@ -174,6 +189,11 @@ pub async fn run(
                 .get(build::LABEL_INSTANCE)
                 .map(|name| ObjectRef::new(name).within(&ns))
         })
+        // A node cordoned or tainted for a drain (or no longer): every cluster with a member
+        // on it.
+        .watches_stream(node_stream, move |node: Node| {
+            clusters_on_node(&node_pods, &node.name_any())
+        })
         .shutdown_on_signal()
         .run(reconcile::reconcile, reconcile::error_policy, ctx)
         .for_each(|r| {
@@ -183,6 +203,32 @@ pub async fn run(
         })
         .await;
     Ok(())
+}
+
+/// What of a node a drain changes: whether it is cordoned, and its taints.
+fn drain_marks(node: &Node) -> Option<u64> {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    let o = observe::node_obs(node);
+    (o.name, o.unschedulable, o.taints).hash(&mut h);
+    Some(h.finish())
+}
+
+/// The clusters with a member pod on node `name`.
+fn clusters_on_node(pods: &Store<Pod>, name: &str) -> Vec<ObjectRef<MarekvsCluster>> {
+    let mut clusters: Vec<ObjectRef<MarekvsCluster>> = pods
+        .state()
+        .iter()
+        .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(name))
+        .filter_map(|p| {
+            let ns = p.namespace()?;
+            let cluster = p.labels().get(build::LABEL_INSTANCE)?;
+            Some(ObjectRef::new(cluster).within(&ns))
+        })
+        .collect();
+    clusters.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+    clusters.dedup();
+    clusters
 }
 
 /// What of the cluster object starts a pass when it changes: its identity and generation (the
@@ -279,6 +325,12 @@ impl Slim for MarekvsCluster {}
 impl Slim for PersistentVolumeClaim {}
 impl Slim for Service {}
 impl Slim for PodDisruptionBudget {}
+impl Slim for Node {
+    fn slim(&mut self) {
+        self.managed_fields_mut().clear();
+        observe::slim_node(self);
+    }
+}
 impl Slim for Pod {
     fn slim(&mut self) {
         self.managed_fields_mut().clear();

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Service};
+use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim, Pod, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::jiff::Timestamp;
 use kube::Client;
@@ -26,6 +26,10 @@ pub struct Ctx {
     pub pvcs: Store<PersistentVolumeClaim>,
     pub services: Store<Service>,
     pub pdbs: Store<PodDisruptionBudget>,
+    /// Every node, slimmed to what a drain shows (`observe::slim_node`): a member on a node
+    /// being drained is moved off it. Never synced without the RBAC to list nodes: then no
+    /// node is known and nothing is moved.
+    pub nodes: Store<Node>,
     pub metrics: Arc<Metrics>,
     /// Held while a deleted pod of a cluster is being re-created; a pass waits for it.
     pub recreation: Arc<RecreationLock>,

@@ -6,19 +6,19 @@ use std::sync::Arc;
 
 use futures::future::join_all;
 use k8s_openapi::api::core::v1::{
-    ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStatus,
-    PersistentVolumeClaim, Pod, PodStatus,
+    ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStatus, Node,
+    NodeSpec, PersistentVolumeClaim, Pod, PodSpec, PodStatus,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::ResourceExt;
-use kube::runtime::reflector::Store;
+use kube::runtime::reflector::{ObjectRef, Store};
 use marekvs_api::{LookAlikeKind, MarekvsCluster};
 use marekvs_core::LookAlikeSeen;
 use marekvs_core::ownership::{
     LookAlikeWhy, Ownership, PodController, PvcClaim, pod_ownership, pvc_ownership,
 };
 use marekvs_core::volumes::{StorageWish, Volume};
-use marekvs_core::{MemberObs, Memory, PodObs, PvcObs, Scrape};
+use marekvs_core::{MemberObs, Memory, NodeObs, PodObs, PvcObs, Scrape};
 
 use crate::build::{
     self, ANNOTATION_ABSENT_SINCE, ANNOTATION_CLUSTER_UID, ANNOTATION_DRAINED_AT,
@@ -204,6 +204,7 @@ pub fn unscraped(
     memory: &Memory,
     children: &Children,
     admissions: &crate::admission::Admissions,
+    nodes: &Store<Node>,
 ) -> Result<BTreeMap<u32, MemberObs>, Error> {
     let wish = storage_wish(cr);
     let uid = cr.uid().unwrap_or_default();
@@ -215,7 +216,7 @@ pub fn unscraped(
             Some(p) => {
                 let hash = build::desired_template_hash(cr, *o, cluster_domain)?;
                 m.new_pod = admissions.get(&(uid.clone(), *o, hash.clone()));
-                Some(pod_obs(p, &hash))
+                Some(pod_obs(p, &hash, node_of(p, nodes)))
             }
             None => None,
         };
@@ -335,7 +336,45 @@ fn restarts_at_drain(p: &Pod) -> Option<u64> {
     u64::try_from(at).ok()
 }
 
-pub fn pod_obs(p: &Pod, desired_hash: &str) -> PodObs {
+/// The node pod `p` is scheduled to, as the node cache holds it; `None` while unscheduled or
+/// when the node is not in the cache.
+fn node_of(p: &Pod, nodes: &Store<Node>) -> Option<NodeObs> {
+    let name = p.spec.as_ref()?.node_name.as_deref()?;
+    let node = nodes.get(&ObjectRef::new(name))?;
+    Some(node_obs(&node))
+}
+
+/// What a drain of a node shows on it: cordoned, and its scheduling taints.
+pub fn node_obs(n: &Node) -> NodeObs {
+    let spec = n.spec.as_ref();
+    NodeObs {
+        name: n.name_any(),
+        unschedulable: spec.and_then(|s| s.unschedulable).unwrap_or(false),
+        taints: spec
+            .and_then(|s| s.taints.as_ref())
+            .into_iter()
+            .flatten()
+            .filter(|t| t.effect == "NoSchedule" || t.effect == "NoExecute")
+            .map(|t| t.key.clone())
+            .collect(),
+    }
+}
+
+/// What a node cache keeps: its name, whether it is cordoned, its taints. Its status (images,
+/// conditions, addresses) is most of its size, and the operator reads none of it.
+pub fn slim_node(n: &mut Node) {
+    n.status = None;
+    n.metadata.annotations = None;
+    if let Some(s) = n.spec.take() {
+        n.spec = Some(NodeSpec {
+            unschedulable: s.unschedulable,
+            taints: s.taints,
+            ..NodeSpec::default()
+        });
+    }
+}
+
+pub fn pod_obs(p: &Pod, desired_hash: &str, node: Option<NodeObs>) -> PodObs {
     PodObs {
         ready: pod_ready(p),
         terminating: p.metadata.deletion_timestamp.is_some(),
@@ -357,6 +396,11 @@ pub fn pod_obs(p: &Pod, desired_hash: &str) -> PodObs {
             .get(crate::build::LABEL_CLIENT_TRAFFIC)
             .is_some_and(|v| v == "off"),
         never_started: never_started(p),
+        node,
+        eviction_allowed: p
+            .labels()
+            .get(crate::build::LABEL_EVICTION)
+            .is_some_and(|v| v == crate::build::EVICTION_ALLOWED),
     }
 }
 
@@ -444,7 +488,11 @@ pub fn capacity(p: &PersistentVolumeClaim) -> Option<String> {
 /// annotations, uid, deletion). At 1,600 members the cached pods were half the live heap
 /// (25 MiB of 49, heaptrack), about 16 KiB each.
 pub fn slim_pod(p: &mut Pod) {
-    p.spec = None;
+    // Only the node it runs on: a drain of that node moves the member off.
+    p.spec = p.spec.take().map(|s| PodSpec {
+        node_name: s.node_name,
+        ..PodSpec::default()
+    });
     if let Some(s) = p.status.take() {
         p.status = Some(PodStatus {
             conditions: s
@@ -536,7 +584,7 @@ mod tests {
             let mut slim = full.clone();
             slim_pod(&mut slim);
             assert_eq!(never_started(&slim), expected, "slimmed: {status}");
-            assert_eq!(pod_obs(&slim, "h").never_started, expected);
+            assert_eq!(pod_obs(&slim, "h", None).never_started, expected);
         }
     }
 
@@ -565,6 +613,48 @@ mod tests {
         }
     }
 
+    /// A node is being drained when cordoned or tainted by a drain tool; its slimmed copy in
+    /// the cache says the same, without its status.
+    #[test]
+    fn a_node_reads_as_drained_when_cordoned_or_tainted_for_a_drain() {
+        let node = |spec: serde_json::Value| -> Node {
+            serde_json::from_value(json!({"metadata": {"name": "node-a",
+                "annotations": {"a": "b"}}, "spec": spec,
+                "status": {"images": [{"names": ["x"], "sizeBytes": 1}]}}))
+            .unwrap()
+        };
+        let cases = [
+            (json!({}), false),
+            (json!({"unschedulable": true}), true),
+            (
+                json!({"taints": [{"key": "ToBeDeletedByClusterAutoscaler", "effect": "NoSchedule"}]}),
+                true,
+            ),
+            (
+                json!({"taints": [{"key": "karpenter.sh/disrupted", "effect": "NoSchedule"}]}),
+                true,
+            ),
+            // Soft, or not a drain's.
+            (
+                json!({"taints": [{"key": "ToBeDeletedByClusterAutoscaler", "effect": "PreferNoSchedule"}]}),
+                false,
+            ),
+            (
+                json!({"taints": [{"key": "dedicated", "effect": "NoSchedule"}]}),
+                false,
+            ),
+        ];
+        for (spec, draining) in cases {
+            let full = node(spec.clone());
+            let mut slim = full.clone();
+            slim_node(&mut slim);
+            assert!(slim.status.is_none() && slim.metadata.annotations.is_none());
+            assert_eq!(node_obs(&slim), node_obs(&full), "{spec}");
+            assert_eq!(node_obs(&full).draining(), draining, "{spec}");
+            assert_eq!(node_obs(&full).name, "node-a");
+        }
+    }
+
     /// The slimmed pod of the cache tells the operator everything the full one does.
     #[test]
     fn a_slimmed_pod_reads_the_same() {
@@ -575,7 +665,8 @@ mod tests {
                     ANNOTATION_DRAINED_RESTARTS: "2"},
                 "deletionTimestamp": "2026-11-23T00:00:01Z"},
             "spec": {"containers": [{"name": "marekvs", "image": "x",
-                "env": [{"name": "A", "value": "b"}]}], "hostname": "demo-1"},
+                "env": [{"name": "A", "value": "b"}]}], "hostname": "demo-1",
+                "nodeName": "node-a"},
             "status": {"phase": "Running", "podIP": "127.1.0.7", "hostIP": "127.0.0.2",
                 "conditions": [{"type": "PodScheduled", "status": "True"},
                     {"type": "Ready", "status": "True"}],
@@ -585,13 +676,16 @@ mod tests {
         .unwrap();
         let mut slim = full.clone();
         slim_pod(&mut slim);
-        assert!(slim.spec.is_none());
+        // Of its spec, only the node it runs on (a drain of that node moves it).
+        let spec = slim.spec.as_ref().expect("the node it runs on");
+        assert_eq!(spec.node_name.as_deref(), Some("node-a"));
+        assert!(spec.containers.is_empty() && spec.hostname.is_none());
         assert!(
             serde_json::to_string(&slim).unwrap().len()
                 < serde_json::to_string(&full).unwrap().len()
         );
         for hash in ["h1", "h2"] {
-            assert_eq!(pod_obs(&slim, hash), pod_obs(&full, hash));
+            assert_eq!(pod_obs(&slim, hash, None), pod_obs(&full, hash, None));
         }
         assert_eq!(restarts(&slim), 2);
         assert_eq!(
@@ -611,8 +705,11 @@ mod tests {
             .status = "False".into();
         let mut slim_unready = unready.clone();
         slim_pod(&mut slim_unready);
-        assert_eq!(pod_obs(&slim_unready, "h1"), pod_obs(&unready, "h1"));
-        assert!(!pod_obs(&slim_unready, "h1").ready);
+        assert_eq!(
+            pod_obs(&slim_unready, "h1", None),
+            pod_obs(&unready, "h1", None)
+        );
+        assert!(!pod_obs(&slim_unready, "h1", None).ready);
         let mut bare = Pod::default();
         slim_pod(&mut bare);
         assert_eq!(bare, Pod::default());
@@ -653,24 +750,24 @@ mod tests {
             serde_json::from_value(json!({"metadata": {"name": "demo-2", "annotations": ann}}))
                 .unwrap()
         };
-        assert!(pod_obs(&pod(Some("true")), "h").replace_volume);
-        assert!(pod_obs(&pod(Some("True")), "h").replace_volume);
+        assert!(pod_obs(&pod(Some("true")), "h", None).replace_volume);
+        assert!(pod_obs(&pod(Some("True")), "h", None).replace_volume);
         for other in [None, Some("false"), Some(""), Some("yes")] {
-            assert!(!pod_obs(&pod(other), "h").replace_volume, "{other:?}");
+            assert!(!pod_obs(&pod(other), "h", None).replace_volume, "{other:?}");
         }
         // It says nothing else about the pod.
-        let asked = pod_obs(&pod(Some("true")), "h");
+        let asked = pod_obs(&pod(Some("true")), "h", None);
         assert_eq!(
             PodObs {
                 replace_volume: false,
                 ..asked
             },
-            pod_obs(&pod(None), "h")
+            pod_obs(&pod(None), "h", None)
         );
         // It survives the slimming of the cache.
         let mut slim = pod(Some("true"));
         slim_pod(&mut slim);
-        assert!(pod_obs(&slim, "h").replace_volume);
+        assert!(pod_obs(&slim, "h", None).replace_volume);
     }
 
     /// `marekvs.io/restart: "true"` on a pod asks for a safe restart on its own volume; it
@@ -686,21 +783,21 @@ mod tests {
             serde_json::from_value(json!({"metadata": {"name": "demo-2", "annotations": ann}}))
                 .unwrap()
         };
-        let asked = pod_obs(&pod(Some("true")), "h");
+        let asked = pod_obs(&pod(Some("true")), "h", None);
         assert!(asked.restart && !asked.replace_volume);
         for other in [None, Some("false"), Some("yes")] {
-            assert!(!pod_obs(&pod(other), "h").restart, "{other:?}");
+            assert!(!pod_obs(&pod(other), "h", None).restart, "{other:?}");
         }
         assert_eq!(
             PodObs {
                 restart: false,
                 ..asked
             },
-            pod_obs(&pod(None), "h")
+            pod_obs(&pod(None), "h", None)
         );
         let mut slim = pod(Some("true"));
         slim_pod(&mut slim);
-        assert!(pod_obs(&slim, "h").restart);
+        assert!(pod_obs(&slim, "h", None).restart);
     }
 
     fn cluster(uid: &str, instance_names: &[&str]) -> MarekvsCluster {
@@ -792,6 +889,7 @@ mod tests {
             &Memory::default(),
             &c,
             &Default::default(),
+            &kube::runtime::reflector::store::<Node>().0,
         )
         .unwrap();
         for o in [2, 3, 4, 5] {
@@ -905,12 +1003,12 @@ mod tests {
             }))
             .unwrap()
         };
-        assert!(pod_obs(&pod(2, Some("2")), "h").drained);
+        assert!(pod_obs(&pod(2, Some("2")), "h", None).drained);
         assert!(
-            !pod_obs(&pod(3, Some("2")), "h").drained,
+            !pod_obs(&pod(3, Some("2")), "h", None).drained,
             "restarted since the drain"
         );
-        assert!(!pod_obs(&pod(1, None), "h").drained);
-        assert!(pod_obs(&pod(0, None), "h").drained);
+        assert!(!pod_obs(&pod(1, None), "h", None).drained);
+        assert!(pod_obs(&pod(0, None), "h", None).drained);
     }
 }

@@ -139,7 +139,14 @@ pub async fn pass(cr: &MarekvsCluster, ctx: &Ctx) -> Result<Next, Error> {
     act::stamp_volumes(ctx, cr, &children).await;
     let prev = cr.status.clone().unwrap_or_default();
     let memory = memory_from_status(&name, &prev);
-    let unscraped = unscraped(cr, &ctx.cluster_domain, &memory, &children, &ctx.admissions)?;
+    let unscraped = unscraped(
+        cr,
+        &ctx.cluster_domain,
+        &memory,
+        &children,
+        &ctx.admissions,
+        &ctx.nodes,
+    )?;
     let recreated =
         recreate::before_scrapes(ctx, cr, &spec, &prev, &memory, &unscraped, &children).await?;
     // Each member's view by identity over RESP, then its figures; client input from the

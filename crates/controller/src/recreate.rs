@@ -103,7 +103,14 @@ async fn recreate_deleted(ctx: &Ctx, cr: &MarekvsCluster) -> Result<(), Error> {
     let children = Children::of(cr, &ctx.pods, &ctx.pvcs);
     let status = cr.status.clone().unwrap_or_default();
     let memory = memory_from_status(&cr.name_any(), &status);
-    let observed = unscraped(cr, &ctx.cluster_domain, &memory, &children, &ctx.admissions)?;
+    let observed = unscraped(
+        cr,
+        &ctx.cluster_domain,
+        &memory,
+        &children,
+        &ctx.admissions,
+        &ctx.nodes,
+    )?;
     let done = before_scrapes(ctx, cr, &spec, &status, &memory, &observed, &children).await?;
     if !done.actions.is_empty() {
         ctx.metrics.actions.inc("fast_recreate");

@@ -25,7 +25,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use http::{Method, Request, Response, StatusCode, Uri};
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Service};
+use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim, Pod, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::client::Body;
 use kube::runtime::reflector::{self, Store, store::Writer};
@@ -544,6 +544,7 @@ impl World {
             pvcs,
             services,
             pdbs,
+            nodes: kube::runtime::reflector::store::<Node>().0,
             metrics: Arc::new(Metrics::default()),
             recreation: Arc::new(RecreationLock::default()),
             inputs: Default::default(),

@@ -783,6 +783,8 @@ mod tests {
                 restart: false,
                 client_traffic_off: false,
                 never_started: false,
+                node: None,
+                eviction_allowed: false,
             }),
             pvc: None,
             scrape: Some(Scrape {

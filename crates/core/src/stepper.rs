@@ -35,6 +35,8 @@ mod rollout;
 mod stop;
 mod traffic;
 
+pub use rollout::EVICTION_WAIT_MS;
+
 /// How soon to look again. While a removal or a restart is waiting on a hand-off gate, the
 /// pace bounds how late the next step starts after the cluster became safe (a counter's last
 /// move is seen at most this late, and the quiet window's end at most this late again): 250 ms
@@ -79,6 +81,7 @@ pub fn decide(input: &Input) -> Decision {
     pass.reclaim_volumes();
     pass.plan_removals();
     pass.steer_client_traffic();
+    pass.steer_evictions();
     pass.report()
 }
 
@@ -440,6 +443,17 @@ impl<'a> Pass<'a> {
                     .as_ref()
                     .is_some_and(|p| p.replace_volume && !p.terminating)
                     && m.pvc.as_ref().is_some_and(|v| !v.terminating)
+            })
+            .collect()
+    }
+
+    /// Members whose pod runs on a node being drained, with that node, by ordinal.
+    fn on_draining_nodes(&self) -> Vec<(u32, String)> {
+        self.members
+            .iter()
+            .filter_map(|o| {
+                let p = self.obs(*o).pod.as_ref().filter(|p| !p.terminating)?;
+                Some((*o, p.draining_node()?.to_string()))
             })
             .collect()
     }

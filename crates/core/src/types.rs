@@ -161,9 +161,53 @@ pub struct PodObs {
     /// is or was running or has exited, none has restarted (unscheduled, its image not pulled,
     /// its volume not attached). `false` when unknown.
     pub never_started: bool,
+    /// The node it is scheduled to; `None` while unscheduled, or when that node is not known
+    /// (not in the operator's cache, or nodes cannot be read): a drain is never guessed.
+    pub node: Option<NodeObs>,
+    /// The pod carries `marekvs.io/eviction: "allowed"`: the member PDB no longer selects it,
+    /// so a drain's eviction may take it (see `Action::SetEviction`).
+    pub eviction_allowed: bool,
+}
+
+/// The node a member's pod runs on, as far as a drain of it goes.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NodeObs {
+    pub name: String,
+    /// `spec.unschedulable`: cordoned (`kubectl cordon`, the first step of `kubectl drain`).
+    pub unschedulable: bool,
+    /// The keys of its taints with effect `NoSchedule` or `NoExecute`.
+    pub taints: Vec<String>,
+}
+
+/// Taints that tools put on a node they are about to drain: the cordon's own (added by the
+/// node lifecycle controller), the cluster autoscaler's and Karpenter's.
+pub const DRAIN_TAINTS: &[&str] = &[
+    "node.kubernetes.io/unschedulable",
+    "ToBeDeletedByClusterAutoscaler",
+    "karpenter.sh/disrupted",
+    "karpenter.sh/disruption",
+];
+
+impl NodeObs {
+    /// Being drained: cordoned, or tainted by a tool that drains it next.
+    pub fn draining(&self) -> bool {
+        self.unschedulable
+            || self
+                .taints
+                .iter()
+                .any(|t| DRAIN_TAINTS.contains(&t.as_str()))
+    }
 }
 
 impl PodObs {
+    /// The node it runs on, when that node is being drained.
+    pub fn draining_node(&self) -> Option<&str> {
+        self.node
+            .as_ref()
+            .filter(|n| n.draining())
+            .map(|n| n.name.as_str())
+    }
+
     /// Whether a drain recorded on a pod still stands: `restarts_at_drain` is the pod's
     /// container restarts when it was drained (`None`: never drained). A restart voids it: the
     /// node came back serving and takes data again, so it must be drained again before
@@ -330,6 +374,10 @@ pub enum RollReason {
     /// Its pod asked to be restarted on its own volume (`PodObs::restart`): drained, its data
     /// handed off, its pod deleted and re-created on the same volume.
     RestartRequested,
+    /// Its pod runs on this node, which is being drained (`NodeObs::draining`): drained, its
+    /// data handed off, then let go to the drain's eviction (or deleted, when no eviction
+    /// comes) and re-created on its own volume, which the scheduler puts on another node.
+    NodeDrained { node: String },
 }
 
 /// The member being restarted with the current pod spec (a rolling update, one at a time),
@@ -361,6 +409,14 @@ impl Roll {
     /// Asked by the user (a restart on its own volume), not by a spec change.
     pub fn restart_requested(&self) -> bool {
         self.reason == RollReason::RestartRequested
+    }
+
+    /// The node being drained that this restart moves its member off.
+    pub fn drained_node(&self) -> Option<&str> {
+        match &self.reason {
+            RollReason::NodeDrained { node } => Some(node),
+            _ => None,
+        }
     }
 }
 
@@ -667,6 +723,13 @@ pub enum Action {
         ordinal: u32,
         on: bool,
     },
+    /// Set the pod's label `marekvs.io/eviction` to `"allowed"`, or remove it (a label patch):
+    /// the member PDB, which allows no eviction, selects only pods without it. Allowed only
+    /// for a member handed off and being moved off a node being drained.
+    SetEviction {
+        ordinal: u32,
+        allowed: bool,
+    },
 }
 
 impl Action {
@@ -680,7 +743,8 @@ impl Action {
             | Action::DeletePod(o)
             | Action::DeleteUnstartedPod(o)
             | Action::DeletePvc(o)
-            | Action::SetClientTraffic { ordinal: o, .. } => o,
+            | Action::SetClientTraffic { ordinal: o, .. }
+            | Action::SetEviction { ordinal: o, .. } => o,
         }
     }
 }
@@ -735,11 +799,13 @@ event_reasons!(
     MemberCounted,
     MemberCreated,
     MemberFenced,
+    MemberMovedOffNode,
     MemberRemoved,
     MemberReplaced,
     MemberRestarted,
     MemberRestarting,
     MemberUpdated,
+    NodeDrainStarted,
     Paused,
     RemovalCancelled,
     RestartStarted,

@@ -252,6 +252,10 @@ struct Pod {
     client_off: bool,
     /// Its ring's window is stuck full: nothing ships, nothing is acknowledged.
     wedged: bool,
+    /// The node it was scheduled to (one of `NODES`).
+    node: u32,
+    /// Labelled `marekvs.io/eviction: allowed`: the PDB no longer protects it.
+    eviction_allowed: bool,
 }
 
 impl Pod {
@@ -286,6 +290,8 @@ impl Pod {
             last_input: None,
             client_off: false,
             wedged: false,
+            node: 0,
+            eviction_allowed: false,
         }
     }
 
@@ -470,7 +476,17 @@ struct World {
     rng: SplitMix64,
     load: LoadCounts,
     trace: bool,
+    /// Nodes being drained (cordoned), each until the tick it is uncordoned. A drain evicts a
+    /// pod on it only where the PDB lets it: labelled `marekvs.io/eviction: allowed`.
+    draining: BTreeMap<u32, u64>,
+    /// Apart from the schedule's stream, so that drains leave its other draws as they were.
+    drain_rng: SplitMix64,
+    /// Pods a drain evicted.
+    evictions: u64,
 }
+
+/// The nodes of the world, pods spread over them by ordinal.
+const NODES: u32 = 3;
 
 fn weight(p: usize, o: u32) -> u64 {
     let mut r = SplitMix64((p as u64) << 32 | u64::from(o));
@@ -522,7 +538,45 @@ impl World {
             rng: SplitMix64(seed ^ 0x776f_726c_6421),
             load: LoadCounts::default(),
             trace,
+            draining: BTreeMap::new(),
+            drain_rng: SplitMix64(seed ^ 0x6472_6169_6e21),
+            evictions: 0,
         }
+    }
+
+    /// The node the scheduler puts a new pod of `o` on: its own by ordinal, else the next
+    /// one not being drained (a cordoned node takes no new pod).
+    fn schedule(&self, o: u32) -> u32 {
+        (0..NODES)
+            .map(|i| (o + i) % NODES)
+            .find(|n| !self.draining.contains_key(n))
+            .unwrap_or(o % NODES)
+    }
+
+    /// Drains: uncordon the nodes whose maintenance is over; the drain's retried evictions
+    /// take the pods on a node being drained that the PDB lets go. Returns the pods evicted.
+    fn drain_nodes(&mut self, members: &BTreeSet<u32>) -> Vec<u32> {
+        let t = self.t;
+        self.draining.retain(|_, until| t < *until);
+        let evict: Vec<u32> = self
+            .pods
+            .iter()
+            .filter(|(_, p)| {
+                p.deleted_at.is_none() && p.eviction_allowed && self.draining.contains_key(&p.node)
+            })
+            .map(|(o, _)| *o)
+            .collect();
+        // `kubectl drain` asks again every 5 s: about every other tick here.
+        let evict: Vec<u32> = evict
+            .into_iter()
+            .filter(|_| self.drain_rng.chance(0.5))
+            .collect();
+        for o in &evict {
+            self.apply(Action::DeletePod(*o), members)
+                .expect("a pod deletion is always allowed");
+            self.evictions += 1;
+        }
+        evict
     }
 
     /// Members in the gossip now: running processes, and stopped ones the failure detector
@@ -1317,6 +1371,12 @@ impl World {
                         restart: p.restart,
                         client_traffic_off: p.client_off,
                         never_started: !p.ever_started,
+                        node: Some(NodeObs {
+                            name: format!("node-{}", p.node),
+                            unschedulable: self.draining.contains_key(&p.node),
+                            taints: vec![],
+                        }),
+                        eviction_allowed: p.eviction_allowed,
                     }),
                     pvc: self.vols.get(&o).map(|v| PvcObs {
                         uid: v.uid.to_string(),
@@ -1495,6 +1555,7 @@ impl World {
                 }
                 if !self.pods.contains_key(&o) && self.vols.get(&o).is_some_and(|v| !v.deleting) {
                     let mut pod = Pod::new(self.version, t);
+                    pod.node = self.schedule(o);
                     if self.rng.chance(UNSTARTABLE) {
                         // Unscheduled or its image not pulled: it starts later, if ever.
                         pod.ever_started = false;
@@ -1584,6 +1645,18 @@ impl World {
                 if let Some(p) = self.pods.get_mut(&ordinal) {
                     p.client_off = !on;
                     self.load.traffic_labels += 1;
+                }
+            }
+            // Let go to evictions only a drained member on a node being drained.
+            Action::SetEviction { ordinal, allowed } => {
+                if let Some(p) = self.pods.get_mut(&ordinal) {
+                    if allowed && !(p.drained && self.draining.contains_key(&p.node)) {
+                        return Err(format!(
+                            "{a:?}: its pod is not drained on a node being drained (drained {}, node {})",
+                            p.drained, p.node
+                        ));
+                    }
+                    p.eviction_allowed = allowed;
                 }
             }
         }
@@ -1752,6 +1825,11 @@ struct Counts {
     never_started_removals: u64,
     /// Pods deleted as never started, each with its volume checked to hold nothing.
     unstarted_pods_deleted: u64,
+    /// Nodes cordoned for a drain, members moved off them (`MemberMovedOffNode`), and pods
+    /// the drains evicted (each one the operator let go).
+    node_drains: u64,
+    node_moves: u64,
+    evictions: u64,
     load: LoadCounts,
 }
 
@@ -1800,6 +1878,9 @@ impl std::ops::AddAssign for Counts {
         self.scale_ups_batched += o.scale_ups_batched;
         self.never_started_removals += o.never_started_removals;
         self.unstarted_pods_deleted += o.unstarted_pods_deleted;
+        self.node_drains += o.node_drains;
+        self.node_moves += o.node_moves;
+        self.evictions += o.evictions;
         self.load += o.load;
     }
 }
@@ -2459,6 +2540,11 @@ impl Operator {
         }
         count_stale(w, d, &observed, counts, violations);
         check_restart(w, d, &status.memory, &observed, counts, violations);
+        counts.node_moves += d
+            .notes
+            .iter()
+            .filter(|n| n.reason == "MemberMovedOffNode")
+            .count() as u64;
         self.previous = std::mem::replace(&mut self.persisted, written);
         self.ledger.recorded();
         let actions = still_to_do(&d.actions, &made);
@@ -2881,7 +2967,9 @@ fn stops_hold(
         if is_stop(a, spec, d) && hibernated {
             counts.hibernation_stops += 1;
         }
-        let disruptive = !creation && !is_stop(a, spec, d);
+        // Guarding a pod against evictions again protects it: a hold asks for it.
+        let guards = matches!(a, Action::SetEviction { allowed: false, .. });
+        let disruptive = !creation && !guards && !is_stop(a, spec, d);
         if disruptive && !spec.fenced.is_empty() {
             violations.push(format!("t={t}: {a:?} while {:?} fenced", spec.fenced));
         }
@@ -2926,6 +3014,8 @@ fn mass_failure_allows(
         | Action::DeleteUnstartedPod(_) => false,
         // A label: moves no data. A dry run: makes nothing.
         Action::SetClientTraffic { .. } | Action::CheckPod(_) => true,
+        // Guarding a pod again is always allowed; letting evictions take one is not.
+        Action::SetEviction { allowed, .. } => !allowed,
     };
     if !ok {
         violations.push(format!(
@@ -3150,6 +3240,8 @@ fn run_world(seed: u64, trace: bool, broken: Broken) -> Outcome {
     for _ in 0..(FAULT_TICKS + CONVERGE_TICKS) {
         w.step();
         w.serve(ops);
+        let members = op.persisted.memory.members.clone();
+        w.drain_nodes(&members);
         let faulty = w.t <= FAULT_TICKS;
         if faulty && w.born {
             counts.faults += inject_faults(
@@ -3161,6 +3253,16 @@ fn run_world(seed: u64, trace: bool, broken: Broken) -> Outcome {
             );
             counts.faults += inject_load(&mut w, op.spec.nodes, &mut rng);
             ever_fenced.extend(op.spec.fenced.iter().copied());
+            // A node is drained (`kubectl drain`: cordoned, its pods evicted where the PDB
+            // lets them go), uncordoned once its maintenance is over, which may be after
+            // faults stop: the moves it started must finish and the cluster converge.
+            if w.drain_rng.chance(0.004) {
+                let node = w.drain_rng.below(u64::from(NODES)) as u32;
+                let until = w.t + 20 + w.drain_rng.below(300);
+                w.draining.insert(node, until);
+                counts.node_drains += 1;
+                counts.faults += 1;
+            }
         } else if !faulty {
             // The load goes on at its last rate (anti-entropy repairs whatever differs, with
             // no cap): a scale-down must finish under it. The rogue client stops.
@@ -3263,6 +3365,7 @@ fn run_world(seed: u64, trace: bool, broken: Broken) -> Outcome {
     counts.steps = w.t;
     counts.load = w.load;
     counts.unstarted_pods_deleted = w.unstarted_deleted;
+    counts.evictions = w.evictions;
     if violations.is_empty() {
         violations.extend(check_converged(
             &w,
@@ -3357,7 +3460,8 @@ fn no_schedule_loses_data_or_disrupts_two_members_and_every_one_converges() {
          hibernation: {} pods stopped, {} passes Hibernated, {} wakes, {} passes with a wake refused ({} refused volumes kept by the user), {} stale volumes replaced by a fresh-volume wake; \
          fences: {} pods stopped, {} passes holding a wanted step for a fence, {} stale volumes of unfenced members kept by the user; {} passes checked with a member fenced or the cluster hibernated; \
          new pods: {} dry runs before a rolling drain, {} rolling drains (each after its pod was admitted), {} passes blocked on a refused pod, {} refused specs fixed by the user; \
-         {} scale-ups that added a batch and left members for later, {} removals of a member whose container never started (no gate, no drain), {} of its pods deleted (each volume checked empty)",
+         {} scale-ups that added a batch and left members for later, {} removals of a member whose container never started (no gate, no drain), {} of its pods deleted (each volume checked empty); \
+         node drains: {} nodes cordoned, {} members moved off one, {} pods evicted (each let go by the operator)",
         counts.steps,
         counts.faults,
         counts.invariant_checks,
@@ -3400,6 +3504,9 @@ fn no_schedule_loses_data_or_disrupts_two_members_and_every_one_converges() {
         counts.scale_ups_batched,
         counts.never_started_removals,
         counts.unstarted_pods_deleted,
+        counts.node_drains,
+        counts.node_moves,
+        counts.evictions,
     );
     println!("dst: {schedules} schedules in {:.1?}", started.elapsed());
     let l = counts.load;
@@ -3470,6 +3577,10 @@ fn no_schedule_loses_data_or_disrupts_two_members_and_every_one_converges() {
         assert!(counts.fence_held_passes > 0, "{counts:?}");
         assert!(counts.stop_checks > 0, "{counts:?}");
         assert!(counts.look_alike_blocked > 0, "{counts:?}");
+        assert!(
+            counts.node_drains > 0 && counts.node_moves > 0 && counts.evictions > 0,
+            "{counts:?}"
+        );
         assert!(
             counts.pod_checks > 0
                 && counts.roll_drains > 0

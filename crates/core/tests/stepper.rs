@@ -127,6 +127,8 @@ impl World {
                         restart: false,
                         client_traffic_off: self.victim == Some(o),
                         never_started: false,
+                        node: None,
+                        eviction_allowed: false,
                     });
                     self.copying_until = now + self.copying_ms;
                     self.started.insert(o, now);
@@ -169,6 +171,11 @@ impl World {
                 Action::DeletePvc(o) => {
                     if let Some(m) = self.obs.get_mut(&o) {
                         m.pvc = None;
+                    }
+                }
+                Action::SetEviction { ordinal, allowed } => {
+                    if let Some(p) = self.obs.get_mut(&ordinal).and_then(|m| m.pod.as_mut()) {
+                        p.eviction_allowed = allowed;
                     }
                 }
                 Action::SetClientTraffic { ordinal, on } => {
@@ -1347,6 +1354,8 @@ fn arb_obs() -> impl Strategy<Value = MemberObs> {
                         restart: false,
                         client_traffic_off: traffic_off,
                         never_started: unstarted,
+                        node: None,
+                        eviction_allowed: false,
                     }
                 },
             ),
@@ -1458,6 +1467,8 @@ fn calm_asking(mem: &Memory, outdated: bool, asking: Option<u32>) -> BTreeMap<u3
                 // The label the stepper asks for has taken (a restarted pod is built "on").
                 client_traffic_off: Some(*o) == disrupted && Some(*o) != moved,
                 never_started: false,
+                node: None,
+                eviction_allowed: false,
             });
             let scrape = pod.as_ref().map(|_| Scrape {
                 view_members: serving,
@@ -3042,5 +3053,228 @@ fn a_member_that_never_started_is_removed_without_the_gate_and_without_a_drain()
     assert_eq!(
         d.blocked.as_ref().map(|b| b.reason),
         Some(BlockReason::SingleCopy)
+    );
+}
+
+/// Put the pods of members `on` on node `node`, cordoned.
+fn cordon(w: &mut World, node: &str, on: &[u32]) {
+    for o in on {
+        w.obs.get_mut(o).unwrap().pod.as_mut().unwrap().node = Some(NodeObs {
+            name: node.into(),
+            unschedulable: true,
+            taints: vec![],
+        });
+    }
+}
+
+fn drain_of(m: &Memory) -> Option<(u32, String, RollStep)> {
+    m.roll()
+        .and_then(|r| Some((r.ordinal, r.drained_node()?.to_string(), r.step)))
+}
+
+#[test]
+fn members_on_a_node_being_drained_move_off_one_at_a_time_behind_the_gate() {
+    let s = spec(4, 2);
+    let mut w = World::new(5_000);
+    let mut mem = Memory::default();
+    drive(&s, &mut w, &mut mem, 0, 60);
+    let uids: Vec<String> = (0..4).map(|o| uid_of(&w, o)).collect();
+    cordon(&mut w, "node-a", &[1, 3]);
+
+    let ds = drive(&s, &mut w, &mut mem, 100_000, 600);
+    assert_eq!(ds.last().unwrap().phase, ClusterPhase::Healthy);
+    // The highest ordinal first, recorded with the node; one member at a time.
+    let moved: Vec<(u32, String)> = ds
+        .iter()
+        .filter_map(|d| drain_of(&d.memory).map(|(o, n, _)| (o, n)))
+        .fold(Vec::new(), |mut v, x| {
+            if v.last() != Some(&x) {
+                v.push(x);
+            }
+            v
+        });
+    assert_eq!(moved, [(3, "node-a".into()), (1, "node-a".into())]);
+    // Each: asked whether its new pod is admitted, drained, let go to evictions only once
+    // handed off, and, with no eviction coming, deleted by the operator after the wait.
+    let mut seq = actions_of(&ds);
+    seq.dedup();
+    let allow = |o| Action::SetEviction {
+        ordinal: o,
+        allowed: true,
+    };
+    assert_eq!(
+        seq,
+        [
+            Action::CheckPod(3),
+            Action::Drain(3),
+            allow(3),
+            Action::DeletePod(3),
+            Action::CreatePod(3),
+            Action::CheckPod(1),
+            Action::Drain(1),
+            allow(1),
+            Action::DeletePod(1),
+            Action::CreatePod(1),
+        ]
+    );
+    let at = |a: &Action| ds.iter().position(|d| d.actions.contains(a)).unwrap();
+    for o in [3, 1] {
+        // Let go only in the step after its hand-off, never while it hands off.
+        let allowed = &ds[at(&allow(o))];
+        assert_eq!(
+            drain_of(&allowed.memory).map(|x| x.2),
+            Some(RollStep::Deleting)
+        );
+        assert!(at(&allow(o)) - at(&Action::Drain(o)) >= 3);
+        // The drain had EVICTION_WAIT_MS (one pass a second here) to evict it.
+        let waited = (at(&Action::DeletePod(o)) - at(&allow(o))) as Millis * 1_000;
+        assert!(
+            waited >= marekvs_core::stepper::EVICTION_WAIT_MS,
+            "{o}: {waited}"
+        );
+    }
+    // Back on their own volumes; Events name the node.
+    assert_eq!((0..4).map(|o| uid_of(&w, o)).collect::<Vec<_>>(), uids);
+    let started = notes_named(&ds, "NodeDrainStarted");
+    let done = notes_named(&ds, "MemberMovedOffNode");
+    assert_eq!((started.len(), done.len()), (2, 2));
+    assert!(
+        started[0].contains("demo-3")
+            && started[0].contains("node-a")
+            && started[0].contains("2 members there"),
+        "{}",
+        started[0]
+    );
+    assert!(done[1].contains("demo-1") && done[1].contains("node-a"));
+    // The new pods run elsewhere (not on a node being drained): nothing more happens.
+    let after = drive(&s, &mut w, &mut mem, 1_000_000, 30);
+    assert!(actions_of(&after).is_empty(), "{:?}", actions_of(&after));
+}
+
+#[test]
+fn a_drains_eviction_takes_the_member_it_was_let_go_and_a_hold_guards_it_again() {
+    let mut s = spec(3, 2);
+    let mut w = World::new(2_000);
+    let mut mem = Memory::default();
+    drive(&s, &mut w, &mut mem, 0, 60);
+    cordon(&mut w, "node-b", &[0]);
+    let mut now = 100_000;
+    let mut decided = Vec::new();
+    let mut evicted = false;
+    let mut paused_once = false;
+    while now < 400_000 {
+        w.scrape(now);
+        let d = decide(&Input {
+            spec: &s,
+            memory: &mem,
+            observed: &w.obs,
+            now,
+        });
+        mem = d.memory.clone();
+        w.apply(&d.actions, now);
+        let allowed = w.obs[&0].pod.as_ref().is_some_and(|p| p.eviction_allowed);
+        if allowed && !paused_once {
+            // Paused while it may be evicted: guarded again at once.
+            paused_once = true;
+            s.paused = true;
+        } else if s.paused && !allowed {
+            s.paused = false;
+        } else if allowed && !evicted {
+            // The drain's eviction, as the API server carries it out: the pod goes.
+            evicted = true;
+            let m = w.obs.get_mut(&0).unwrap();
+            m.pod = None;
+            m.scrape = None;
+        }
+        decided.push(d);
+        now += 1_000;
+        if evicted && decided.last().unwrap().phase == ClusterPhase::Healthy {
+            break;
+        }
+    }
+    assert!(paused_once && evicted, "never let go to evictions");
+    let acts = actions_of(&decided);
+    assert!(
+        acts.contains(&Action::SetEviction {
+            ordinal: 0,
+            allowed: false
+        }),
+        "not guarded again while paused: {acts:?}"
+    );
+    // The eviction took it: the operator deleted nothing itself, and re-created it.
+    assert!(!acts.contains(&Action::DeletePod(0)), "{acts:?}");
+    assert!(acts.contains(&Action::CreatePod(0)));
+    assert_eq!(notes_named(&decided, "MemberMovedOffNode").len(), 1);
+}
+
+#[test]
+fn a_node_no_longer_drained_before_its_member_was_drained_cancels_the_move() {
+    let mut s = spec(3, 2);
+    let mut w = World::new(2_000);
+    let mut mem = Memory::default();
+    drive(&s, &mut w, &mut mem, 0, 60);
+    cordon(&mut w, "node-c", &[1, 2]);
+    s.paused = true;
+    let ds = drive(&s, &mut w, &mut mem, 100_000, 10);
+    assert!(actions_of(&ds).is_empty(), "{:?}", actions_of(&ds));
+    let held = &ds.last().unwrap().blocked.as_ref().expect("held").message;
+    assert!(
+        held.contains("moving demo-1, demo-2 off node node-c (being drained)"),
+        "{held}"
+    );
+    s.paused = false;
+    // Recorded once its new pod is admitted; then uncordoned before its drain took.
+    let mut d = drive(&s, &mut w, &mut mem, 200_000, 2);
+    assert_eq!(
+        drain_of(&mem).map(|(o, n, _)| (o, n)),
+        Some((2, "node-c".to_string()))
+    );
+    for o in [1, 2] {
+        w.obs.get_mut(&o).unwrap().pod.as_mut().unwrap().node = None;
+    }
+    d.extend(drive(&s, &mut w, &mut mem, 202_000, 30));
+    assert_eq!(
+        notes_named(&d, "UpdateCancelled").len(),
+        1,
+        "{:?}",
+        notes_named(&d, "UpdateCancelled")
+    );
+    assert!(
+        notes_named(&d, "UpdateCancelled")[0]
+            .contains("node node-c is no longer being drained; not moving it")
+    );
+    assert!(!actions_of(&d).contains(&Action::DeletePod(2)));
+    assert!(mem.disruption.is_none());
+}
+
+#[test]
+fn a_drain_held_by_the_gate_says_which_node_and_members_it_holds() {
+    let s = spec(3, 2);
+    let mut w = World::new(2_000);
+    let mut mem = Memory::default();
+    drive(&s, &mut w, &mut mem, 0, 60);
+    cordon(&mut w, "node-d", &[2]);
+    // Another member down: the move waits, and says what for.
+    w.obs.get_mut(&0).unwrap().pod.as_mut().unwrap().ready = false;
+    w.scrape(100_000);
+    let d = decide(&Input {
+        spec: &s,
+        memory: &mem,
+        observed: &w.obs,
+        now: 100_000,
+    });
+    assert!(
+        !d.actions.iter().any(|a| matches!(
+            a,
+            Action::Drain(_) | Action::DeletePod(_) | Action::SetEviction { .. }
+        )),
+        "{:?}",
+        d.actions
+    );
+    let b = d.blocked.expect("blocked");
+    assert!(
+        b.message
+            .starts_with("holding moving demo-2 off node node-d (being drained): "),
+        "{b:?}"
     );
 }

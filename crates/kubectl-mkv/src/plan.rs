@@ -67,6 +67,7 @@ fn in_progress(s: &MarekvsClusterStatus, now_ms: i64) -> Vec<String> {
             RolloutReason::SpecChanged => "with the current pod spec (rolling update)",
             RolloutReason::VolumeRequested => "on a fresh volume, as its pod asked",
             RolloutReason::RestartRequested => "on its own volume, as its pod asked",
+            RolloutReason::NodeDrained => "on its own volume, off a node being drained",
         };
         lines.push(format!(
             "restarting {} {why}: step {:?} for {}, started {} ago",

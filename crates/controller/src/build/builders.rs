@@ -12,7 +12,9 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
+    LabelSelector, LabelSelectorRequirement, ObjectMeta, OwnerReference,
+};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::{Resource, ResourceExt};
 use marekvs_api::{DEFAULT_CPU, DEFAULT_MEMORY, MarekvsCluster, REQUIREPASS, ResourcesSpec};
@@ -121,15 +123,24 @@ pub fn client_service(cr: &MarekvsCluster) -> Result<Service, Error> {
     })
 }
 
-/// minAvailable = replicationFactor: voluntary evictions never take the last copy.
+/// maxUnavailable 0: no eviction takes a member whose data was not handed off. An eviction
+/// skips the hand-off gate (no `/drain`, the node ships what its ring holds for a few seconds),
+/// and at more members than replicationFactor a budget of "keep RF" let a drain take several
+/// at once. A node's drain waits for the operator instead, which moves its members off one at
+/// a time, behind the gate, and labels the one handed off `marekvs.io/eviction: allowed`,
+/// which this selector leaves out, so that the drain's eviction takes it.
 pub fn pdb(cr: &MarekvsCluster) -> Result<PodDisruptionBudget, Error> {
     Ok(PodDisruptionBudget {
         metadata: owned_meta(cr, cr.name_any(), cr.namespace(), None)?,
         spec: Some(PodDisruptionBudgetSpec {
-            min_available: Some(IntOrString::Int(cr.spec.replication_factor)),
+            max_unavailable: Some(IntOrString::Int(0)),
             selector: Some(LabelSelector {
                 match_labels: Some(selector_labels(cr)),
-                ..Default::default()
+                match_expressions: Some(vec![LabelSelectorRequirement {
+                    key: LABEL_EVICTION.into(),
+                    operator: "NotIn".into(),
+                    values: Some(vec![EVICTION_ALLOWED.into()]),
+                }]),
             }),
             ..Default::default()
         }),

@@ -562,7 +562,14 @@ mod tests {
         assert_eq!(h["spec"]["clusterIP"], "None");
         assert_eq!(h["spec"]["publishNotReadyAddresses"], true);
         let p = serde_json::to_value(pdb(&cr()).unwrap()).unwrap();
-        assert_eq!(p["spec"]["minAvailable"], 2);
+        // No eviction of a member, but of the one pod labelled allowed (handed off, and being
+        // moved off a node being drained).
+        assert_eq!(p["spec"]["maxUnavailable"], 0);
+        assert_eq!(p["spec"].get("minAvailable"), None);
+        assert_eq!(
+            p["spec"]["selector"]["matchExpressions"],
+            serde_json::json!([{"key": "marekvs.io/eviction", "operator": "NotIn", "values": ["allowed"]}])
+        );
     }
 
     #[test]

@@ -16,6 +16,11 @@ pub const LABEL_ORDINAL: &str = "marekvs.io/ordinal";
 pub const LABEL_CLIENT_TRAFFIC: &str = "marekvs.io/client-traffic";
 pub const CLIENT_TRAFFIC_ON: &str = "on";
 pub const CLIENT_TRAFFIC_OFF: &str = "off";
+/// `"allowed"` on the one member pod that a drain's eviction may take: handed off and being
+/// moved off a node being drained. The member PDB, which allows no eviction, selects every
+/// member pod without it.
+pub const LABEL_EVICTION: &str = "marekvs.io/eviction";
+pub const EVICTION_ALLOWED: &str = "allowed";
 /// Set on a member's pod once its node answered `/drain` with 200.
 pub const ANNOTATION_DRAINED_AT: &str = "marekvs.io/drained-at";
 /// The pod's container restart count when it was drained: a node that restarted since is no

@@ -99,6 +99,8 @@ pub(super) fn member_conditions(
             marekvs_api::RolloutStep::from(r.step).as_str(),
             if r.requested() {
                 "being moved to a fresh volume, as its pod asked"
+            } else if r.drained_node().is_some() {
+                "being moved off its node, which is being drained"
             } else if r.restart_requested() {
                 "being restarted on its own volume, as its pod asked"
             } else {

@@ -39,7 +39,7 @@ pub fn memory_from_status(name: &str, status: &MarekvsClusterStatus) -> Memory {
         })
     });
     let roll = status.rollout.as_ref().and_then(|r| {
-        let reason = roll_reason(r.reason, r.replaced_pvc.as_deref())?;
+        let reason = roll_reason(r.reason, r.replaced_pvc.as_deref(), r.node.as_deref())?;
         Some(Roll {
             ordinal: u32::try_from(r.ordinal).ok()?,
             reason,

@@ -5,7 +5,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use marekvs_api::conditions::*;
-use marekvs_api::convert::replaced_pvc;
+use marekvs_api::convert::{drained_node, replaced_pvc};
 use marekvs_api::{
     AutoscaleStatus, BackgroundRepairStatus, CounterSample, HandoffHoldStatus, KeptVolume,
     LoadSampleStatus, MarekvsClusterStatus, MemberMetrics, MemberStatus, PlanHold, PlanHoldKind,
@@ -103,6 +103,7 @@ pub fn status_from(input: &StatusInput) -> MarekvsClusterStatus {
             step: r.step.into(),
             reason: (&r.reason).into(),
             replaced_pvc: replaced_pvc(&r.reason),
+            node: drained_node(&r.reason),
             handed_off_pvc: r.handed_off_pvc.clone(),
             started_at: to_time(r.started_at),
             step_started_at: to_time(r.step_started_at),

@@ -7,6 +7,13 @@ use crate::types::*;
 
 use super::{HeldBy, Pass, normal, restarted_while_draining};
 
+/// How long a member moved off a node being drained, once handed off and let go to
+/// evictions, waits for the drain to evict it before the operator deletes its pod itself.
+/// `kubectl drain` asks again every 5 s. The drain must be the one to take it: a drain that
+/// asks only after the member's new pod exists (same name, on another node) asks to evict
+/// that one, and `kubectl drain` then retries it for ever.
+pub const EVICTION_WAIT_MS: Millis = 20_000;
+
 fn enter(r: &mut Roll, step: RollStep, now: Millis) {
     r.step = step;
     r.step_started_at = now;
@@ -46,7 +53,14 @@ impl Pass<'_> {
             RollStep::Rejoining => {
                 if self.rejoined(&mut r, &name) {
                     self.rolled = Some(r.clone());
-                    self.notes.push(if r.restart_requested() {
+                    self.notes.push(if let Some(node) = r.drained_node() {
+                        normal(
+                            EventReason::MemberMovedOffNode,
+                            format!(
+                                "{name} left node {node}, which is being drained, and runs again on its own volume; the cluster is fully replicated again"
+                            ),
+                        )
+                    } else if r.restart_requested() {
                         normal(
                             EventReason::MemberRestarted,
                             format!(
@@ -83,7 +97,11 @@ impl Pass<'_> {
             // Its pod is gone (deleted by this step or by hand): the children phase, earlier
             // in this pass, created a new one.
             enter(r, RollStep::Rejoining, self.now);
-            let message = if r.restart_requested() {
+            let message = if let Some(node) = r.drained_node() {
+                format!(
+                    "re-creating {name} on its own volume, off node {node}, which is being drained"
+                )
+            } else if r.restart_requested() {
                 format!("re-creating {name} on its own volume, as its pod asked")
             } else if r.requested() {
                 format!("re-creating {name} on a fresh volume once its data was handed off")
@@ -105,15 +123,19 @@ impl Pass<'_> {
     fn update_cancelled(&mut self, r: &Roll, name: &str) -> bool {
         let m = self.obs(r.ordinal);
         let cancelled = r.step == RollStep::Draining
-            && m.pod.as_ref().is_some_and(|p| {
-                !p.outdated && !p.drained && (!r.restart_requested() || !p.restart)
-            })
+            && m.pod
+                .as_ref()
+                .is_some_and(|p| !p.outdated && !p.drained && !still_asked(r, p))
             && !m.pvc.as_ref().is_some_and(|v| self.leaves_volume(r, v));
         if cancelled {
-            self.notes.push(normal(
-                EventReason::UpdateCancelled,
-                format!("{name} already runs the current spec; not restarting it"),
-            ));
+            let message = match r.drained_node() {
+                Some(node) => {
+                    format!("{name}: node {node} is no longer being drained; not moving it")
+                }
+                None => format!("{name} already runs the current spec; not restarting it"),
+            };
+            self.notes
+                .push(normal(EventReason::UpdateCancelled, message));
         }
         cancelled
     }
@@ -193,7 +215,11 @@ impl Pass<'_> {
                 if !self.hold(format!("restarting {name}")) {
                     enter(r, RollStep::Deleting, self.now);
                     r.handed_off_pvc = m.pvc.as_ref().map(|v| v.uid.clone());
-                    self.actions.insert(Action::DeletePod(r.ordinal));
+                    // Off a node being drained, the drain's eviction takes it (the eviction
+                    // steering lets it through from this step on): see `EVICTION_WAIT_MS`.
+                    if r.drained_node().is_none() {
+                        self.actions.insert(Action::DeletePod(r.ordinal));
+                    }
                 }
             }
             Err(h) => self.wait_gate_for_update(h.blocked, r, name, "hand-off before its restart"),
@@ -215,15 +241,30 @@ impl Pass<'_> {
                 enter(r, RollStep::HandingOff, self.now);
             }
             Some(p) if p.drained => {
-                if !self.hold(format!("restarting {name}")) {
-                    self.actions.insert(Action::DeletePod(r.ordinal));
+                let waited = self.now - r.step_started_at;
+                // The drain's eviction takes it while its node is still being drained; once
+                // uncordoned, nothing will: the operator deletes it.
+                match r.drained_node() {
+                    Some(node)
+                        if waited < EVICTION_WAIT_MS && p.draining_node() == Some(node) =>
+                    {
+                        self.progress.push(format!(
+                        "{name} is handed off and may be evicted now: waiting up to {} s for the drain of node {node} to evict it",
+                        (EVICTION_WAIT_MS - waited + 999) / 1_000
+                        ))
+                    }
+                    _ => {
+                        if !self.hold(format!("restarting {name}")) {
+                            self.actions.insert(Action::DeletePod(r.ordinal));
+                        }
+                    }
                 }
             }
             // Still the pod that asked for the restart, or one the spec or volume still
             // wants gone: it restarted by itself and serves again.
             Some(p)
                 if p.outdated
-                    || (r.restart_requested() && p.restart)
+                    || still_asked(r, p)
                     || m.pvc.as_ref().is_some_and(|v| self.leaves_volume(r, v)) =>
             {
                 self.notes.push(restarted_while_draining(name));
@@ -353,18 +394,19 @@ impl Pass<'_> {
         let outdated = self.outdated();
         let asked = self.asked_fresh_volume();
         let restarts = self.asked_restart();
+        let drains = self.on_draining_nodes();
         if self.disruption.is_some()
             || self.rolled.is_some()
             || self.completed.is_some()
             || self.blocked.is_some()
             || self.members.len() != self.target
-            || (outdated.is_empty() && asked.is_empty() && restarts.is_empty())
+            || (outdated.is_empty() && asked.is_empty() && restarts.is_empty() && drains.is_empty())
             || self.drained_bystander()
             || self.spec.hibernation
         {
             return;
         }
-        if let Err(b) = self.may_start_roll(outdated.len(), &asked, &restarts) {
+        if let Err(b) = self.may_start_roll(outdated.len(), &asked, &restarts, &drains) {
             self.blocked = Some(b);
             return;
         }
@@ -378,8 +420,28 @@ impl Pass<'_> {
         }
         // The member this restart would take: its new pod must be admitted before it is
         // touched at all (its client traffic is cut as the restart starts).
-        let next = asked.last().or(restarts.last()).or(outdated.last());
+        let next = drains
+            .last()
+            .map(|(o, _)| o)
+            .or(asked.last())
+            .or(restarts.last())
+            .or(outdated.last());
         if !next.is_some_and(|&o| self.new_pod_admitted(o)) {
+            return;
+        }
+        // A node being drained waits on this operator (its PDB allows no eviction of a member):
+        // its members move first, the highest ordinal first.
+        if let Some((o, node)) = drains.last().cloned() {
+            let there = drains.iter().filter(|(_, n)| *n == node).count();
+            self.start_roll_of(o, RollReason::NodeDrained { node: node.clone() });
+            self.notes.push(normal(
+                EventReason::NodeDrainStarted,
+                format!(
+                    "moving {} off node {node}, which is being drained ({there} member{} there): draining it, then letting the drain evict it once the others hold its data; it comes back on its own volume on another node",
+                    self.spec.member_name(o),
+                    if there == 1 { "" } else { "s" }
+                ),
+            ));
             return;
         }
         if let Some(&o) = asked.last() {
@@ -441,7 +503,24 @@ impl Pass<'_> {
         outdated: usize,
         asked: &[u32],
         restarts: &[u32],
+        drains: &[(u32, String)],
     ) -> Result<(), Blocked> {
+        // A drain waits on this operator: whatever holds it says so, naming the node.
+        let moving = (!drains.is_empty()).then(|| {
+            let on: Vec<String> = drains
+                .iter()
+                .map(|(o, _)| self.spec.member_name(*o))
+                .collect();
+            let mut nodes: Vec<&str> = drains.iter().map(|(_, n)| n.as_str()).collect();
+            nodes.sort_unstable();
+            nodes.dedup();
+            format!(
+                "moving {} off node {} (being drained)",
+                on.join(", "),
+                nodes.join(", ")
+            )
+        });
+        let holding = moving.as_deref().unwrap_or("the rolling update");
         // Members that would move to a fresh volume: asked for on their pod, or on a volume
         // the spec cannot keep in place (another class or a smaller size, with replaceVolumes).
         let fresh: Vec<u32> = self
@@ -471,6 +550,9 @@ impl Pass<'_> {
                     .join(", ")
             };
             let mut held = Vec::new();
+            if let Some(m) = &moving {
+                held.push(m.clone());
+            }
             if !asked.is_empty() {
                 held.push(format!("the fresh volume asked for {}", names(asked)));
             }
@@ -484,9 +566,9 @@ impl Pass<'_> {
                 reason: BlockReason::Paused,
                 message: format!("spec.paused is set: holding {}", held.join(" and ")),
             })
-        } else if let Some(b) = self.fence_block("the rolling update") {
+        } else if let Some(b) = self.fence_block(holding) {
             Err(b)
-        } else if let Some(b) = self.look_alike_block("the rolling update") {
+        } else if let Some(b) = self.look_alike_block(holding) {
             Err(b)
         } else if self.creating() || self.replacing {
             Err(Blocked {
@@ -494,7 +576,23 @@ impl Pass<'_> {
                 message: "a member is being (re-)created; waiting until it is Active and the cluster fully replicated".into(),
             })
         } else {
-            self.gate_all(None)
+            self.gate_all(None).map_err(|b| match &moving {
+                Some(m) => Blocked {
+                    message: format!("holding {m}: {}", b.message),
+                    ..b
+                },
+                None => b,
+            })
         }
+    }
+}
+
+/// What asked for this restart still asks for it: the restart annotation on its pod, or the
+/// node it is moved off still being drained. A spec change is asked by `PodObs::outdated`.
+fn still_asked(r: &Roll, p: &PodObs) -> bool {
+    match &r.reason {
+        RollReason::RestartRequested => p.restart,
+        RollReason::NodeDrained { node } => p.draining_node() == Some(node.as_str()),
+        RollReason::SpecChanged | RollReason::VolumeRequested { .. } => false,
     }
 }

@@ -1,6 +1,8 @@
-//! Client traffic: the member leaving takes no new client writes, so that what originated on
-//! it can reach every owner before it goes (gate G5). Level-triggered: the label is set again
-//! while its pod is not observed as asked.
+//! Pod labels the runbook steers. Client traffic: the member leaving takes no new client
+//! writes, so that what originated on it can reach every owner before it goes (gate G5).
+//! Evictions: the member PDB allows none, except of the one member handed off and being moved
+//! off a node being drained. Level-triggered: a label is set again while its pod is not
+//! observed as asked.
 
 use crate::types::*;
 
@@ -48,6 +50,33 @@ impl Pass<'_> {
         match self.disruption.as_ref()? {
             Disruption::Removal(r) => Some(r.ordinal),
             Disruption::Roll(r) => (r.step != RollStep::Rejoining).then_some(r.ordinal),
+        }
+    }
+
+    /// Let evictions take only the member being moved off a node being drained, from the
+    /// step its pod may go (`Deleting`, after its hand-off) while nothing holds disruptive
+    /// steps; every other pod seen allowed is guarded again (a move given up, a hold since).
+    pub(super) fn steer_evictions(&mut self) {
+        let held = self.holder().is_some();
+        let members: Vec<u32> = self.members.iter().copied().collect();
+        for o in members {
+            let Some(p) = self.obs(o).pod.as_ref().filter(|p| !p.terminating) else {
+                continue;
+            };
+            // Only while its node is still being drained: nothing else would evict it.
+            let allowed = !held
+                && p.drained
+                && matches!(self.disruption.as_ref(), Some(Disruption::Roll(r))
+                    if r.ordinal == o
+                        && r.step == RollStep::Deleting
+                        && r.drained_node().is_some()
+                        && p.draining_node() == r.drained_node());
+            if allowed != p.eviction_allowed {
+                self.actions.insert(Action::SetEviction {
+                    ordinal: o,
+                    allowed,
+                });
+            }
         }
     }
 }
