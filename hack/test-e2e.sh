@@ -150,7 +150,7 @@ set +e
 # E2E_EXCLUSIVE names more such binaries (comma-separated).
 # shellcheck disable=SC2086
 python3 "$here/run-e2e.py" --jobs "${E2E_THREADS:-4}" \
-  --exclusive "apiserver,install,upgrade,report${E2E_EXCLUSIVE:+,$E2E_EXCLUSIVE}" \
+  --exclusive "apiserver,platform,install,upgrade,report${E2E_EXCLUSIVE:+,$E2E_EXCLUSIVE}" \
   --await "install=$ready/helm" --await "report=$ready/helm" \
   --await "upgrade=$ready/helm" --await "upgrade=$ready/upgrade-from" \
   --durations "$REPO/e2e/durations.json" ${E2E_RECORD:+--record "$E2E_RECORD"} $e2e_bins -- "$@" 2>&1 | tee "$log_file"

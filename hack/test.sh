@@ -24,7 +24,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 # own volume and one on a fresh volume; a roll of every member; 5 -> 4 under a steady load
 # through the Service, and with a client pinned to the leaver; the data check's negative control
 # (a forced pod + PVC delete right after 160 MiB of writes loses keys, and the check names them); the upgrade from
-# the pinned commit.
+# the pinned commit; `kubectl drain` of a node that runs 2 of 5 members, and one at replicationFactor (held, then done).
 REAL_LANE=(
   creates_members_then_scales_3_5_3_removing_the_chosen_member_first
   a_deleted_pod_returns_on_its_volume_and_a_deleted_pod_and_pvc_rejoin_fresh
@@ -33,6 +33,8 @@ REAL_LANE=(
   a_client_writing_to_the_leavers_pod_address_holds_the_removal_until_it_stops
   a_raw_pod_and_pvc_delete_seconds_after_writes_loses_keys_the_check_names
   an_upgrade_from_the_pinned_commit_keeps_members_and_keys
+  a_node_drain_moves_its_members_off_one_at_a_time_and_completes
+  a_node_drain_at_replication_factor_is_blocked_with_the_reason_then_completes
 )
 
 stages_begin build unit fuzz e2e e2e-real
