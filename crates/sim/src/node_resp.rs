@@ -4,9 +4,11 @@
 //! Commands: `PING [msg]`, `ECHO msg`, `HELLO [2|3] [AUTH user pass] [SETNAME name]`,
 //! `AUTH [user] pass`, `CLIENT SETNAME|SETINFO|GETNAME|ID`, `SELECT 0`, `SET key value` (no
 //! options), `GET`, `DEL`, `EXISTS`, `DBSIZE`, `CLUSTER MYID|NODES|INFO`, `COMMAND` (empty),
-//! `QUIT`. Pipelined commands are answered in order. With a password (`MAREKVS_REQUIREPASS`),
-//! everything but `AUTH`, `HELLO ... AUTH` and `QUIT` answers `-NOAUTH` until the connection
-//! authenticates. While the member is hung nothing is answered; once its process is gone its
+//! `CONFIG SET|GET`, `QUIT`. Pipelined commands are answered in order. With a password
+//! (`MAREKVS_REQUIREPASS`), everything but `AUTH`, `HELLO ... AUTH` and `QUIT` answers
+//! `-NOAUTH` until the connection authenticates. As on a real node, `CONFIG SET requirepass`
+//! changes the password of this process only (a restart starts on its env again) and leaves
+//! connections that already authenticated authenticated. While the member is hung nothing is answered; once its process is gone its
 //! connections are closed (after the answers already due), as a dead process's would be;
 //! nothing else closes them.
 //!
@@ -48,7 +50,17 @@ impl RespServer {
 struct Ctx {
     world: SharedWorld,
     key: String,
-    requirepass: Option<String>,
+    /// The process's password: its env's at start, then the last `CONFIG SET requirepass`.
+    requirepass: std::sync::Mutex<Option<String>>,
+}
+
+impl Ctx {
+    fn requirepass(&self) -> Option<String> {
+        self.requirepass
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
 }
 
 /// Serve RESP for member `key` on `ip:6379`. An empty password counts as none, as Redis's
@@ -80,7 +92,7 @@ pub async fn serve(
     let ctx = Arc::new(Ctx {
         world,
         key,
-        requirepass: requirepass.filter(|p| !p.is_empty()),
+        requirepass: std::sync::Mutex::new(requirepass.filter(|p| !p.is_empty())),
     });
     let (stop, stopped) = watch::channel(());
     tokio::spawn(listen_when_active(socket, ctx, stopped));
@@ -285,7 +297,7 @@ const NOAUTH: &str = "NOAUTH Authentication required.";
 /// The commands this server knows, which it counts.
 const KNOWN: &[&str] = &[
     "PING", "ECHO", "QUIT", "AUTH", "HELLO", "CLIENT", "SELECT", "COMMAND", "SET", "GET", "DEL",
-    "EXISTS", "DBSIZE", "CLUSTER",
+    "EXISTS", "DBSIZE", "CLUSTER", "CONFIG",
 ];
 const NOAUTH_HELLO: &str = "NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time";
 const WRONGPASS: &str = "WRONGPASS invalid username-password pair or user is disabled.";
@@ -303,7 +315,7 @@ struct Session {
 
 impl Session {
     fn new(ctx: Arc<Ctx>, id: u64, boot: u64) -> Self {
-        let authenticated = ctx.requirepass.is_none();
+        let authenticated = ctx.requirepass().is_none();
         Session {
             ctx,
             id,
@@ -363,6 +375,7 @@ impl Session {
             "COMMAND" => command(rest).into(),
             "SET" | "GET" | "DEL" | "EXISTS" | "DBSIZE" => self.data(&name, rest),
             "CLUSTER" => self.cluster(rest),
+            "CONFIG" => self.config(rest).into(),
             _ => Reply::err(format!("ERR unknown command '{}'", shown(&args[0]))).into(),
         }
     }
@@ -370,17 +383,52 @@ impl Session {
     /// Whether `user`/`pass` authenticate: the one user is `default`, and without a
     /// configured password any password does (Redis's `nopass` default user).
     fn credentials_match(&self, user: &[u8], pass: &[u8]) -> bool {
-        user == b"default"
-            && self
-                .ctx
-                .requirepass
-                .as_ref()
-                .is_none_or(|p| p.as_bytes() == pass)
+        user == b"default" && self.ctx.requirepass().is_none_or(|p| p.as_bytes() == pass)
+    }
+
+    /// `CONFIG SET <param> <value> [<param> <value> ...]` (a node takes `requirepass` live and
+    /// accepts other parameters without acting on them; an empty password turns auth off) and
+    /// `CONFIG GET requirepass`.
+    fn config(&mut self, rest: &[Vec<u8>]) -> Reply {
+        let Some((sub, args)) = rest.split_first() else {
+            return arity("config");
+        };
+        match upper(sub).as_str() {
+            "SET" => {
+                if args.is_empty() || args.len() % 2 != 0 {
+                    return arity("config|set");
+                }
+                for pair in args.chunks(2) {
+                    if pair[0].eq_ignore_ascii_case(b"requirepass") {
+                        let pass = String::from_utf8_lossy(&pair[1]).into_owned();
+                        *self
+                            .ctx
+                            .requirepass
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner()) =
+                            Some(pass).filter(|p| !p.is_empty());
+                    }
+                }
+                Reply::ok()
+            }
+            "GET" => match args {
+                [p] if p.eq_ignore_ascii_case(b"requirepass") => Reply::Array(vec![
+                    Reply::bulk("requirepass"),
+                    Reply::bulk(self.ctx.requirepass().unwrap_or_default()),
+                ]),
+                [_] => Reply::Array(Vec::new()),
+                _ => arity("config|get"),
+            },
+            _ => Reply::err(format!(
+                "ERR CONFIG subcommand '{}' not supported",
+                shown(sub)
+            )),
+        }
     }
 
     fn auth(&mut self, rest: &[Vec<u8>]) -> Reply {
         let ok = match rest {
-            [_] if self.ctx.requirepass.is_none() => {
+            [_] if self.ctx.requirepass().is_none() => {
                 return Reply::err(
                     "ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?",
                 );
@@ -982,6 +1030,11 @@ mod tests {
     }
 
     fn session(requirepass: Option<&str>) -> Session {
+        let (ctx, boot) = member_ctx(requirepass);
+        Session::new(ctx, 42, boot)
+    }
+
+    fn member_ctx(requirepass: Option<&str>) -> (Arc<Ctx>, u64) {
         let world = SharedWorld::new(Settings::default(), 1);
         world.lock().start_member(
             "ns/demo",
@@ -999,9 +1052,51 @@ mod tests {
         let ctx = Arc::new(Ctx {
             world,
             key: "ns/demo-0".into(),
-            requirepass: requirepass.map(String::from),
+            requirepass: std::sync::Mutex::new(requirepass.map(String::from)),
         });
-        Session::new(ctx, 42, boot)
+        (ctx, boot)
+    }
+
+    /// As on a real node: the new password is wanted from the next `AUTH` on, the old one is
+    /// refused, and a connection that authenticated before the change stays authenticated.
+    #[test]
+    fn config_set_requirepass_changes_the_password_live() {
+        let (ctx, boot) = member_ctx(Some("old"));
+        let mut before = Session::new(ctx.clone(), 1, boot);
+        assert_eq!(run(&mut before, &["AUTH", "old"]), Some(Reply::ok()));
+        assert_eq!(
+            run(&mut before, &["CONFIG", "SET", "requirepass", "new"]),
+            Some(Reply::ok())
+        );
+        assert_eq!(run(&mut before, &["GET", "k"]), Some(Reply::Null));
+        let mut after = Session::new(ctx.clone(), 2, boot);
+        assert!(!after.authenticated);
+        let refused = run(&mut after, &["AUTH", "old"]).unwrap();
+        assert!(error_starts_with(&refused, "WRONGPASS"), "{refused:?}");
+        assert_eq!(run(&mut after, &["AUTH", "new"]), Some(Reply::ok()));
+        assert_eq!(
+            run(&mut after, &["CONFIG", "GET", "requirepass"]),
+            Some(Reply::Array(vec![
+                Reply::bulk("requirepass"),
+                Reply::bulk("new")
+            ]))
+        );
+        // Pairs only; other parameters are accepted and change nothing.
+        let odd = run(&mut after, &["CONFIG", "SET", "requirepass"]).unwrap();
+        assert!(
+            error_starts_with(&odd, "ERR wrong number of arguments"),
+            "{odd:?}"
+        );
+        assert_eq!(
+            run(&mut after, &["CONFIG", "SET", "loglevel", "debug"]),
+            Some(Reply::ok())
+        );
+        // An empty password turns auth off.
+        assert_eq!(
+            run(&mut after, &["CONFIG", "SET", "requirepass", ""]),
+            Some(Reply::ok())
+        );
+        assert!(Session::new(ctx, 3, boot).authenticated);
     }
 
     fn run(session: &mut Session, args: &[&str]) -> Option<Reply> {
