@@ -199,11 +199,55 @@ async fn run(cli: Cli) -> anyhow::Result<String> {
     let (client, ns) = connect(&cli).await?;
     let clusters: Api<MarekvsCluster> = Api::namespaced(client.clone(), &ns);
     let name = cluster_arg(&cli.command);
-    let cr = clusters
-        .get_opt(name)
-        .await
-        .with_context(|| format!("reading MarekvsCluster {ns}/{name}"))?
-        .with_context(|| format!("no MarekvsCluster {name} in namespace {ns}"))?;
+    // The operator writes status every pass, and a status write moves the object's
+    // resourceVersion too: a command whose write conflicts reads the cluster again and decides
+    // again on what it reads (its safety rules included), a few times, before it gives up.
+    let mut attempt = 1;
+    loop {
+        let cr = clusters
+            .get_opt(name)
+            .await
+            .with_context(|| format!("reading MarekvsCluster {ns}/{name}"))?
+            .with_context(|| format!("no MarekvsCluster {name} in namespace {ns}"))?;
+        match act(&cli, &client, &ns, &clusters, &cr).await {
+            Err(e) if attempt < CONFLICT_ATTEMPTS && e.downcast_ref::<Conflict>().is_some() => {
+                attempt += 1;
+            }
+            Err(e) => match e.downcast::<Conflict>() {
+                Ok(Conflict(message)) => return Err(Refused(message).into()),
+                Err(e) => return Err(e),
+            },
+            Ok(out) => return Ok(out),
+        }
+    }
+}
+
+/// How often a command whose write conflicts is tried in all.
+const CONFLICT_ATTEMPTS: u32 = 3;
+
+/// A write refused because the cluster changed since it was read (409).
+#[derive(Debug)]
+struct Conflict(String);
+
+impl std::fmt::Display for Conflict {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Conflict {}
+
+/// The command, on the cluster as read.
+async fn act(
+    cli: &Cli,
+    client: &Client,
+    ns: &str,
+    clusters: &Api<MarekvsCluster>,
+    cr: &MarekvsCluster,
+) -> anyhow::Result<String> {
+    let (client, ns, cr) = (client.clone(), ns.to_string(), cr.clone());
+    let clusters = clusters.clone();
+    let name = cluster_arg(&cli.command);
     match &cli.command {
         Command::Status { output, .. } => status(&client, &ns, &cr, *output).await,
         Command::Plan { output: None, .. } => Ok(plan::plan_text(&cr, now_ms())),
@@ -362,8 +406,8 @@ async fn apply(clusters: &Api<MarekvsCluster>, name: &str, e: Edit) -> anyhow::R
         .await
     {
         Ok(_) => Ok(e.done + "\n"),
-        Err(kube::Error::Api(s)) if s.code == 409 => Err(Refused(format!(
-            "{name} changed since it was read ({}); nothing was written: run the command again",
+        Err(kube::Error::Api(s)) if s.code == 409 => Err(Conflict(format!(
+            "{name} changed since it was read ({}), {CONFLICT_ATTEMPTS} times; nothing was written: run the command again",
             s.message
         ))
         .into()),
