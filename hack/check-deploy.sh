@@ -38,19 +38,22 @@ secrets_rules() {
        { if (r ~ /\n  - secrets\n/) printf "%s\n", r; r = ""; inrules = 0 }
        END { if (r ~ /\n  - secrets\n/) printf "%s\n", r }'
 }
-# Secrets: only `get`, in a rule of its own (the password of spec.auth, read by name).
+# Secrets: get, create and patch, in a rule of its own (the password of spec.auth, read by
+# name, and the cluster's own recorded password); never list or watch.
 secrets_get_only() {
   local want="- apiGroups:
   - \"\"
   resources:
   - secrets
   verbs:
-  - get"
+  - get
+  - create
+  - patch"
   local got
   got=$(secrets_rules <<<"$2")
   [ -z "$got" ] && return 0
   while IFS= read -r -d '' one; do
-    [ "$one" = "$want" ] || fail "$1: secrets granted beyond a rule of get alone: $one"
+    [ "$one" = "$want" ] || fail "$1: secrets granted beyond a rule of get, create and patch: $one"
   done < <(awk 'BEGIN { RS = "" } { printf "%s%c", $0, 0 }' <<<"$got")
 }
 

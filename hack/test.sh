@@ -24,7 +24,8 @@ here=$(cd "$(dirname "$0")" && pwd)
 # own volume and one on a fresh volume; a roll of every member; 5 -> 4 under a steady load
 # through the Service, and with a client pinned to the leaver; the data check's negative control
 # (a forced pod + PVC delete right after 160 MiB of writes loses keys, and the check names them); the upgrade from
-# the pinned commit; `kubectl drain` of a node that runs 2 of 5 members, and one at replicationFactor (held, then done).
+# the pinned commit; `kubectl drain` of a node that runs 2 of 5 members, and one at replicationFactor (held, then done);
+# a password rotation under a writing client, cut short by an operator restart, then a gated removal.
 REAL_LANE=(
   creates_members_then_scales_3_5_3_removing_the_chosen_member_first
   a_deleted_pod_returns_on_its_volume_and_a_deleted_pod_and_pvc_rejoin_fresh
@@ -35,6 +36,7 @@ REAL_LANE=(
   an_upgrade_from_the_pinned_commit_keeps_members_and_keys
   a_node_drain_moves_its_members_off_one_at_a_time_and_completes
   a_node_drain_at_replication_factor_is_blocked_with_the_reason_then_completes
+  a_password_rotation_sets_the_new_password_live_and_a_gated_removal_follows
 )
 
 stages_begin build unit fuzz e2e e2e-real

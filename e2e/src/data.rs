@@ -83,7 +83,7 @@ pub(crate) fn port_forward() -> bool {
 
 /// Connect to `member`'s RESP port (through its pod IP, or a port-forward) and authenticate
 /// as [`Resp::connect_auth`] does.
-async fn connect_member(
+pub async fn connect_member(
     pods: &Api<Pod>,
     member: &str,
     password: Option<&str>,
@@ -613,6 +613,11 @@ impl DataSet {
     }
 
     /// The member the keys will be read back through.
+    /// Reads from now on authenticate with `password` (the members' was rotated).
+    pub fn set_password(&mut self, password: &str) {
+        self.password = Some(password.to_string());
+    }
+
     pub fn reader(&self) -> &str {
         &self.reader
     }

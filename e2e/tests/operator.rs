@@ -1783,26 +1783,19 @@ async fn a_view_with_a_stranger_in_place_of_a_member_holds_the_scale_down_until_
 }
 
 /// With `spec.auth`, members want a password on their RESP port (from the Secret, never plain
-/// env) and the operator reads each view after `AUTH`: a scale-down proceeds. With the Secret
-/// changed to a wrong password, `AUTH` is refused, every view is unknown, and the next
-/// scale-down is held naming the members; put right, it proceeds. Every key reads back.
-/// A running operator reuses the password it read for up to a minute (`PASSWORD_REUSE`: the
-/// members keep theirs until they restart anyway), so the operator is restarted after each
-/// change of the Secret: a new process reads it at once.
+/// env) and the operator reads each view after `AUTH`: a scale-down proceeds, and the
+/// password is recorded as the members' (by hash in status). A member whose password was
+/// changed by hand refuses both the Secret's and the recorded one: the next scale-down is held,
+/// Blocked `PasswordRefused` naming the member; put right, it proceeds. Every key reads back.
 async fn with_a_password_views_are_read_after_auth_and_a_refused_auth_holds_the_scale_down()
 -> anyhow::Result<()> {
     let env = TestEnv::new("auth").await?;
     let ns = env.namespace.clone();
     let secrets: Api<k8s_openapi::api::core::v1::Secret> = env.api();
-    let secret = |pass: &str| -> anyhow::Result<k8s_openapi::api::core::v1::Secret> {
-        Ok(serde_json::from_value(json!({
-            "metadata": {"name": "kv-auth"}, "stringData": {"password": pass},
-        }))?)
-    };
     secrets
-        .create(&PostParams::default(), &secret("s3cret-views")?)
+        .create(&PostParams::default(), &password_secret("s3cret-views")?)
         .await?;
-    let mut op = Operator::start(&ns)?;
+    let _op = Operator::start(&ns)?;
     let mut s = spec(5);
     s["auth"] = json!({"passwordSecretRef": {"name": "kv-auth", "key": "password"}});
     let api = create(&env, "demo", s).await?;
@@ -1831,38 +1824,217 @@ async fn with_a_password_views_are_read_after_auth_and_a_refused_auth_holds_the_
         Some("s3cret-views".into()),
     )
     .await?;
+    wait_password_recorded(&api, None).await?;
 
     patch_spec(&api, "demo", json!({"nodes": 4})).await?;
     wait_healthy(&api, "demo", &all[..4], T).await?;
 
-    secrets
-        .replace("kv-auth", &PostParams::default(), &secret("wrong")?)
-        .await?;
-    op.kill().await?;
-    op.restart()?;
+    // demo-0's password changed by hand: neither password the operator knows is taken.
+    set_password_by_hand(&pods, "demo-0", "s3cret-views", "changed-by-hand").await?;
     patch_spec(&api, "demo", json!({"nodes": 3})).await?;
-    let c = wait_cluster(&api, "demo", "Blocked on views not read", T, |s| {
-        condition(s, "Blocked").is_some_and(|c| {
-            c.status == "True"
-                && c.reason == "ViewsNotConverged"
-                && c.message.contains("views not read over RESP")
-        })
+    let c = wait_cluster(&api, "demo", "Blocked on the refused password", T, |s| {
+        s.block_reason == Some(BlockReason::PasswordRefused)
+            && condition(s, "Blocked").is_some_and(|c| {
+                c.status == "True" && c.message.starts_with("demo-0 refuses the password")
+            })
+            && condition(s, "PasswordCurrent").is_some_and(|c| c.reason == "Refused")
     })
     .await?;
-    let msg = condition(&status_of(&c), "Blocked")
-        .unwrap()
-        .message
-        .clone();
-    assert!(msg.contains("demo-0, demo-1, demo-2, demo-3"), "{msg}");
+    println!(
+        "held: {}",
+        condition(&status_of(&c), "Blocked").map_or("", |c| c.message.as_str())
+    );
     assert!(status_of(&c).removal.is_none());
 
-    secrets
-        .replace("kv-auth", &PostParams::default(), &secret("s3cret-views")?)
-        .await?;
-    op.kill().await?;
-    op.restart()?;
+    set_password_by_hand(&pods, "demo-0", "changed-by-hand", "s3cret-views").await?;
     wait_healthy(&api, "demo", &all[..3], T).await?;
     data.verify(&pods).await?;
+    env.cleanup().await
+}
+
+fn password_secret(pass: &str) -> anyhow::Result<k8s_openapi::api::core::v1::Secret> {
+    Ok(serde_json::from_value(json!({
+        "metadata": {"name": "kv-auth"}, "stringData": {"password": pass},
+    }))?)
+}
+
+/// `CONFIG SET requirepass` on `member`, as a user (or a half-done rotation) would.
+async fn set_password_by_hand(
+    pods: &Api<Pod>,
+    member: &str,
+    old: &str,
+    new: &str,
+) -> anyhow::Result<()> {
+    let mut c = data::connect_member(pods, member, Some(old)).await?;
+    let r = c
+        .call(&[b"CONFIG", b"SET", b"requirepass", new.as_bytes()])
+        .await?;
+    anyhow::ensure!(
+        format!("{r:?}").contains("OK"),
+        "CONFIG SET on {member}: {r:?}"
+    );
+    Ok(())
+}
+
+/// Waits until status records the Secret's password as the members' (`secretHash` equal to
+/// `appliedHash`, `PasswordCurrent` True), other than `not` when given; its hash.
+async fn wait_password_recorded(
+    api: &Api<MarekvsCluster>,
+    not: Option<&str>,
+) -> anyhow::Result<String> {
+    let c = wait_cluster(api, "demo", "the password recorded", T, |s| {
+        s.password.as_ref().is_some_and(|p| {
+            p.secret_hash.is_some()
+                && p.secret_hash == p.applied_hash
+                && p.secret_hash.as_deref() != not
+        }) && condition(s, "PasswordCurrent").is_some_and(|c| c.status == "True")
+    })
+    .await?;
+    let p = status_of(&c).password.context("status.password")?;
+    let hash = p.secret_hash.context("secretHash")?;
+    anyhow::ensure!(!hash.contains("s3cret"), "{hash}");
+    Ok(hash)
+}
+
+/// A rotation under load: the password Secret is changed while the operator is down and two
+/// members already took the new password by hand (a rotation cut short). The restarted
+/// operator sets it live on the other three (`CONFIG SET requirepass`, after `AUTH` with the
+/// recorded one), reads every view meanwhile, and records it once every member takes it. A
+/// client that authenticated before keeps writing throughout; the old password is refused
+/// from then on; a gated removal right after completes; every key, old and written during the
+/// rotation, reads back with the new password.
+async fn a_password_rotation_sets_the_new_password_live_and_a_gated_removal_follows()
+-> anyhow::Result<()> {
+    let env = TestEnv::new("rotate").await?;
+    let ns = env.namespace.clone();
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> = env.api();
+    secrets
+        .create(&PostParams::default(), &password_secret("s3cret-before")?)
+        .await?;
+    let mut op = Operator::start(&ns)?;
+    let mut s = spec(5);
+    s["auth"] = json!({"passwordSecretRef": {"name": "kv-auth", "key": "password"}});
+    let api = create(&env, "demo", s).await?;
+    let all = ["demo-0", "demo-1", "demo-2", "demo-3", "demo-4"];
+    wait_healthy(&api, "demo", &all, T).await?;
+    let before = wait_password_recorded(&api, None).await?;
+    let pods: Api<Pod> = env.api();
+    let mut data = DataSet::write_with_password(
+        &pods,
+        &all,
+        "demo-0",
+        data::default_keys(),
+        "rotate",
+        Some("s3cret-before".into()),
+    )
+    .await?;
+
+    // A client writing through demo-1 all along, on a connection authenticated before.
+    let mut writer = data::connect_member(&pods, "demo-1", Some("s3cret-before")).await?;
+    let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
+    let load = tokio::spawn(async move {
+        let mut acked = Vec::new();
+        for i in 0u64.. {
+            if stopped.try_recv().is_ok() {
+                break;
+            }
+            let key = format!("rotate-load-{i}");
+            match writer.call(&[b"SET", key.as_bytes(), b"v"]).await {
+                Ok(r) if format!("{r:?}").contains("OK") => acked.push(key),
+                other => return Err(anyhow::anyhow!("SET {key}: {other:?}")),
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        Ok(acked)
+    });
+
+    op.kill().await?;
+    secrets
+        .replace(
+            "kv-auth",
+            &PostParams::default(),
+            &password_secret("s3cret-after")?,
+        )
+        .await?;
+    for m in ["demo-0", "demo-1"] {
+        set_password_by_hand(&pods, m, "s3cret-before", "s3cret-after").await?;
+    }
+    let start = Instant::now();
+    op.restart()?;
+    let after = wait_password_recorded(&api, Some(&before)).await?;
+    println!(
+        "rotation finished {:?} after the operator restarted",
+        start.elapsed()
+    );
+    let s = status_of(&api.get("demo").await?);
+    for m in &s.members {
+        assert_eq!(
+            m.password_hash.as_deref(),
+            Some(after.as_str()),
+            "{}",
+            m.name
+        );
+    }
+    let set_on = event_notes(&env.client, &ns, "demo", "PasswordSet").await?;
+    for m in ["demo-2", "demo-3", "demo-4"] {
+        assert!(
+            set_on.iter().any(|n| n.starts_with(&format!("{m}:"))),
+            "no PasswordSet for {m}: {set_on:?}"
+        );
+    }
+    for m in ["demo-0", "demo-1"] {
+        assert!(
+            !set_on.iter().any(|n| n.starts_with(&format!("{m}:"))),
+            "{m} already had it: {set_on:?}"
+        );
+    }
+    wait_events(&env.client, &ns, "demo", &["PasswordRotated"]).await?;
+    for m in all {
+        let old = data::connect_member(&pods, m, Some("s3cret-before")).await;
+        assert!(old.is_err(), "{m} still takes the old password");
+        data::connect_member(&pods, m, Some("s3cret-after")).await?;
+    }
+
+    // A gated removal right after, under the same load.
+    patch_spec(&api, "demo", json!({"nodes": 4})).await?;
+    wait_healthy(&api, "demo", &all[..4], T).await?;
+    let _ = stop.send(());
+    let acked = load.await??;
+    println!(
+        "{} writes acknowledged on a connection opened before the rotation",
+        acked.len()
+    );
+    anyhow::ensure!(!acked.is_empty(), "the writer wrote nothing");
+
+    data.set_password("s3cret-after");
+    let verified = data.verify(&pods).await?;
+    println!("{verified:?}");
+    // Read through demo-0, which wrote none of them; a key not there yet is read again (on a
+    // new connection) until the data check's bound.
+    let mut missing = acked.clone();
+    let deadline = Instant::now() + data::bound();
+    loop {
+        let mut reader = data::connect_member(&pods, "demo-0", Some("s3cret-after")).await?;
+        let mut still = Vec::new();
+        for key in &missing {
+            let r = reader.call(&[b"GET", key.as_bytes()]).await?;
+            if !matches!(r, marekvs_sim::resp::Reply::Bulk(ref b) if b == b"v") {
+                still.push(key.clone());
+            }
+        }
+        missing = still;
+        if missing.is_empty() || Instant::now() > deadline {
+            break;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    anyhow::ensure!(
+        missing.is_empty(),
+        "{} of {} keys written during the rotation not read back: {:?}",
+        missing.len(),
+        acked.len(),
+        &missing[..missing.len().min(10)]
+    );
     env.cleanup().await
 }
 
@@ -2734,6 +2906,7 @@ fn main() -> std::process::ExitCode {
         members_that_never_started_are_removed_without_the_gate_when_the_spec_shrinks_back,
         a_view_with_a_stranger_in_place_of_a_member_holds_the_scale_down_until_views_agree needs [Simulator],
         with_a_password_views_are_read_after_auth_and_a_refused_auth_holds_the_scale_down needs [OwnOperator],
+        a_password_rotation_sets_the_new_password_live_and_a_gated_removal_follows needs [OwnOperator],
         a_kept_volume_is_reused_within_the_grace_and_replaced_once_stale,
         a_member_down_longer_than_the_grace_rejoins_on_a_fresh_volume needs [Simulator],
         hibernation_and_fencing_keep_every_volume_and_a_fence_holds_the_scale_down,

@@ -20,6 +20,13 @@ pub const MASS_FAILURE: &str = "MassFailure";
 /// sees whom.
 pub const SUSPECTED_PARTITION: &str = "SuspectedPartition";
 /// Cluster: whether every entry of spec.removeMembers names a current member.
+/// Whether every running member takes the password in the Secret (present only when the
+/// cluster has a password).
+pub const PASSWORD_CURRENT: &str = "PasswordCurrent";
+pub const REASON_PASSWORD_CURRENT: &str = "EveryMemberOnSecret";
+pub const REASON_PASSWORD_ROTATING: &str = "Rotating";
+pub const REASON_PASSWORD_REFUSED: &str = "Refused";
+pub const REASON_PASSWORD_UNREADABLE: &str = "SecretUnreadable";
 pub const REMOVAL_CHOICES: &str = "RemovalChoices";
 /// True while objects that are not the cluster's hold members' names (`status.lookAlikes`).
 pub const LOOK_ALIKES: &str = "LookAlikes";

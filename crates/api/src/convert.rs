@@ -39,7 +39,7 @@ same_variants!(VictimReason <=> VictimReason { UserChosen, NotReady, HighestOrdi
 same_variants!(BlockReason <=> BlockReason {
     NotAllReady, MetricsUnavailable, Underreplicated, JoinPending, ViewsNotConverged,
     RepairInProgress, Replacing, HandoffTimeout, Paused, LookAlike, Fenced, WakeRefused,
-    LeaverBacklog, SingleCopy, PodRefused,
+    LeaverBacklog, SingleCopy, PodRefused, PasswordRefused,
 });
 same_variants!(LookAlikeKind <=> ObjectKind { Pod, PersistentVolumeClaim });
 same_variants!(QuietReset <=> QuietReset {
@@ -237,6 +237,7 @@ mod tests {
             marekvs_core::BlockReason::LeaverBacklog,
             marekvs_core::BlockReason::SingleCopy,
             marekvs_core::BlockReason::PodRefused,
+            marekvs_core::BlockReason::PasswordRefused,
         ] {
             let api = BlockReason::from(b);
             assert_eq!(marekvs_core::BlockReason::from(api), b);

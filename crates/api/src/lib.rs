@@ -597,6 +597,10 @@ pub struct MarekvsClusterStatus {
     /// The version of the operator that recorded that pass.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub operator_version: Option<String>,
+    /// The RESP password, by hash (never the value): the Secret's and the one recorded as
+    /// what every running member takes. They differ while a rotation runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub password: Option<PasswordStatus>,
     /// Members the cluster should have (spec.nodes, never below replicationFactor + 1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub desired_nodes: Option<i32>,
@@ -796,6 +800,23 @@ pub enum PlanHoldKind {
     InProgress,
 }
 
+/// The cluster's RESP password, by hash: `sha256:` and 16 hex digits of the SHA-256 of the
+/// cluster's uid and the password (a hash no other cluster shares), never the value.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PasswordStatus {
+    /// The password in the Secret (`spec.auth`, or `MAREKVS_REQUIREPASS` from a Secret).
+    /// Absent while the Secret or its key cannot be read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_hash: Option<String>,
+    /// The password the operator recorded as the one its members run (it keeps the value in
+    /// the Secret `<cluster>-password-applied`, owned by the cluster). While it differs from
+    /// `secretHash`, the operator sets the Secret's password on each member still on this
+    /// one; once every running member takes the Secret's, it records that one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub applied_hash: Option<String>,
+}
+
 /// One member's state.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -820,6 +841,10 @@ pub struct MemberStatus {
     /// expansion is in progress (condition `VolumeResizing`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub volume_capacity: Option<String>,
+    /// The hash of the password its RESP port took at the last read (as in
+    /// `status.password`); absent when unknown (no pod IP, no answer, or neither password).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub password_hash: Option<String>,
     /// Its pod's IP, where the operator reads /metrics and calls /drain.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod_ip: Option<String>,
@@ -1177,6 +1202,9 @@ pub enum BlockReason {
     /// would restart next (a server-side dry run of its creation; the message gives the
     /// server's words): no member is drained until the spec is fixed.
     PodRefused,
+    /// A member refuses both the password in the Secret and the one the operator recorded
+    /// as its members' before it (condition `PasswordCurrent`): its view cannot be read.
+    PasswordRefused,
 }
 
 /// What keeps a held scale-down step from passing.

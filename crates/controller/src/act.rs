@@ -473,8 +473,8 @@ async fn still_the_pod(pods: &Api<Pod>, pod: &Pod, ip: &str) -> Result<bool, kub
 /// is its hostname's ordinal). The bytes sent go to the client-input ledger, so that the
 /// check never reads as a client's input on the leaver.
 async fn answers_as(ctx: &Ctx, cr: &MarekvsCluster, o: u32, pod: &Pod, ip: &str) -> bool {
-    let password = ctx.passwords.get(&ctx.client, cr).await;
-    let read = crate::views::read_id(ip, &password, ctx.members.timeout()).await;
+    let credentials = ctx.passwords.get(&ctx.client, cr).await;
+    let read = crate::views::read_id(ip, &credentials, ctx.members.timeout()).await;
     let cluster = (cr.namespace().unwrap_or_default(), cr.name_any());
     let uid = pod.uid().unwrap_or_default();
     let now = crate::ctx::now_ms();

@@ -22,6 +22,7 @@ pub mod lease;
 #[cfg(test)]
 mod lease_sim;
 pub mod observe;
+pub mod password;
 pub mod reconcile;
 pub mod record;
 pub mod recreate;

@@ -245,7 +245,7 @@ pub struct MemberRead {
 pub async fn read_members(
     client: &MemberClient,
     pods: &BTreeMap<u32, Arc<Pod>>,
-    password: &crate::views::Password,
+    credentials: &crate::views::Credentials,
 ) -> BTreeMap<u32, MemberRead> {
     let futs = pods.iter().map(|(o, p)| {
         let ip = live_ip(p);
@@ -253,7 +253,7 @@ pub async fn read_members(
             let Some(ip) = ip else {
                 return (*o, MemberRead::default());
             };
-            let view = crate::views::read_one(client, &ip, password).await;
+            let view = crate::views::read_one(client, &ip, credentials).await;
             let scrape = client.scrape(&ip).await;
             (*o, MemberRead { scrape, view })
         }
@@ -301,6 +301,7 @@ pub fn with_reads(
         let read = reads.get(o);
         m.scrape = read.and_then(|r| r.scrape.clone());
         m.view = read.and_then(|r| r.view.view.clone());
+        m.password = read.map(|r| r.view.taken).unwrap_or_default();
         m.client_input = inputs.get(o).copied().flatten();
     }
     observed

@@ -151,8 +151,8 @@ pub async fn pass(cr: &MarekvsCluster, ctx: &Ctx) -> Result<Next, Error> {
         recreate::before_scrapes(ctx, cr, &spec, &prev, &memory, &unscraped, &children).await?;
     // Each member's view by identity over RESP, then its figures; client input from the
     // ledger (its own reads taken off).
-    let password = ctx.passwords.get(&ctx.client, cr).await;
-    let reads = read_members(&ctx.members, &children.pods, &password).await;
+    let credentials = ctx.passwords.get(&ctx.client, cr).await;
+    let reads = read_members(&ctx.members, &children.pods, &credentials).await;
     let cluster = (ns.clone(), name.clone());
     let now = now_ms();
     let inputs = ctx
@@ -172,10 +172,12 @@ pub async fn pass(cr: &MarekvsCluster, ctx: &Ctx) -> Result<Next, Error> {
         reported: &reported(&prev),
         removal_choices: &spec::removal_choices(cr),
         look_alikes: &children.look_alikes_seen(&name),
+        password: credentials.record(),
         now,
     });
+    let password = crate::password::status(cr, &credentials);
     let next = status_from(&StatusInput::of(
-        cr, &prev, &plan, &observed, &children, now,
+        cr, &prev, &plan, &observed, &children, password, now,
     ));
 
     // Record, before acting: written when it changed, or once a minute to say the pass ran
@@ -211,6 +213,15 @@ pub async fn pass(cr: &MarekvsCluster, ctx: &Ctx) -> Result<Next, Error> {
         &children,
     )
     .await?;
+    crate::password::carry_out(
+        ctx,
+        cr,
+        &plan.password,
+        &children.pods,
+        &reads,
+        &credentials,
+    )
+    .await;
     act::grow_volumes(ctx, cr, &children.pvcs).await;
     act::record_absences(ctx, cr, &plan.absences, &children.pvcs, now).await;
     Ok(Next::LookAgainIn(Duration::from_millis(

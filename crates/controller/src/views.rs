@@ -8,10 +8,12 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use kube::{Api, ResourceExt};
 use marekvs_api::MarekvsCluster;
 use marekvs_core::View;
+use marekvs_core::password::{PasswordRecord, PasswordTaken};
 use tokio::io::{AsyncBufReadExt as _, AsyncReadExt as _, AsyncWriteExt as _, BufReader};
 use tracing::{debug, warn};
 
@@ -47,11 +49,85 @@ impl std::fmt::Debug for Password {
     }
 }
 
+/// What the operator recorded of its members' passwords, in the cluster's own Secret
+/// `<cluster>-password-applied`: the one every running member last took, and the values it
+/// has begun to set since (newest first). Its `Debug` shows none of them.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct Recorded {
+    pub settled: Option<String>,
+    pub since: Vec<String>,
+}
+
+impl std::fmt::Debug for Recorded {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "Recorded {{ settled: {}, since: {} values }}",
+            if self.settled.is_some() {
+                "<redacted>"
+            } else {
+                "None"
+            },
+            self.since.len()
+        )
+    }
+}
+
+/// The passwords to try on a member: the Secret's, then, where it is refused, the recorded
+/// ones (a rotation under way). Its `Debug` shows none of them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Credentials {
+    pub secret: Password,
+    /// `None`: the record could not be read (nothing is decided on the password then).
+    pub recorded: Option<Recorded>,
+}
+
+impl Credentials {
+    /// No password at all.
+    pub fn none() -> Self {
+        Credentials {
+            secret: Password::None,
+            recorded: Some(Recorded::default()),
+        }
+    }
+
+    /// The recorded passwords other than the Secret's, in the order to try them: the newest
+    /// set first, the settled one last; each once.
+    pub fn fallbacks(&self) -> Vec<&str> {
+        let Password::Known(secret) = &self.secret else {
+            return Vec::new();
+        };
+        let Some(r) = &self.recorded else {
+            return Vec::new();
+        };
+        let mut out: Vec<&str> = Vec::new();
+        for p in r.since.iter().chain(&r.settled) {
+            if p != secret && !out.contains(&p.as_str()) {
+                out.push(p);
+            }
+        }
+        out
+    }
+
+    /// Where the record stands against the Secret's password.
+    pub fn record(&self) -> PasswordRecord {
+        let (Password::Known(secret), Some(r)) = (&self.secret, &self.recorded) else {
+            return PasswordRecord::NoPassword;
+        };
+        match &r.settled {
+            None if r.since.is_empty() => PasswordRecord::Missing,
+            Some(s) if s == secret && r.since.is_empty() => PasswordRecord::Current,
+            _ => PasswordRecord::Older {
+                listed: r.since.contains(secret) || r.settled.as_ref() == Some(secret),
+            },
+        }
+    }
+}
+
 /// How long a password read from its Secret is used before the Secret is read again. A pass
 /// runs every second or two while a gate waits; a GET of the Secret on each one is load on the
-/// API server for nothing (a node reads its password from its env when it starts, so a new one
-/// reaches no member before its next restart anyway).
-pub const PASSWORD_REUSE: Duration = Duration::from_secs(60);
+/// API server for nothing. So a rotation starts at most this long after the Secret changed.
+pub const PASSWORD_REUSE: Duration = Duration::from_secs(30);
 /// How long an unreadable password (Secret or key missing, GET failed) is remembered: a user
 /// who creates the Secret after the cluster waits no longer than this.
 pub const UNREADABLE_REUSE: Duration = Duration::from_secs(5);
@@ -63,21 +139,65 @@ type SecretKey = (String, String, String);
 #[derive(Default)]
 pub struct Passwords {
     read: std::sync::Mutex<std::collections::HashMap<SecretKey, (Password, tokio::time::Instant)>>,
+    /// The recorded passwords per cluster (`None`: unreadable).
+    records: std::sync::Mutex<
+        std::collections::HashMap<SecretKey, (Option<Recorded>, tokio::time::Instant)>,
+    >,
 }
 
 impl Passwords {
-    /// `cr`'s password: the one read within its reuse span, else read from its Secret now.
-    pub async fn get(&self, client: &kube::Client, cr: &MarekvsCluster) -> Password {
+    /// `cr`'s passwords: the Secret's and the recorded one, each as read within its reuse
+    /// span, else read now.
+    pub async fn get(&self, client: &kube::Client, cr: &MarekvsCluster) -> Credentials {
         let Some(r) = cr.spec.password_secret_ref() else {
-            return Password::None;
+            return Credentials::none();
         };
-        let key = (cr.namespace().unwrap_or_default(), r.name, r.key);
-        if let Some(p) = self.reusable(&key, tokio::time::Instant::now()) {
-            return p;
-        }
-        let p = password(client, cr).await;
-        self.remember(key, p.clone(), tokio::time::Instant::now());
-        p
+        let ns = cr.namespace().unwrap_or_default();
+        let key = (ns.clone(), r.name, r.key);
+        let secret = match self.reusable(&key, tokio::time::Instant::now()) {
+            Some(p) => p,
+            None => {
+                let p = password(client, cr).await;
+                self.remember(key, p.clone(), tokio::time::Instant::now());
+                p
+            }
+        };
+        let key = recorded_key(cr);
+        let recorded = match self.reusable_record(&key, tokio::time::Instant::now()) {
+            Some(r) => r,
+            None => {
+                let r = read_recorded(client, cr).await;
+                self.remember_record(key, r.clone(), tokio::time::Instant::now());
+                r
+            }
+        };
+        Credentials { secret, recorded }
+    }
+
+    /// The record, once written: used from the next pass on.
+    pub fn recorded(&self, cr: &MarekvsCluster, record: Recorded) {
+        self.remember_record(recorded_key(cr), Some(record), tokio::time::Instant::now());
+    }
+
+    fn reusable_record(
+        &self,
+        key: &SecretKey,
+        now: tokio::time::Instant,
+    ) -> Option<Option<Recorded>> {
+        let read = self.records.lock().unwrap_or_else(|p| p.into_inner());
+        let (r, at) = read.get(key)?;
+        let span = if r.is_some() {
+            PASSWORD_REUSE
+        } else {
+            UNREADABLE_REUSE
+        };
+        (now.duration_since(*at) < span).then(|| r.clone())
+    }
+
+    fn remember_record(&self, key: SecretKey, r: Option<Recorded>, now: tokio::time::Instant) {
+        let mut read = self.records.lock().unwrap_or_else(|p| p.into_inner());
+        read.retain(|_, (_, at)| now.duration_since(*at) < PASSWORD_REUSE);
+        read.insert(key, (r, now));
     }
 
     fn reusable(&self, key: &SecretKey, now: tokio::time::Instant) -> Option<Password> {
@@ -92,6 +212,70 @@ impl Passwords {
         read.retain(|_, (p, at)| now.duration_since(*at) < reuse_span(p));
         read.insert(key, (p, now));
     }
+}
+
+// The recorded passwords: the cluster's own Secret `<cluster>-password-applied` (written by
+// `password.rs`).
+
+/// The key of the settled password in `<cluster>-password-applied`.
+pub const APPLIED_KEY: &str = "password";
+/// The prefix of the keys of the values set since.
+pub const SINCE_PREFIX: &str = "since-";
+
+/// The cluster's own Secret holding the password its members last all took.
+pub fn applied_secret_name(cluster: &str) -> String {
+    format!("{cluster}-password-applied")
+}
+
+/// The recorded passwords, only from the Secret the cluster owns (a Secret of that name that
+/// is not the cluster's is never trusted, nor overwritten); empty when there is none yet;
+/// `None` when it cannot be read.
+pub async fn read_recorded(client: &kube::Client, cr: &MarekvsCluster) -> Option<Recorded> {
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &cr.namespace().unwrap_or_default());
+    match secrets.get_opt(&applied_secret_name(&cr.name_any())).await {
+        Ok(Some(s)) if owned_by(&s, cr) => Some(recorded_in(&s)),
+        Ok(Some(_)) => {
+            warn!(
+                secret = applied_secret_name(&cr.name_any()),
+                "a Secret with the name of the cluster's recorded password is not the cluster's: ignored"
+            );
+            None
+        }
+        Ok(None) => Some(Recorded::default()),
+        Err(e) => {
+            warn!("reading the recorded password failed: {e}");
+            None
+        }
+    }
+}
+
+pub fn recorded_in(s: &Secret) -> Recorded {
+    let text = |v: &ByteString| String::from_utf8_lossy(&v.0).into_owned();
+    let data = s.data.clone().unwrap_or_default();
+    let mut since: Vec<(usize, String)> = data
+        .iter()
+        .filter_map(|(k, v)| Some((k.strip_prefix(SINCE_PREFIX)?.parse().ok()?, text(v))))
+        .collect();
+    since.sort();
+    Recorded {
+        settled: data.get(APPLIED_KEY).map(text),
+        since: since.into_iter().map(|(_, v)| v).collect(),
+    }
+}
+
+pub fn owned_by(s: &Secret, cr: &MarekvsCluster) -> bool {
+    let uid = cr.uid();
+    s.owner_references()
+        .iter()
+        .any(|o| o.controller == Some(true) && Some(&o.uid) == uid.as_ref())
+}
+
+fn recorded_key(cr: &MarekvsCluster) -> SecretKey {
+    (
+        cr.namespace().unwrap_or_default(),
+        applied_secret_name(&cr.name_any()),
+        APPLIED_KEY.to_string(),
+    )
 }
 
 fn reuse_span(p: &Password) -> Duration {
@@ -129,21 +313,75 @@ pub async fn password(client: &kube::Client, cr: &MarekvsCluster) -> Password {
     }
 }
 
-/// One member's view, read at `ip` in one of the member client's shared slots (like a scrape).
+/// One member's view, read at `ip` in one of the member client's shared slots (like a scrape),
+/// with the Secret's password, or, where that is refused, the recorded one (a rotation under
+/// way): which one it took comes back with it.
 pub async fn read_one(
     client: &crate::scrape::MemberClient,
     ip: &str,
-    password: &Password,
+    credentials: &Credentials,
 ) -> ViewRead {
-    let pass = match password {
+    let first = match &credentials.secret {
         Password::None => None,
         Password::Known(p) => Some(p.as_str()),
         Password::Unreadable => return ViewRead::none(),
     };
-    client
-        .bounded(ip, read_view(ip, pass, client.timeout(), client.budget()))
-        .await
-        .unwrap_or_else(ViewRead::none)
+    let read = |pass: Option<&str>| {
+        let pass = pass.map(str::to_string);
+        async move {
+            client
+                .bounded(
+                    ip,
+                    read_view(ip, pass.as_deref(), client.timeout(), client.budget()),
+                )
+                .await
+                .unwrap_or_else(ViewRead::none)
+        }
+    };
+    let mut r = read(first).await;
+    r.taken = match r.auth {
+        AuthAnswer::Accepted => PasswordTaken::Secret,
+        AuthAnswer::NotAsked | AuthAnswer::NoAnswer => PasswordTaken::Unknown,
+        AuthAnswer::Refused => {
+            // The recorded ones, in turn, until one is taken or one gets no answer.
+            let mut sent = r.sent;
+            for (i, p) in credentials.fallbacks().into_iter().enumerate() {
+                let next = read(Some(p)).await;
+                sent = sent.zip(next.sent).map(|(a, b)| a + b);
+                match next.auth {
+                    AuthAnswer::Refused => continue,
+                    AuthAnswer::Accepted => {
+                        return ViewRead {
+                            sent,
+                            taken: PasswordTaken::Recorded,
+                            fallback: Some(i),
+                            ..next
+                        };
+                    }
+                    AuthAnswer::NotAsked | AuthAnswer::NoAnswer => {
+                        return ViewRead { sent, ..next };
+                    }
+                }
+            }
+            r.sent = sent;
+            r.view = None;
+            PasswordTaken::Neither
+        }
+    };
+    r
+}
+
+/// What a member answered to `AUTH`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum AuthAnswer {
+    /// No password was sent.
+    #[default]
+    NotAsked,
+    /// No answer to it (refused connection, timeout, cut short).
+    NoAnswer,
+    Accepted,
+    /// An error reply (`WRONGPASS`, or a node with no password set).
+    Refused,
 }
 
 /// One member's view read: the view (`None`: unknown) and how many bytes the operator sent to
@@ -152,6 +390,12 @@ pub async fn read_one(
 pub struct ViewRead {
     pub view: Option<View>,
     pub sent: Option<u64>,
+    /// What the member answered to the last `AUTH` of the read.
+    pub auth: AuthAnswer,
+    /// Which password it took (`read_one` sets it).
+    pub taken: PasswordTaken,
+    /// Which of `Credentials::fallbacks` it took, when it took a recorded one.
+    pub fallback: Option<usize>,
 }
 
 impl ViewRead {
@@ -160,6 +404,9 @@ impl ViewRead {
         ViewRead {
             view: None,
             sent: Some(0),
+            auth: AuthAnswer::NotAsked,
+            taken: PasswordTaken::Unknown,
+            fallback: None,
         }
     }
 }
@@ -173,7 +420,16 @@ pub async fn read_view(
     budget: &ByteBudget,
 ) -> ViewRead {
     let mut sent = Some(0);
-    let view = match tokio::time::timeout(timeout, exchange(ip, password, budget, &mut sent)).await
+    let mut auth = if password.is_some() {
+        AuthAnswer::NoAnswer
+    } else {
+        AuthAnswer::NotAsked
+    };
+    let view = match tokio::time::timeout(
+        timeout,
+        exchange(ip, password, budget, &mut sent, &mut auth),
+    )
+    .await
     {
         Ok(Ok(v)) => Some(v),
         Ok(Err(e)) => {
@@ -186,7 +442,13 @@ pub async fn read_view(
             None
         }
     };
-    ViewRead { view, sent }
+    ViewRead {
+        view,
+        sent,
+        auth,
+        taken: PasswordTaken::Unknown,
+        fallback: None,
+    }
 }
 
 fn command(out: &mut Vec<u8>, args: &[&str]) {
@@ -205,6 +467,7 @@ async fn exchange(
     password: Option<&str>,
     budget: &ByteBudget,
     sent: &mut Option<u64>,
+    auth_answer: &mut AuthAnswer,
 ) -> Result<View, String> {
     let mut stream = connect(ip).await?;
     let mut req = Vec::new();
@@ -224,6 +487,9 @@ async fn exchange(
         Some(_) => Some(line(&mut r).await?),
         None => None,
     };
+    if let Some(a) = &auth {
+        *auth_answer = auth_answer_of(a);
+    }
     let id = bulk(&mut r, &ByteBudget::new(MAX_ID_BYTES + 2)).await;
     let nodes = bulk(&mut r, budget).await?;
     *sent = Some(req.len() as u64);
@@ -253,10 +519,11 @@ pub struct IdRead {
     pub sent: Option<u64>,
 }
 
-/// A member's own id (`CLUSTER MYID`, after `AUTH` when the cluster has a password), read just
-/// before the operator drains it: the address must still answer as the member the drain is for.
-pub async fn read_id(ip: &str, password: &Password, timeout: Duration) -> IdRead {
-    let pass = match password {
+/// A member's own id (`CLUSTER MYID`, after `AUTH` when the cluster has a password: the
+/// Secret's, or the recorded one where that is refused), read just before the operator drains
+/// it: the address must still answer as the member the drain is for.
+pub async fn read_id(ip: &str, credentials: &Credentials, timeout: Duration) -> IdRead {
+    let first = match &credentials.secret {
         Password::None => None,
         Password::Known(p) => Some(p.as_str()),
         Password::Unreadable => {
@@ -266,8 +533,25 @@ pub async fn read_id(ip: &str, password: &Password, timeout: Duration) -> IdRead
             };
         }
     };
+    let (mut read, mut auth) = read_id_with(ip, first, timeout).await;
+    for p in credentials.fallbacks() {
+        if auth != AuthAnswer::Refused {
+            break;
+        }
+        let (next, next_auth) = read_id_with(ip, Some(p), timeout).await;
+        read = IdRead {
+            id: next.id,
+            sent: read.sent.zip(next.sent).map(|(a, b)| a + b),
+        };
+        auth = next_auth;
+    }
+    read
+}
+
+async fn read_id_with(ip: &str, pass: Option<&str>, timeout: Duration) -> (IdRead, AuthAnswer) {
     let mut sent = Some(0);
-    let id = match tokio::time::timeout(timeout, ask_id(ip, pass, &mut sent)).await {
+    let mut auth = AuthAnswer::NoAnswer;
+    let id = match tokio::time::timeout(timeout, ask_id(ip, pass, &mut sent, &mut auth)).await {
         Ok(Ok(id)) => Some(id),
         Ok(Err(e)) => {
             debug!(ip, "id not read: {e}");
@@ -279,13 +563,14 @@ pub async fn read_id(ip: &str, password: &Password, timeout: Duration) -> IdRead
             None
         }
     };
-    IdRead { id, sent }
+    (IdRead { id, sent }, auth)
 }
 
 async fn ask_id(
     ip: &str,
     password: Option<&str>,
     sent: &mut Option<u64>,
+    auth_answer: &mut AuthAnswer,
 ) -> Result<String, String> {
     let mut stream = connect(ip).await?;
     let mut req = Vec::new();
@@ -303,12 +588,67 @@ async fn ask_id(
         Some(_) => Some(line(&mut r).await?),
         None => None,
     };
+    if let Some(a) = &auth {
+        *auth_answer = auth_answer_of(a);
+    }
     let id = bulk(&mut r, &ByteBudget::new(MAX_ID_BYTES + 2)).await?;
     *sent = Some(req.len() as u64);
     if let Some(auth) = auth.filter(|a| a != "+OK") {
         return Err(format!("AUTH refused: {}", shown(&auth)));
     }
     Ok(node_id(utf8(&id)?.trim())?.to_ascii_lowercase())
+}
+
+fn auth_answer_of(reply: &str) -> AuthAnswer {
+    if reply == "+OK" {
+        AuthAnswer::Accepted
+    } else {
+        AuthAnswer::Refused
+    }
+}
+
+/// Sets `new` as the password of the member at `ip`, live (`AUTH` with `old`, then `CONFIG
+/// SET requirepass`): both must answer `+OK`. The bytes sent are counted as a read's are.
+pub async fn set_password(ip: &str, old: &str, new: &str, timeout: Duration) -> PasswordSet {
+    let mut sent = Some(0);
+    let result = match tokio::time::timeout(timeout, config_set(ip, old, new, &mut sent)).await {
+        Ok(r) => r,
+        Err(_) => {
+            sent = None;
+            Err("timed out".into())
+        }
+    };
+    PasswordSet { result, sent }
+}
+
+/// What `set_password` did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PasswordSet {
+    pub result: Result<(), String>,
+    pub sent: Option<u64>,
+}
+
+async fn config_set(ip: &str, old: &str, new: &str, sent: &mut Option<u64>) -> Result<(), String> {
+    let mut stream = connect(ip).await?;
+    let mut req = Vec::new();
+    command(&mut req, &["AUTH", old]);
+    command(&mut req, &["CONFIG", "SET", "requirepass", new]);
+    *sent = None;
+    stream
+        .write_all(&req)
+        .await
+        .map_err(|e| format!("write: {e}"))?;
+    let mut r = BufReader::new(stream.take(64 << 10));
+    let auth = line(&mut r).await?;
+    let set = line(&mut r).await?;
+    *sent = Some(req.len() as u64);
+    if auth != "+OK" {
+        return Err(format!("AUTH refused: {}", shown(&auth)));
+    }
+    if set != "+OK" {
+        return Err(format!("CONFIG SET refused: {}", shown(&set)));
+    }
+    Ok(())
 }
 
 fn utf8(b: &Buffer) -> Result<&str, String> {
@@ -598,14 +938,14 @@ mod tests {
         // Refused or cut short: no view, and what the node read of the request is unknown.
         for ip in ["127.43.0.3", "127.43.0.4", "127.43.0.5"] {
             let pass = (ip == "127.43.0.3").then_some("bad");
-            assert_eq!(
-                read_view(ip, pass, t, &budget).await,
-                ViewRead {
-                    view: None,
-                    sent: None
-                },
-                "{ip}"
-            );
+            let r = read_view(ip, pass, t, &budget).await;
+            assert_eq!((r.view, r.sent), (None, None), "{ip}");
+            let auth = if pass.is_some() {
+                AuthAnswer::Refused
+            } else {
+                AuthAnswer::NotAsked
+            };
+            assert_eq!(r.auth, auth, "{ip}");
         }
         // Nothing listening: nothing sent.
         assert_eq!(
@@ -619,6 +959,68 @@ mod tests {
         let start = std::time::Instant::now();
         assert_eq!(read_view("127.43.0.7", None, t, &budget).await.sent, None);
         assert!(start.elapsed() < Duration::from_millis(900));
+    }
+
+    fn only(secret: Password) -> Credentials {
+        Credentials {
+            secret,
+            recorded: Some(Recorded::default()),
+        }
+    }
+
+    /// The recorded passwords are tried newest first, the settled one last, never the
+    /// Secret's again; where they stand against the Secret's says whether a rotation runs.
+    #[test]
+    fn credentials_fall_back_to_the_recorded_passwords_other_than_the_secrets() {
+        let known = |s: &str| Password::Known(s.into());
+        let with = |secret, settled: Option<&str>, since: &[&str]| Credentials {
+            secret,
+            recorded: Some(Recorded {
+                settled: settled.map(String::from),
+                since: since.iter().map(|s| s.to_string()).collect(),
+            }),
+        };
+        let c = with(known("new"), Some("old"), &[]);
+        assert_eq!(c.fallbacks(), ["old"]);
+        assert_eq!(c.record(), PasswordRecord::Older { listed: false });
+        // The new value remembered, then changed again: try the one set since first.
+        let c = with(known("newer"), Some("old"), &["new"]);
+        assert_eq!(c.fallbacks(), ["new", "old"]);
+        assert_eq!(c.record(), PasswordRecord::Older { listed: false });
+        let c = with(known("new"), Some("old"), &["new"]);
+        assert_eq!(c.fallbacks(), ["old"]);
+        assert_eq!(c.record(), PasswordRecord::Older { listed: true });
+        let c = with(known("new"), Some("new"), &[]);
+        assert_eq!(
+            (c.fallbacks().len(), c.record()),
+            (0, PasswordRecord::Current)
+        );
+        let c = with(known("new"), None, &[]);
+        assert_eq!(
+            (c.fallbacks().len(), c.record()),
+            (0, PasswordRecord::Missing)
+        );
+        for secret in [Password::None, Password::Unreadable] {
+            let c = with(secret, Some("old"), &[]);
+            assert_eq!(
+                (c.fallbacks().len(), c.record()),
+                (0, PasswordRecord::NoPassword)
+            );
+        }
+        // An unreadable record decides nothing.
+        let c = Credentials {
+            secret: known("new"),
+            recorded: None,
+        };
+        assert_eq!(
+            (c.fallbacks().len(), c.record()),
+            (0, PasswordRecord::NoPassword)
+        );
+        let shown = format!(
+            "{:?}",
+            with(known("hunter2"), Some("hunter1"), &["hunter3"])
+        );
+        assert!(!shown.contains("hunter"), "{shown}");
     }
 
     #[tokio::test]
@@ -636,24 +1038,24 @@ mod tests {
             b"-WRONGPASS invalid username-password pair\r\n$40\r\n".to_vec(),
         )
         .await;
-        let r = read_id("127.43.1.1", &Password::None, t).await;
+        let r = read_id("127.43.1.1", &only(Password::None), t).await;
         assert_eq!(r.id.as_deref(), Some(A));
         // CLUSTER MYID as a RESP array: 27 bytes the node counts.
         assert_eq!(r.sent, Some(27));
-        let pw = Password::Known("pw".into());
+        let pw = only(Password::Known("pw".into()));
         let r = read_id("127.43.1.2", &pw, t).await;
         assert_eq!((r.id.as_deref(), r.sent), (Some(A), Some(27 + 22)));
         // Not an id: unknown, though the node read every byte.
-        let r = read_id("127.43.1.3", &Password::None, t).await;
+        let r = read_id("127.43.1.3", &only(Password::None), t).await;
         assert_eq!((r.id, r.sent), (None, Some(27)));
         // AUTH refused and the rest cut short: unknown, and so is what the node read.
-        let r = read_id("127.43.1.4", &Password::Known("bad".into()), t).await;
+        let r = read_id("127.43.1.4", &only(Password::Known("bad".into())), t).await;
         assert_eq!((r.id, r.sent), (None, None));
         // A password that could not be read: nothing is sent.
-        let r = read_id("127.43.1.1", &Password::Unreadable, t).await;
+        let r = read_id("127.43.1.1", &only(Password::Unreadable), t).await;
         assert_eq!((r.id, r.sent), (None, Some(0)));
         // Nothing listening: nothing sent.
-        let r = read_id("127.43.1.5", &Password::None, t).await;
+        let r = read_id("127.43.1.5", &only(Password::None), t).await;
         assert_eq!((r.id, r.sent), (None, Some(0)));
     }
 

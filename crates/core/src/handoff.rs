@@ -792,6 +792,7 @@ mod tests {
                 ..Scrape::default()
             }),
             look_alike: false,
+            password: Default::default(),
             client_input: Some(0),
             new_pod: crate::types::PodAdmission::Admitted,
         }

@@ -12,6 +12,7 @@ pub mod metrics;
 pub mod ownership;
 pub mod pace;
 pub mod pass;
+pub mod password;
 pub mod plan;
 pub mod recreate;
 pub mod rng;

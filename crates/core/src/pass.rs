@@ -15,7 +15,8 @@ use crate::stale::{AbsenceChange, absence_changes};
 use crate::stepper::{Input, decide};
 use crate::transitions::{Reported, Reporting, transition_notes, unknown_removal_choices};
 use crate::types::{
-    BlockReason, ClusterSpec, Decision, EventKind, EventReason, MemberObs, Memory, Millis, Note,
+    BlockReason, Blocked, ClusterSpec, Decision, EventKind, EventReason, MemberObs, Memory, Millis,
+    Note,
 };
 
 pub struct PassInput<'a> {
@@ -34,6 +35,8 @@ pub struct PassInput<'a> {
     pub removal_choices: &'a [(String, Option<u32>)],
     /// Objects found holding members' names that are not the cluster's.
     pub look_alikes: &'a [LookAlikeSeen],
+    /// The password recorded as the members', against the Secret's (see `password`).
+    pub password: crate::password::PasswordRecord,
     pub now: Millis,
 }
 
@@ -54,6 +57,8 @@ pub struct PassPlan {
     pub changes: Vec<Note>,
     /// Absence records to write on volumes once the actions are sent.
     pub absences: Vec<AbsenceChange>,
+    /// Where the password stands, and what to do about it.
+    pub password: crate::password::PasswordPlan,
     /// When to look again.
     pub next_look_ms: Millis,
 }
@@ -102,12 +107,20 @@ pub fn plan(input: &PassInput) -> PassPlan {
         scale: input.scale,
         now: input.now,
     });
-    let decision = decide(&Input {
+    let mut decision = decide(&Input {
         spec: &sizing.spec,
         memory: input.memory,
         observed: input.observed,
         now: input.now,
     });
+    let mut password = crate::password::plan(
+        input.password,
+        &decision.memory.members,
+        input.observed,
+        |o| sizing.spec.member_name(o),
+    );
+    refused_password_blocks(&mut decision, &password.state, &sizing.spec);
+    decision.notes.append(&mut password.notes);
     let members = &decision.memory.members;
     let unknown_choices =
         unknown_removal_choices(input.removal_choices, &input.memory.members, members);
@@ -130,7 +143,7 @@ pub fn plan(input: &PassInput) -> PassPlan {
     let absences = absence_changes(members, &decision.memory.phases, input.observed);
     let autoscale = autoscale_report(&sizing, &decision, input.spec.nodes);
     // The one pace the shell reads (the decision's own is an input to it).
-    let next_look_ms = next_look_ms(input.memory, &decision);
+    let next_look_ms = password.look_again(next_look_ms(input.memory, &decision));
     PassPlan {
         sizing,
         decision,
@@ -139,7 +152,30 @@ pub fn plan(input: &PassInput) -> PassPlan {
         autoscale,
         changes,
         absences,
+        password,
         next_look_ms,
+    }
+}
+
+/// A refused password is why views cannot be read: it names the block instead of the views
+/// (and blocks with nothing else wanted, since every gated step would wait).
+fn refused_password_blocks(
+    d: &mut Decision,
+    state: &crate::password::PasswordState,
+    spec: &ClusterSpec,
+) {
+    let Some(message) = state.refusal(|o| spec.member_name(o)) else {
+        return;
+    };
+    let views_or_nothing = d
+        .blocked
+        .as_ref()
+        .is_none_or(|b| b.reason == BlockReason::ViewsNotConverged);
+    if views_or_nothing {
+        d.blocked = Some(Blocked {
+            reason: BlockReason::PasswordRefused,
+            message,
+        });
     }
 }
 

@@ -92,6 +92,7 @@ mod tests {
             scrape: None,
             view: None,
             look_alike: false,
+            password: Default::default(),
             client_input: Some(0),
             new_pod: crate::types::PodAdmission::Admitted,
         }

@@ -92,6 +92,7 @@ static UNSEEN: MemberObs = MemberObs {
     scrape: None,
     view: None,
     look_alike: false,
+    password: crate::types::PasswordTaken::Unknown,
     client_input: Some(0),
     new_pod: PodAdmission::Unchecked,
 };

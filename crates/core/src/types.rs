@@ -238,6 +238,20 @@ pub struct PvcObs {
     pub pods_made: Option<u32>,
 }
 
+/// Which password a member's RESP port took this pass.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub enum PasswordTaken {
+    /// Not asked (no live pod IP, no password), or no clean answer: unknown.
+    #[default]
+    Unknown,
+    /// The Secret's.
+    Secret,
+    /// The one recorded as the members' last, where the Secret's was refused.
+    Recorded,
+    /// Both refused (or the Secret's refused and none recorded).
+    Neither,
+}
+
 /// Everything observed about one ordinal.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct MemberObs {
@@ -252,6 +266,8 @@ pub struct MemberObs {
     /// the cluster's, see `ownership`) holds its name: nothing is created in its name, and no
     /// disruptive step starts or continues while it is there.
     pub look_alike: bool,
+    /// Which password its RESP port took (see `password`): read with its view.
+    pub password: PasswordTaken,
     /// RESP input from clients since the last recorded pass (`marekvs_net_input_bytes_total`
     /// less the operator's own reads, worked out by the shell). `None`: unknown (the first read
     /// since the operator started, a read cut off midway, a counter that went back), which
@@ -645,6 +661,9 @@ pub enum BlockReason {
     /// The API server refuses the pod the spec now builds for the member a rolling change
     /// would restart (`PodAdmission::Refused`): draining it would leave it down.
     PodRefused,
+    /// A member refuses the Secret's password and the one recorded before it: its view
+    /// cannot be read (see `password`).
+    PasswordRefused,
 }
 
 impl BlockReason {
@@ -665,6 +684,7 @@ impl BlockReason {
             BlockReason::LeaverBacklog => "LeaverBacklog",
             BlockReason::SingleCopy => "SingleCopy",
             BlockReason::PodRefused => "PodRefused",
+            BlockReason::PasswordRefused => "PasswordRefused",
         }
     }
 }
@@ -806,6 +826,8 @@ event_reasons!(
     MemberRestarting,
     MemberUpdated,
     NodeDrainStarted,
+    PasswordRotated,
+    PasswordSet,
     Paused,
     RemovalCancelled,
     RestartStarted,

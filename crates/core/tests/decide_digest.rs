@@ -461,6 +461,7 @@ fn healthy(o: u32, view: u64, seen: &BTreeSet<u32>, sample: Option<&Sample>) -> 
             ..Scrape::default()
         }),
         look_alike: false,
+        password: Default::default(),
         client_input: Some(0),
         new_pod: PodAdmission::Admitted,
     }

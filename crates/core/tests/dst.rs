@@ -98,6 +98,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use marekvs_core::autoscale::{LoadMemory, Policy, ScaleMemory};
 use marekvs_core::input;
+use marekvs_core::password::{PasswordPlan, PasswordRecord, PasswordState, PasswordTaken};
 use marekvs_core::recreate::{creations_before_scrapes, still_to_do};
 use marekvs_core::rng::SplitMix64;
 use marekvs_core::sizing::unscraped_target;
@@ -256,6 +257,8 @@ struct Pod {
     node: u32,
     /// Labelled `marekvs.io/eviction: allowed`: the PDB no longer protects it.
     eviction_allowed: bool,
+    /// The password its process takes: the Secret's when it started, then the last set live.
+    pass: u32,
 }
 
 impl Pod {
@@ -292,6 +295,7 @@ impl Pod {
             wedged: false,
             node: 0,
             eviction_allowed: false,
+            pass: 0,
         }
     }
 
@@ -483,6 +487,14 @@ struct World {
     drain_rng: SplitMix64,
     /// Pods a drain evicted.
     evictions: u64,
+    /// The password's Secret, as a version: a user changes it (`pass_rng`).
+    secret: u32,
+    /// The operator's record of its members' passwords (`<cluster>-password-applied`): the
+    /// settled one and the values it began to set since, newest first.
+    settled: Option<u32>,
+    since: Vec<u32>,
+    /// Apart from the schedule's stream, as `drain_rng`.
+    pass_rng: SplitMix64,
 }
 
 /// The nodes of the world, pods spread over them by ordinal.
@@ -541,6 +553,70 @@ impl World {
             draining: BTreeMap::new(),
             drain_rng: SplitMix64(seed ^ 0x6472_6169_6e21),
             evictions: 0,
+            secret: 1,
+            settled: None,
+            since: Vec::new(),
+            pass_rng: SplitMix64(seed ^ 0x7061_7373_776f),
+        }
+    }
+
+    /// The recorded passwords other than the Secret's, in the order the shell tries them.
+    fn fallbacks(&self) -> Vec<u32> {
+        let mut out = Vec::new();
+        for p in self.since.iter().chain(&self.settled) {
+            if *p != self.secret && !out.contains(p) {
+                out.push(*p);
+            }
+        }
+        out
+    }
+
+    /// Where the record stands against the Secret's password (`Credentials::record`).
+    fn password_record(&self) -> PasswordRecord {
+        match self.settled {
+            None if self.since.is_empty() => PasswordRecord::Missing,
+            Some(s) if s == self.secret && self.since.is_empty() => PasswordRecord::Current,
+            _ => PasswordRecord::Older {
+                listed: self.since.contains(&self.secret) || self.settled == Some(self.secret),
+            },
+        }
+    }
+
+    /// Which password member `o`'s RESP port takes of those the operator tries.
+    fn password_taken(&self, o: u32) -> PasswordTaken {
+        match self.pods.get(&o).map(|p| p.pass) {
+            Some(p) if p == self.secret => PasswordTaken::Secret,
+            Some(p) if self.fallbacks().contains(&p) => PasswordTaken::Recorded,
+            _ => PasswordTaken::Neither,
+        }
+    }
+
+    /// Carries out a pass's password plan as the shell does: the record first, then the
+    /// Secret's password set live on each member named that still takes a recorded one.
+    fn carry_out_password(&mut self, plan: &PasswordPlan, counts: &mut Counts) {
+        if plan.record {
+            if self.settled.is_some() && self.settled != Some(self.secret) {
+                counts.rotations_recorded += 1;
+            }
+            self.settled = Some(self.secret);
+            self.since.clear();
+        } else if plan.remember {
+            self.since.retain(|p| *p != self.secret);
+            self.since.insert(0, self.secret);
+            self.since.truncate(16);
+            counts.passwords_remembered += 1;
+        }
+        let fallbacks = self.fallbacks();
+        for o in &plan.set_on {
+            let secret = self.secret;
+            if let Some(p) = self
+                .pods
+                .get_mut(o)
+                .filter(|p| p.resp_open() && fallbacks.contains(&p.pass))
+            {
+                p.pass = secret;
+                counts.passwords_set += 1;
+            }
         }
     }
 
@@ -748,6 +824,8 @@ impl World {
         for o in restarts {
             let p = self.pods.get_mut(&o).unwrap();
             p.start(t, self.vols.get(&o), &mut self.rng);
+            // Its env names the Secret's key: read as the container starts.
+            p.pass = self.secret;
         }
     }
 
@@ -1321,10 +1399,17 @@ impl World {
                 (None, None)
             } else {
                 self.pods.get_mut(&o).unwrap().input_bytes += VIEW_READ_BYTES;
+                // A member that takes no password the operator tries answers no view.
+                let taken = self.password_taken(o) != PasswordTaken::Neither;
                 (
-                    Some(self.view_by_id(o, &self.view(o))),
+                    taken.then(|| self.view_by_id(o, &self.view(o))),
                     Some(VIEW_READ_BYTES),
                 )
+            };
+            let password = match (&view, resp && read) {
+                (Some(_), _) => self.password_taken(o),
+                (None, true) if own.is_some() => PasswordTaken::Neither,
+                _ => PasswordTaken::Unknown,
             };
             let pod = self.pods.get(&o);
             let scrape = pod.filter(|p| read && p.running()).and_then(|p| {
@@ -1389,6 +1474,7 @@ impl World {
                     scrape,
                     view,
                     look_alike: self.look_alikes.contains_key(&o),
+                    password,
                     // The ledger's, filled in by the operator's pass.
                     client_input: None,
                     // As the shell keeps answers: per template (version), a refusal asked
@@ -1556,6 +1642,7 @@ impl World {
                 if !self.pods.contains_key(&o) && self.vols.get(&o).is_some_and(|v| !v.deleting) {
                     let mut pod = Pod::new(self.version, t);
                     pod.node = self.schedule(o);
+                    pod.pass = self.secret;
                     if self.rng.chance(UNSTARTABLE) {
                         // Unscheduled or its image not pulled: it starts later, if ever.
                         pod.ever_started = false;
@@ -1830,6 +1917,12 @@ struct Counts {
     node_drains: u64,
     node_moves: u64,
     evictions: u64,
+    /// Password changes by the user (each once the operator recorded the one before), values
+    /// remembered before they were set, passwords set live, and rotations recorded as over.
+    password_changes: u64,
+    passwords_remembered: u64,
+    passwords_set: u64,
+    rotations_recorded: u64,
     load: LoadCounts,
 }
 
@@ -1880,6 +1973,10 @@ impl std::ops::AddAssign for Counts {
         self.unstarted_pods_deleted += o.unstarted_pods_deleted;
         self.node_drains += o.node_drains;
         self.node_moves += o.node_moves;
+        self.password_changes += o.password_changes;
+        self.passwords_remembered += o.passwords_remembered;
+        self.passwords_set += o.passwords_set;
+        self.rotations_recorded += o.rotations_recorded;
         self.evictions += o.evictions;
         self.load += o.load;
     }
@@ -2386,6 +2483,7 @@ impl Operator {
         }
         // The operator's one call into the core, as the shell makes it.
         let plan = pass::plan(&pass::PassInput {
+            password: w.password_record(),
             spec: &self.spec,
             policy: self.policy.as_ref(),
             memory: &status.memory,
@@ -2414,7 +2512,12 @@ impl Operator {
             away_on_stale_volumes(d, &observed, self.spec.stale_volume_grace_ms, now);
         let pass = Pass {
             phase: d.phase,
-            quiet: d.actions.is_empty(),
+            // Nothing left to do, a rotation included.
+            quiet: d.actions.is_empty()
+                && plan.password.set_on.is_empty()
+                && !plan.password.remember
+                && !plan.password.record
+                && !matches!(plan.password.state, PasswordState::Rotating { .. }),
             target: sizing.spec.target(),
             held_stale,
             refused_wake,
@@ -2575,6 +2678,18 @@ impl Operator {
             counts,
             violations,
         );
+        // Never locked out: every member takes a password the operator knows.
+        for (o, m) in &observed {
+            counts.invariant_checks += 1;
+            if m.password == PasswordTaken::Neither {
+                violations.push(format!(
+                    "t={t}: member {o} takes none of the passwords the operator knows"
+                ));
+            }
+        }
+        if n == actions.len() {
+            w.carry_out_password(&plan.password, counts);
+        }
         if n == actions.len() {
             w.grow_volumes(counts, violations);
             w.record_absences(&plan.absences, &observed, counts);
@@ -3263,6 +3378,14 @@ fn run_world(seed: u64, trace: bool, broken: Broken) -> Outcome {
                 counts.node_drains += 1;
                 counts.faults += 1;
             }
+            // The user changes the password's Secret, even mid-rotation, once the operator
+            // recorded the value before (it records a value the first pass it sees it).
+            let seen = w.settled == Some(w.secret) || w.since.contains(&w.secret);
+            if w.pass_rng.chance(0.003) && seen {
+                w.secret += 1;
+                counts.password_changes += 1;
+                counts.faults += 1;
+            }
         } else if !faulty {
             // The load goes on at its last rate (anti-entropy repairs whatever differs, with
             // no cap): a scale-down must finish under it. The rogue client stops.
@@ -3406,6 +3529,20 @@ fn check_converged(
     if !refused && (w.pods.values().any(|p| p.version != w.version) || member_vol_outdated) {
         violations.push("converged with outdated members".into());
     }
+    // Every rotation finished: the Secret's password recorded alone, and every running member
+    // on it.
+    let on_old: Vec<u32> = w
+        .pods
+        .iter()
+        .filter(|(_, p)| p.resp_open() && p.pass != w.secret)
+        .map(|(o, _)| *o)
+        .collect();
+    if w.settled != Some(w.secret) || !w.since.is_empty() || !on_old.is_empty() {
+        violations.push(format!(
+            "converged with the password rotation unfinished: secret {}, recorded {:?} and {:?}, members on another {on_old:?}",
+            w.secret, w.settled, w.since
+        ));
+    }
     violations
 }
 
@@ -3461,7 +3598,8 @@ fn no_schedule_loses_data_or_disrupts_two_members_and_every_one_converges() {
          fences: {} pods stopped, {} passes holding a wanted step for a fence, {} stale volumes of unfenced members kept by the user; {} passes checked with a member fenced or the cluster hibernated; \
          new pods: {} dry runs before a rolling drain, {} rolling drains (each after its pod was admitted), {} passes blocked on a refused pod, {} refused specs fixed by the user; \
          {} scale-ups that added a batch and left members for later, {} removals of a member whose container never started (no gate, no drain), {} of its pods deleted (each volume checked empty); \
-         node drains: {} nodes cordoned, {} members moved off one, {} pods evicted (each let go by the operator)",
+         node drains: {} nodes cordoned, {} members moved off one, {} pods evicted (each let go by the operator); \
+         passwords: {} changes of the Secret, {} values remembered before being set, {} set live, {} rotations recorded as over (every member checked to take a password the operator knows)",
         counts.steps,
         counts.faults,
         counts.invariant_checks,
@@ -3507,6 +3645,10 @@ fn no_schedule_loses_data_or_disrupts_two_members_and_every_one_converges() {
         counts.node_drains,
         counts.node_moves,
         counts.evictions,
+        counts.password_changes,
+        counts.passwords_remembered,
+        counts.passwords_set,
+        counts.rotations_recorded,
     );
     println!("dst: {schedules} schedules in {:.1?}", started.elapsed());
     let l = counts.load;
@@ -3579,6 +3721,13 @@ fn no_schedule_loses_data_or_disrupts_two_members_and_every_one_converges() {
         assert!(counts.look_alike_blocked > 0, "{counts:?}");
         assert!(
             counts.node_drains > 0 && counts.node_moves > 0 && counts.evictions > 0,
+            "{counts:?}"
+        );
+        assert!(
+            counts.password_changes > 0
+                && counts.passwords_remembered > 0
+                && counts.passwords_set > 0
+                && counts.rotations_recorded > 0,
             "{counts:?}"
         );
         assert!(

@@ -36,6 +36,7 @@ fn healthy(n: u32) -> (Memory, BTreeMap<u32, MemberObs>) {
                 }),
                 view: Some(View::of_ordinals(o, 0..n)),
                 look_alike: false,
+                password: Default::default(),
                 client_input: Some(0),
                 new_pod: PodAdmission::Admitted,
             },

@@ -35,6 +35,7 @@ fn member(pod: bool, absent_since: Option<Millis>) -> MemberObs {
         }),
         view: None,
         look_alike: false,
+        password: Default::default(),
         client_input: Some(0),
         new_pod: PodAdmission::Admitted,
     }

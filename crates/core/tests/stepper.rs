@@ -391,6 +391,7 @@ fn members_waiting_only_for_their_pods_are_not_polled() {
         }),
         view: None,
         look_alike: false,
+        password: Default::default(),
         client_input: Some(0),
         new_pod: PodAdmission::Admitted,
     };
@@ -1379,6 +1380,7 @@ fn arb_obs() -> impl Strategy<Value = MemberObs> {
             }),
             view: None,
             look_alike: false,
+            password: Default::default(),
             client_input: Some(0),
             new_pod: PodAdmission::Admitted,
         })
@@ -1490,6 +1492,7 @@ fn calm_asking(mem: &Memory, outdated: bool, asking: Option<u32>) -> BTreeMap<u3
                     scrape,
                     view: None,
                     look_alike: false,
+                    password: Default::default(),
                     client_input: Some(0),
                     new_pod: PodAdmission::Admitted,
                 },
@@ -2211,6 +2214,7 @@ fn a_suspected_partition_holds_every_disruptive_step_until_views_agree() {
                     }),
                     view: None,
                     look_alike: false,
+                    password: Default::default(),
                     client_input: Some(0),
                     new_pod: PodAdmission::Admitted,
                 },
@@ -2922,6 +2926,7 @@ fn a_member_that_never_started_is_removed_without_the_gate_and_without_a_drain()
         }),
         view: None,
         look_alike: false,
+        password: Default::default(),
         client_input: Some(0),
         new_pod: PodAdmission::Admitted,
     };

@@ -33,6 +33,7 @@ fn member(o: u32, pod: bool, absent_since: Option<Millis>) -> MemberObs {
         scrape: pod.then(Scrape::default),
         view: None,
         look_alike: false,
+        password: Default::default(),
         client_input: Some(0),
         new_pod: PodAdmission::Admitted,
     }

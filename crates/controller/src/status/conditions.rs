@@ -216,6 +216,7 @@ pub(super) fn cluster_conditions(input: &StatusInput, t: &Time) -> Vec<Condition
         None => c.set(MASS_FAILURE, false, REASON_ENOUGH_MEMBERS_UP, ""),
     }
     stop_conditions(&mut c, input);
+    password_condition(&mut c, input);
     match &d.suspected_partition {
         Some(p) => c.set(
             SUSPECTED_PARTITION,
@@ -249,6 +250,61 @@ pub(super) fn cluster_conditions(input: &StatusInput, t: &Time) -> Vec<Condition
         c.set(REMOVAL_CHOICES, false, REASON_UNKNOWN_MEMBER, msg);
     }
     c.list
+}
+
+/// PasswordCurrent, only for a cluster with a password.
+fn password_condition(c: &mut Conditions, input: &StatusInput) {
+    use marekvs_core::password::PasswordState;
+    let Some(status) = &input.password else {
+        c.remove(PASSWORD_CURRENT);
+        return;
+    };
+    let spec = &input.sizing.spec;
+    let names = |ords: &std::collections::BTreeSet<u32>| {
+        ords.iter()
+            .map(|o| spec.member_name(*o))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    if status.secret_hash.is_none() {
+        let msg = "the password's Secret or key cannot be read: no member's view can be read";
+        c.set(PASSWORD_CURRENT, false, REASON_PASSWORD_UNREADABLE, msg);
+        return;
+    }
+    match input.password_state {
+        PasswordState::NoPassword => c.remove(PASSWORD_CURRENT),
+        PasswordState::Current => c.set(
+            PASSWORD_CURRENT,
+            true,
+            REASON_PASSWORD_CURRENT,
+            "every running member takes the password in the Secret",
+        ),
+        PasswordState::Rotating {
+            on_secret,
+            on_recorded,
+            unknown,
+        } => {
+            let mut msg = format!(
+                "rotating to the Secret's new password: {} of {} running members take it",
+                on_secret.len(),
+                on_secret.len() + on_recorded.len() + unknown.len()
+            );
+            if !on_recorded.is_empty() {
+                msg += &format!("; still on the previous one: {}", names(on_recorded));
+            }
+            if !unknown.is_empty() {
+                msg += &format!("; not read yet: {}", names(unknown));
+            }
+            c.set(PASSWORD_CURRENT, false, REASON_PASSWORD_ROTATING, msg);
+        }
+        PasswordState::Refused { .. } => {
+            let msg = input
+                .password_state
+                .refusal(|o| spec.member_name(o))
+                .unwrap_or_default();
+            c.set(PASSWORD_CURRENT, false, REASON_PASSWORD_REFUSED, msg);
+        }
+    }
 }
 
 /// Hibernated and Fenced of the cluster.

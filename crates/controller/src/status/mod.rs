@@ -30,6 +30,9 @@ pub struct StatusInput<'a> {
     pub sizing: &'a Sizing,
     pub write_stopped: &'a BTreeSet<u32>,
     pub autoscale: Option<&'a AutoscaleReport>,
+    /// `status.password` (`None`: the cluster has no password).
+    pub password: Option<marekvs_api::PasswordStatus>,
+    pub password_state: &'a marekvs_core::password::PasswordState,
     pub now: Millis,
 }
 
@@ -40,6 +43,7 @@ impl<'a> StatusInput<'a> {
         plan: &'a PassPlan,
         observed: &'a BTreeMap<u32, MemberObs>,
         children: &'a Children,
+        password: Option<marekvs_api::PasswordStatus>,
         now: Millis,
     ) -> Self {
         StatusInput {
@@ -52,6 +56,8 @@ impl<'a> StatusInput<'a> {
             sizing: &plan.sizing,
             write_stopped: &plan.write_stopped,
             autoscale: plan.autoscale.as_ref(),
+            password,
+            password_state: &plan.password.state,
             now,
         }
     }
@@ -140,6 +146,13 @@ mod tests {
             autoscale: autoscale_report(sizing, d, cr.spec.nodes as u32),
             changes: vec![],
             absences: vec![],
+            password: marekvs_core::password::PasswordPlan {
+                remember: false,
+                set_on: Default::default(),
+                record: false,
+                state: marekvs_core::password::PasswordState::NoPassword,
+                notes: vec![],
+            },
             next_look_ms: d.requeue_ms,
         };
         let prev = MarekvsClusterStatus::default();
@@ -149,6 +162,7 @@ mod tests {
             &plan,
             observed,
             &no_children(),
+            None,
             now,
         ))
     }
@@ -168,6 +182,7 @@ mod tests {
             }),
             view: None,
             look_alike: false,
+            password: Default::default(),
             client_input: Some(0),
             new_pod: PodAdmission::Admitted,
         }

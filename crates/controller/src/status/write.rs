@@ -73,6 +73,7 @@ pub fn status_from(input: &StatusInput) -> MarekvsClusterStatus {
         last_pass_time: Some(t.clone()),
         operator_version: Some(crate::VERSION.to_string()),
         desired_nodes: Some(input.sizing.spec.target() as i32),
+        password: input.password.clone(),
         ready_nodes: Some(count(|m| m.ready)),
         updated_nodes: Some(count(|m| m.updated)),
         replicas: Some(d.memory.members.len() as i32),
@@ -217,6 +218,7 @@ pub(super) fn member_status(input: &StatusInput, o: u32, t: &Time) -> MemberStat
         pvc_uid: m.pvc.as_ref().map(|p| p.uid.clone()),
         volume_request: pvc.and_then(|p| volume(p).requested),
         volume_capacity: pvc.and_then(|p| capacity(p)),
+        password_hash: crate::password::member_hash(input.password.as_ref(), m.password),
         pod_ip: pod
             .and_then(|p| p.status.as_ref())
             .and_then(|s| s.pod_ip.clone()),
