@@ -1028,8 +1028,10 @@ async fn the_gossip_cluster_name_is_recorded_alone_before_anything_else() {
     assert_eq!(world.events(), Vec::<String>::new());
 }
 
-/// A cluster with a password: the first pass reads its Secret (one GET, before the views are
-/// read), and the passes after it, as while a gate waits, reuse it instead of reading it again.
+/// A cluster with a password: the first pass reads its Secret and the cluster's own record
+/// of its members' passwords (one GET each, before the views are read), and the passes after
+/// it, as while a gate waits, reuse them instead of reading them again. No view was read, so
+/// nothing is recorded (no write of the record).
 #[tokio::test]
 async fn the_password_secret_is_read_once_not_on_every_pass() {
     let mut cr = cluster(2, healthy_status());
@@ -1044,11 +1046,13 @@ async fn the_password_secret_is_read_once_not_on_every_pass() {
     let secret = Reply::Ok(json!({"apiVersion": "v1", "kind": "Secret",
         "metadata": {"name": "demo-auth", "namespace": NS},
         "data": {"password": "c2VjcmV0"}}));
+    let applied_path = format!("/api/v1/namespaces/{NS}/secrets/demo-password-applied");
     let (result, sent) = world
         .pass(
             &cr,
             vec![
                 Step::Api(Method::GET, secret_path, secret),
+                Step::Api(Method::GET, applied_path, Reply::Fail(404)),
                 Step::Scrapes,
                 status_write(answer(&cr)),
             ],
