@@ -46,6 +46,12 @@ async fn down(pods: &Api<Pod>, members: &[String]) -> anyhow::Result<Vec<String>
         .collect())
 }
 
+/// Held for a whole test: `kubectl drain --pod-selector` evicts the pods of every test's
+/// cluster `demo` on the node, and the runner may start this file's tests side by side.
+async fn one_drain_at_a_time() -> anyhow::Result<ClusterLock> {
+    ClusterLock::take("node-drains", LockMode::Exclusive).await
+}
+
 /// Uncordons its node when dropped, whatever the test's outcome: the cluster is shared.
 struct Cordoned(String);
 
@@ -103,6 +109,7 @@ async fn drained(
 /// and handed off, then let go to the drain's eviction. The drain completes by itself, no two
 /// members are ever down at once, and every key reads back.
 async fn a_node_drain_moves_its_members_off_one_at_a_time_and_completes() -> anyhow::Result<()> {
+    let _drains = one_drain_at_a_time().await?;
     let env = TestEnv::new("node-drain").await?;
     let ns = env.namespace.clone();
     let _op = Operator::start(&ns)?;
@@ -203,6 +210,7 @@ async fn a_node_drain_moves_its_members_off_one_at_a_time_and_completes() -> any
 /// unfenced, the drain completes and every key reads back.
 async fn a_node_drain_at_replication_factor_is_blocked_with_the_reason_then_completes()
 -> anyhow::Result<()> {
+    let _drains = one_drain_at_a_time().await?;
     let env = TestEnv::new("drain-floor").await?;
     let ns = env.namespace.clone();
     let _op = Operator::start(&ns)?;
