@@ -28,6 +28,12 @@ pub const REASON_PASSWORD_ROTATING: &str = "Rotating";
 pub const REASON_PASSWORD_REFUSED: &str = "Refused";
 pub const REASON_PASSWORD_UNREADABLE: &str = "SecretUnreadable";
 pub const REMOVAL_CHOICES: &str = "RemovalChoices";
+/// Cluster: True while members run different marekvs releases (`status.members[].version`);
+/// Unknown while a member's version is not read and the rest agree.
+pub const MIXED_VERSIONS: &str = "MixedVersions";
+pub const REASON_MIXED_VERSIONS: &str = "MixedVersions";
+pub const REASON_ONE_VERSION: &str = "OneVersion";
+pub const REASON_VERSIONS_UNKNOWN: &str = "VersionsUnknown";
 /// True while objects that are not the cluster's hold members' names (`status.lookAlikes`).
 pub const LOOK_ALIKES: &str = "LookAlikes";
 /// Cluster: True while `spec.hibernation` keeps every pod stopped (`Hibernated`), and while a
@@ -122,6 +128,19 @@ pub fn set_condition(
     generation: Option<i64>,
 ) {
     let status_s = if status { "True" } else { "False" };
+    set_condition_status(conds, type_, status_s, reason, message, now, generation);
+}
+
+/// [`set_condition`] with the status as written: `"True"`, `"False"` or `"Unknown"`.
+pub fn set_condition_status(
+    conds: &mut Vec<Condition>,
+    type_: &str,
+    status_s: &str,
+    reason: &str,
+    message: &str,
+    now: &Time,
+    generation: Option<i64>,
+) {
     let next = |ltt: Time| Condition {
         type_: type_.to_string(),
         status: status_s.to_string(),

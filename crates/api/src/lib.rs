@@ -845,6 +845,10 @@ pub struct MemberStatus {
     /// `status.password`); absent when unknown (no pod IP, no answer, or neither password).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub password_hash: Option<String>,
+    /// The marekvs release it runs, as its /metrics says (`marekvs_info{version}`); kept
+    /// while a scrape fails, as `metrics` is; absent while it has no pod or never said.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
     /// Its pod's IP, where the operator reads /metrics and calls /drain.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod_ip: Option<String>,

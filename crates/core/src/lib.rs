@@ -22,6 +22,7 @@ pub mod stepper;
 pub mod transitions;
 pub mod types;
 pub mod units;
+pub mod versions;
 pub mod views;
 pub mod volumes;
 

@@ -120,6 +120,46 @@ pub struct ScrapeParser {
     inflight: Figure,
     writes: Figure,
     uptime: Figure,
+    version: Version,
+}
+
+/// The `version` label of `marekvs_info`, as far as its samples agree.
+#[derive(Clone, Debug, Default)]
+enum Version {
+    #[default]
+    Unseen,
+    Seen(String),
+    /// Two samples named different versions, or one named no plain version.
+    Unknown,
+}
+
+/// The longest version string kept: member-supplied text that goes into status.
+const MAX_VERSION_LEN: usize = 64;
+
+/// A plain release string (`0.2.0`, `0.3.0-rc.1+abc`): ASCII letters, digits, `.`, `-`, `+`
+/// and `_`, at most [`MAX_VERSION_LEN`] long.
+fn plain_version(v: &str) -> bool {
+    !v.is_empty()
+        && v.len() <= MAX_VERSION_LEN
+        && v.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'+' | b'_'))
+}
+
+impl Version {
+    fn add(&mut self, label: Option<&str>) {
+        *self = match (std::mem::take(self), label) {
+            (Version::Unseen, Some(v)) if plain_version(v) => Version::Seen(v.to_string()),
+            (Version::Seen(seen), Some(v)) if seen == v => Version::Seen(seen),
+            _ => Version::Unknown,
+        };
+    }
+
+    fn read(self) -> Option<String> {
+        match self {
+            Version::Seen(v) => Some(v),
+            Version::Unseen | Version::Unknown => None,
+        }
+    }
 }
 
 impl Default for ScrapeParser {
@@ -141,6 +181,7 @@ impl Default for ScrapeParser {
             inflight: Figure::new(Combine::Max, true),
             writes: Figure::new(Combine::Sum, false),
             uptime: Figure::new(Combine::Min, false),
+            version: Version::Unseen,
         }
     }
 }
@@ -158,6 +199,10 @@ impl ScrapeParser {
         };
         if name == "marekvs_commands_total" && label(series, "cmd").is_some_and(is_write_command) {
             self.writes.add(value);
+        }
+        if name == "marekvs_info" {
+            self.version.add(label(series, "version"));
+            return;
         }
         if name == "marekvs_uptime_seconds" {
             self.uptime.add(value.map(|v| v * 1000.0));
@@ -207,6 +252,7 @@ impl ScrapeParser {
             uptime_ms: self.uptime.read(),
             repl_sent: self.sent.read(),
             repl_inflight_bytes: self.inflight.read(),
+            version: self.version.read(),
         })
     }
 }
@@ -366,6 +412,39 @@ mod tests {
         marekvs_commands_total{cmd=\"set x\"} 5 1700000000000\nmarekvs_uptime_seconds 3.5\n";
 
     #[test]
+    fn reads_the_version_marekvs_info_names_and_nothing_unclear() {
+        let with = |more: &str| parse_scrape(&format!("{TEXT}{more}")).unwrap().version;
+        // As marekvs 0.2 writes it (engine metrics.rs: labels version, node_id; value 1).
+        let info = "marekvs_info{version=\"0.2.0\",node_id=\"3\"} 1\n";
+        assert_eq!(with(info).as_deref(), Some("0.2.0"));
+        assert_eq!(
+            with("marekvs_info{node_id=\"3\",version=\"0.3.0-rc.1+g1\"} 1\n").as_deref(),
+            Some("0.3.0-rc.1+g1")
+        );
+        // Not reported, or the label missing: unknown.
+        assert_eq!(with(""), None);
+        assert_eq!(with("marekvs_info{node_id=\"3\"} 1\n"), None);
+        // Two samples that agree are one version; two that disagree are none.
+        assert_eq!(with(&format!("{info}{info}")).as_deref(), Some("0.2.0"));
+        assert_eq!(
+            with(&format!(
+                "{info}marekvs_info{{version=\"0.3.0\",node_id=\"3\"}} 1\n"
+            )),
+            None
+        );
+        // Text that is not a plain version never reaches status.
+        assert_eq!(with("marekvs_info{version=\"0.2 0\"} 1\n"), None);
+        assert_eq!(with("marekvs_info{version=\"\"} 1\n"), None);
+        let long = "9".repeat(MAX_VERSION_LEN + 1);
+        assert_eq!(
+            with(&format!("marekvs_info{{version=\"{long}\"}} 1\n")),
+            None
+        );
+        // The version is shown only: the gate figures read as before without it.
+        assert!(parse_scrape(TEXT).is_some());
+    }
+
+    #[test]
     fn reads_the_gate_figures_and_sums_commands() {
         let s = parse_scrape(TEXT).unwrap();
         assert_eq!(
@@ -388,6 +467,7 @@ mod tests {
                 uptime_ms: Some(3500),
                 repl_sent: None,
                 repl_inflight_bytes: None,
+                version: None,
             }
         );
     }

@@ -59,6 +59,8 @@ pub struct PassPlan {
     pub absences: Vec<AbsenceChange>,
     /// Where the password stands, and what to do about it.
     pub password: crate::password::PasswordPlan,
+    /// Which release each member runs (`MixedVersions`).
+    pub versions: crate::versions::Versions,
     /// When to look again.
     pub next_look_ms: Millis,
 }
@@ -142,6 +144,7 @@ pub fn plan(input: &PassInput) -> PassPlan {
     ));
     let absences = absence_changes(members, &decision.memory.phases, input.observed);
     let autoscale = autoscale_report(&sizing, &decision, input.spec.nodes);
+    let versions = crate::versions::versions(&decision.memory.members, input.observed);
     // The one pace the shell reads (the decision's own is an input to it).
     let next_look_ms = password.look_again(next_look_ms(input.memory, &decision));
     PassPlan {
@@ -153,6 +156,7 @@ pub fn plan(input: &PassInput) -> PassPlan {
         changes,
         absences,
         password,
+        versions,
         next_look_ms,
     }
 }

@@ -47,6 +47,10 @@ pub struct Scrape {
     /// acknowledged yet; above 0 at every reading while the ring ships a backlog behind its
     /// full 4 MiB windows. `None`: unknown.
     pub repl_inflight_bytes: Option<u64>,
+    /// The release the node runs: the `version` label of `marekvs_info` (the crate version it
+    /// was built from). `None`: not reported, not a plain version string, or samples that
+    /// disagree. Shown and compared only: the gate never reads it.
+    pub version: Option<String>,
 }
 
 impl Default for Scrape {
@@ -69,6 +73,7 @@ impl Default for Scrape {
             uptime_ms: Some(1 << 40),
             repl_sent: Some(0),
             repl_inflight_bytes: Some(0),
+            version: None,
         }
     }
 }

@@ -57,7 +57,9 @@ pub(crate) mod fixture {
         demo0["metrics"]["aeRoundsTotal"] = json!(40);
         demo0["quietSince"] = json!("2026-11-25T09:58:45Z");
         demo0["roundsAtQuiet"] = json!(28);
+        demo0["version"] = json!("0.2.0");
         let mut demo1 = member("demo-1", "Active", true, Some([2, 4, 1]));
+        demo1["version"] = json!("0.3.0");
         demo1["quietSince"] = json!("2026-11-25T09:58:30Z");
         serde_json::from_value(json!({
             "apiVersion": "marekvs.io/v1alpha1", "kind": "MarekvsCluster",
@@ -76,6 +78,8 @@ pub(crate) mod fixture {
                     condition("Blocked", "True", "Underreplicated", "4 partitions under-replicated"),
                     condition("MassFailure", "False", "EnoughMembersUp", ""),
                     condition("SuspectedPartition", "True", "ViewsDisagree", "demo-1 sees a stranger"),
+                    condition("MixedVersions", "True", "MixedVersions",
+                              "demo-0 runs 0.2.0; demo-1 runs 0.3.0; no version read from demo-2"),
                     condition("RemovalChoices", "True", "Valid", ""),
                     condition("Autoscaling", "False", "Idle", ""),
                 ],

@@ -174,6 +174,7 @@ pub fn members_table(s: &MarekvsClusterStatus, births: &VolumeBirths, now_ms: i6
         "NAME",
         "PHASE",
         "READY",
+        "VERSION",
         "VIEW",
         "UNDERREP",
         "JOIN-PENDING",
@@ -211,6 +212,7 @@ fn member_row(m: &MemberStatus, want: i64, births: &VolumeBirths, now_ms: i64) -
         m.name.clone(),
         format!("{:?}", m.phase),
         if m.ready { "yes" } else { "no" }.into(),
+        m.version.clone().unwrap_or_else(|| "-".into()),
         view,
         figure(|x| x.underreplicated_partitions),
         figure(|x| x.join_gate_pending),
@@ -319,13 +321,14 @@ demo: Blocked, 2/3 ready (spec.nodes 3), blocked: Underreplicated, paused
   Ready=False: NotReady: demo-2 is not ready
   Blocked=True: Underreplicated: 4 partitions under-replicated
   SuspectedPartition=True: ViewsDisagree: demo-1 sees a stranger
+  MixedVersions=True: MixedVersions: demo-0 runs 0.2.0; demo-1 runs 0.3.0; no version read from demo-2
   HandoffHold: Underreplicated (Other on demo-1, for 95s): 4 partitions under-replicated
   BackgroundRepair: demo-0, demo-1 at 12.5/s for 30s (holds nothing)
 
-NAME     PHASE     READY   VIEW         UNDERREP   JOIN-PENDING   QUIET             LAST-REPAIR   VOLUME-AGE
-demo-0   Active    yes     3            0          0              75s (12 rounds)   75s ago       5d
-demo-1   Active    yes     2 (want 3)   4          1              90s (? rounds)    -             60m
-demo-2   Unready   no      -            -          -              -                 -             -
+NAME     PHASE     READY   VERSION   VIEW         UNDERREP   JOIN-PENDING   QUIET             LAST-REPAIR   VOLUME-AGE
+demo-0   Active    yes     0.2.0     3            0          0              75s (12 rounds)   75s ago       5d
+demo-1   Active    yes     0.3.0     2 (want 3)   4          1              90s (? rounds)    -             60m
+demo-2   Unready   no      -         -            -          -              -                 -             -
 
 Kept volumes (not members):
 PVC           MEMBER   AWAY   REUSABLE

@@ -261,6 +261,17 @@ pub fn render_metrics(f: &MemberFigures) -> String {
         "gauge",
         format!("{:.3}", f.uptime_seconds),
     );
+    // As marekvs 0.2 exports it (engine metrics.rs): value 1, labels version and node_id.
+    let _ = writeln!(
+        out,
+        "# HELP marekvs_info Static build/runtime info (value is 1)"
+    );
+    let _ = writeln!(out, "# TYPE marekvs_info gauge");
+    let _ = writeln!(
+        out,
+        "marekvs_info{{version=\"{}\",node_id=\"{}\"}} 1",
+        f.version, f.node_id
+    );
     let _ = writeln!(out, "# HELP marekvs_commands_total Commands executed.");
     let _ = writeln!(out, "# TYPE marekvs_commands_total counter");
     for (cmd, n) in &f.commands {
@@ -441,6 +452,7 @@ mod tests {
                     disk_bytes: 1 << 30,
                     faults: Faults::default(),
                     addr: ip.to_string(),
+                    version: crate::model::MODELLED_VERSION.into(),
                 },
             );
             servers.push(serve(world.clone(), key, IpAddr::V4(*ip)).await.unwrap());
@@ -485,6 +497,35 @@ mod tests {
             2
         );
         drop(servers);
+    }
+
+    /// A simulated member reports its release as a real one does, read by the operator's
+    /// parser, and takes it from its image's tag: a mixed-version mesh by image alone.
+    #[test]
+    fn the_release_is_reported_as_marekvs_info_and_follows_the_image_tag() {
+        let f = MemberFigures {
+            node_id: "3".into(),
+            version: crate::model::version_of_image("ghcr.io/yannick/marekvs:0.3.0"),
+            ..Default::default()
+        };
+        let text = render_metrics(&f);
+        assert!(text.contains("\nmarekvs_info{version=\"0.3.0\",node_id=\"3\"} 1\n"));
+        let scrape = marekvs_core::metrics::parse_scrape(&text).unwrap();
+        assert_eq!(scrape.version.as_deref(), Some("0.3.0"));
+        for (image, version) in [
+            ("marekvs:v0.3.1-rc.1", "0.3.1-rc.1"),
+            ("localhost:5000/marekvs:0.4", "0.4"),
+            (
+                "ghcr.io/yannick/marekvs:latest",
+                crate::model::MODELLED_VERSION,
+            ),
+            ("ghcr.io/yannick/marekvs", crate::model::MODELLED_VERSION),
+            ("localhost:5000/marekvs", crate::model::MODELLED_VERSION),
+            ("marekvs:0.3.0@sha256:abc", "0.3.0"),
+            ("marekvs:1.x.0", crate::model::MODELLED_VERSION),
+        ] {
+            assert_eq!(crate::model::version_of_image(image), version, "{image}");
+        }
     }
 
     #[test]

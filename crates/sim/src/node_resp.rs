@@ -729,6 +729,7 @@ mod tests {
                     disk_bytes: 1 << 30,
                     faults: Faults::default(),
                     addr: ip.to_string(),
+                    version: crate::model::MODELLED_VERSION.into(),
                 },
             );
         }
@@ -906,6 +907,7 @@ mod tests {
                     ..Faults::default()
                 },
                 addr: ip.to_string(),
+                version: crate::model::MODELLED_VERSION.into(),
             },
         );
         let server = serve(world.clone(), key.clone(), IpAddr::V4(ip), None)
@@ -1046,6 +1048,7 @@ mod tests {
                 disk_bytes: 1 << 30,
                 faults: Faults::default(),
                 addr: "127.52.0.1".into(),
+                version: crate::model::MODELLED_VERSION.into(),
             },
         );
         let boot = world.lock().boot_of("ns/demo-0").unwrap();

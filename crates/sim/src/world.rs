@@ -436,6 +436,7 @@ mod tests {
             disk_bytes: 1 << 30,
             faults: Faults::default(),
             addr: format!("127.51.0.{i}"),
+            version: crate::model::MODELLED_VERSION.into(),
         }
     }
 

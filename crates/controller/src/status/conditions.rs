@@ -47,6 +47,19 @@ impl<'a> Conditions<'a> {
         );
     }
 
+    /// A condition whose status is not known.
+    pub(super) fn set_unknown(&mut self, type_: &str, reason: &str, message: impl AsRef<str>) {
+        set_condition_status(
+            &mut self.list,
+            type_,
+            "Unknown",
+            reason,
+            message.as_ref(),
+            self.at,
+            self.generation,
+        );
+    }
+
     pub(super) fn remove(&mut self, type_: &str) {
         self.list.retain(|c| c.type_ != type_);
     }
@@ -217,6 +230,7 @@ pub(super) fn cluster_conditions(input: &StatusInput, t: &Time) -> Vec<Condition
     }
     stop_conditions(&mut c, input);
     password_condition(&mut c, input);
+    versions_condition(&mut c, input);
     match &d.suspected_partition {
         Some(p) => c.set(
             SUSPECTED_PARTITION,
@@ -250,6 +264,18 @@ pub(super) fn cluster_conditions(input: &StatusInput, t: &Time) -> Vec<Condition
         c.set(REMOVAL_CHOICES, false, REASON_UNKNOWN_MEMBER, msg);
     }
     c.list
+}
+
+/// MixedVersions: which release each member runs, by this pass's scrapes.
+fn versions_condition(c: &mut Conditions, input: &StatusInput) {
+    use marekvs_core::versions::Mix;
+    let cluster = input.cr.name_any();
+    let message = input.versions.describe(|o| format!("{cluster}-{o}"));
+    match input.versions.mix() {
+        Mix::Mixed => c.set(MIXED_VERSIONS, true, REASON_MIXED_VERSIONS, message),
+        Mix::One(_) => c.set(MIXED_VERSIONS, false, REASON_ONE_VERSION, message),
+        Mix::Unknown => c.set_unknown(MIXED_VERSIONS, REASON_VERSIONS_UNKNOWN, message),
+    }
 }
 
 /// PasswordCurrent, only for a cluster with a password.

@@ -33,6 +33,7 @@ pub struct StatusInput<'a> {
     /// `status.password` (`None`: the cluster has no password).
     pub password: Option<marekvs_api::PasswordStatus>,
     pub password_state: &'a marekvs_core::password::PasswordState,
+    pub versions: &'a marekvs_core::versions::Versions,
     pub now: Millis,
 }
 
@@ -58,6 +59,7 @@ impl<'a> StatusInput<'a> {
             autoscale: plan.autoscale.as_ref(),
             password,
             password_state: &plan.password.state,
+            versions: &plan.versions,
             now,
         }
     }
@@ -153,6 +155,7 @@ mod tests {
                 state: marekvs_core::password::PasswordState::NoPassword,
                 notes: vec![],
             },
+            versions: marekvs_core::versions::versions(&d.memory.members, observed),
             next_look_ms: d.requeue_ms,
         };
         let prev = MarekvsClusterStatus::default();
@@ -871,6 +874,69 @@ mod tests {
         let st = status_of(&c, &d, &sizing, &BTreeMap::new(), now);
         assert!(!reported(&st).suspected_partition);
         assert_eq!(st.views_disagree_since, None);
+    }
+
+    /// Each member's release is in its status, and MixedVersions says whether they differ:
+    /// True while two run, False once one runs everywhere, Unknown while one is not read.
+    #[test]
+    fn each_members_version_is_shown_and_a_mixed_mesh_is_a_condition() {
+        let c = cr(json!({"image": "x", "nodes": 3, "replicationFactor": 2}));
+        let sizing = Sizing {
+            spec: cluster_spec(&c).unwrap(),
+            load: LoadMemory::default(),
+            scaling: None,
+        };
+        let now: Millis = 1_700_000_000_000;
+        let d = decision(
+            Memory {
+                members: [0, 1, 2].into(),
+                ..Memory::default()
+            },
+            ClusterPhase::Healthy,
+            None,
+        );
+        let on = |v: Option<&str>| {
+            let mut m = scraped(3, 0);
+            m.scrape.as_mut().unwrap().version = v.map(str::to_string);
+            m
+        };
+        let condition = |st: &MarekvsClusterStatus| {
+            let c = st
+                .conditions
+                .iter()
+                .find(|c| c.type_ == MIXED_VERSIONS)
+                .unwrap();
+            (c.status.clone(), c.reason.clone(), c.message.clone())
+        };
+        let mut observed: BTreeMap<u32, MemberObs> =
+            (0..3).map(|o| (o, on(Some("0.2.0")))).collect();
+        observed.insert(2, on(Some("0.3.0")));
+        let st = status_of(&c, &d, &sizing, &observed, now);
+        let versions: Vec<Option<&str>> = st.members.iter().map(|m| m.version.as_deref()).collect();
+        assert_eq!(versions, [Some("0.2.0"), Some("0.2.0"), Some("0.3.0")]);
+        assert_eq!(
+            condition(&st),
+            (
+                "True".into(),
+                REASON_MIXED_VERSIONS.into(),
+                "demo-0, demo-1 run 0.2.0; demo-2 runs 0.3.0".into()
+            )
+        );
+        observed.insert(2, on(Some("0.2.0")));
+        let st = status_of(&c, &d, &sizing, &observed, now);
+        assert_eq!(condition(&st).0, "False");
+        assert_eq!(condition(&st).1, REASON_ONE_VERSION);
+        observed.insert(1, on(None));
+        let st = status_of(&c, &d, &sizing, &observed, now);
+        assert_eq!(
+            condition(&st),
+            (
+                "Unknown".into(),
+                REASON_VERSIONS_UNKNOWN.into(),
+                "demo-0, demo-2 run 0.2.0; no version read from demo-1".into()
+            )
+        );
+        assert_eq!(st.members[1].version, None);
     }
 
     /// The mass failure is a condition, read back so its Events fire only on transitions.

@@ -209,6 +209,11 @@ pub(super) fn member_status(input: &StatusInput, o: u32, t: &Time) -> MemberStat
         }),
         None => prev_m.and_then(|pm| pm.metrics.clone()),
     };
+    let version = match (&m.scrape, pod) {
+        (Some(s), _) => s.version.clone(),
+        (None, Some(_)) => prev_m.and_then(|pm| pm.version.clone()),
+        (None, None) => None,
+    };
     let sample = d.memory.samples.get(&o);
     MemberStatus {
         name: format!("{}-{o}", cr.name_any()),
@@ -219,6 +224,7 @@ pub(super) fn member_status(input: &StatusInput, o: u32, t: &Time) -> MemberStat
         volume_request: pvc.and_then(|p| volume(p).requested),
         volume_capacity: pvc.and_then(|p| capacity(p)),
         password_hash: crate::password::member_hash(input.password.as_ref(), m.password),
+        version,
         pod_ip: pod
             .and_then(|p| p.status.as_ref())
             .and_then(|s| s.pod_ip.clone()),

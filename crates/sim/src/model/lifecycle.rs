@@ -27,6 +27,7 @@ impl Cluster {
             disk_bytes,
             faults,
             addr,
+            version,
         } = spec;
         let p = self.settings.partitions as usize;
         let vol = self
@@ -60,6 +61,7 @@ impl Cluster {
         let next_ae_ms = self.next_ae_at(now_ms);
         let member = Member {
             node_id: node_id.clone(),
+            version,
             addr,
             replicas_n: replicas_n.max(1),
             volume,

@@ -44,6 +44,34 @@ pub struct MemberSpec {
     pub faults: Faults,
     /// Its address (the pod IP), which peers list in `CLUSTER NODES`.
     pub addr: String,
+    /// The release it reports (`marekvs_info{version}`): see [`version_of_image`].
+    pub version: String,
+}
+
+/// The release a simulated node reports when its image's tag names none: the one modelled.
+pub const MODELLED_VERSION: &str = "0.2.0";
+
+/// The release a simulated member of `image` reports: its tag when the tag is a version
+/// (`marekvs:0.3.0`, `marekvs:v0.3.1-rc.1`, the leading `v` dropped), else
+/// [`MODELLED_VERSION`]. So a test can run a mixed-version mesh by image alone.
+pub fn version_of_image(image: &str) -> String {
+    let without_digest = image.split('@').next().unwrap_or(image);
+    let last = without_digest.rsplit('/').next().unwrap_or(without_digest);
+    let tag = last.split_once(':').map(|(_, t)| t.trim_start_matches('v'));
+    match tag {
+        Some(t)
+            if t.split(['-', '+']).next().is_some_and(|core| {
+                let parts: Vec<&str> = core.split('.').collect();
+                (2..=3).contains(&parts.len())
+                    && parts
+                        .iter()
+                        .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+            }) =>
+        {
+            t.to_string()
+        }
+        _ => MODELLED_VERSION.to_string(),
+    }
 }
 
 /// What a member's view holds about a peer.
@@ -80,6 +108,7 @@ pub(crate) struct Counters {
 #[derive(Clone, Debug)]
 pub struct Member {
     pub node_id: String,
+    pub version: String,
     pub addr: String,
     pub replicas_n: usize,
     pub volume: String,

@@ -35,6 +35,9 @@ pub(crate) struct Gauges {
 /// Per-member figures, as `/metrics` reports them.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct MemberFigures {
+    pub node_id: String,
+    /// `marekvs_info{version}`.
+    pub version: String,
     pub phase: Option<NodePhase>,
     pub ready: bool,
     pub view_members: u64,
@@ -128,6 +131,8 @@ impl Cluster {
         let g = m.gauges.clone().unwrap_or_default();
         let c = &m.counters;
         Some(MemberFigures {
+            node_id: m.node_id.clone(),
+            version: m.version.clone(),
             phase: Some(m.phase),
             ready: matches!(m.phase, NodePhase::Active | NodePhase::Leaving),
             view_members: g.view_members,

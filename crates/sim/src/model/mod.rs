@@ -40,7 +40,9 @@ mod volume;
 #[cfg(test)]
 mod tests;
 
-pub use member::{Member, MemberSpec, NodePhase, PeerState, Process};
+pub use member::{
+    MODELLED_VERSION, Member, MemberSpec, NodePhase, PeerState, Process, version_of_image,
+};
 pub use metrics::MemberFigures;
 pub use placement::{node_myid, partition_of, run_id};
 pub use settings::{DEFAULT_PARTITIONS, Faults, Settings};

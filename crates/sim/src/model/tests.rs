@@ -43,6 +43,7 @@ fn spec(i: usize, rf: usize) -> MemberSpec {
         disk_bytes: 1 << 30,
         faults: Faults::default(),
         addr: format!("127.50.0.{i}"),
+        version: crate::model::MODELLED_VERSION.into(),
     }
 }
 

@@ -169,6 +169,7 @@ mod tests {
                 disk_bytes: 1 << 30,
                 faults: Faults::default(),
                 addr: ip.to_string(),
+                version: crate::model::MODELLED_VERSION.into(),
             },
         );
         let http = node_http::serve(world.clone(), key.into(), IpAddr::V4(ip))

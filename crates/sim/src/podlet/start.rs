@@ -117,6 +117,9 @@ impl Podlet {
                 disk_bytes,
                 faults: Faults::default(),
                 addr: ip.to_string(),
+                version: crate::model::version_of_image(
+                    container.image.as_deref().unwrap_or_default(),
+                ),
             },
         );
         let servers = async {

@@ -129,6 +129,7 @@ impl ModelBackend {
             disk_bytes: 10 << 30,
             faults: Faults::default(),
             addr: self.ip(m),
+            version: crate::model::MODELLED_VERSION.into(),
         }
     }
 
