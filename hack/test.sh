@@ -37,6 +37,7 @@ REAL_LANE=(
   a_node_drain_moves_its_members_off_one_at_a_time_and_completes
   a_node_drain_at_replication_factor_is_blocked_with_the_reason_then_completes
   a_password_rotation_sets_the_new_password_live_and_a_gated_removal_follows
+  a_whole_cluster_upgrade_under_load_loses_nothing
 )
 
 stages_begin build unit fuzz e2e e2e-real

@@ -3,7 +3,7 @@
 
 use crate::{
     BlockReason, ClusterPhase, LookAlikeKind, LookAlikeStatus, MemberPhase, Moving, QuietReset,
-    RemovalStep, RolloutReason, RolloutStep, VictimReason,
+    RemovalStep, RolloutReason, RolloutStep, UpgradeStep, VictimReason,
 };
 
 /// `From` both ways between two enums with the same unit variants.
@@ -35,6 +35,7 @@ same_variants!(MemberPhase <=> MemberPhase {
 });
 same_variants!(RemovalStep <=> RemovalStep { Draining, HandingOff, Deleting, Settling });
 same_variants!(RolloutStep <=> RollStep { Draining, HandingOff, Deleting, Rejoining });
+same_variants!(UpgradeStep <=> UpgradeStep { Flushing, Stopping, Starting });
 same_variants!(VictimReason <=> VictimReason { UserChosen, NotReady, HighestOrdinal, NeverStarted });
 same_variants!(BlockReason <=> BlockReason {
     NotAllReady, MetricsUnavailable, Underreplicated, JoinPending, ViewsNotConverged,

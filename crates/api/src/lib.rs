@@ -254,6 +254,10 @@ pub struct MarekvsClusterSpec {
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub fenced_members_acknowledged: bool,
 
+    /// How a change of `image` reaches the members (docs/upgrades.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upgrade: Option<UpgradeSpec>,
+
     /// A password for the members' RESP port. Each member gets it as `MAREKVS_REQUIREPASS`
     /// (from the Secret, never in plain env), and the operator reads it to `AUTH` before it
     /// reads each member's view (`CLUSTER MYID`, `CLUSTER NODES`). The same can be given as
@@ -657,6 +661,10 @@ pub struct MarekvsClusterStatus {
     /// anything is done to it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollout: Option<RolloutStatus>,
+    /// The whole-cluster upgrade in progress (`spec.upgrade.strategy: WholeCluster`), written
+    /// before anything is done to the members.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upgrade: Option<UpgradeStatus>,
     /// The removals that would come next, in the order they would happen (the one in progress
     /// first), and what would hold each right now. Empty when the cluster is at or below its
     /// target. Reported only: the operator re-derives it every pass and acts on none of it.
@@ -964,6 +972,55 @@ pub enum QuietReset {
 pub struct CounterSample {
     pub value: i64,
     pub at: Time,
+}
+
+/// How a change of the member image is carried out.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct UpgradeSpec {
+    /// `Rolling` (the default): one member at a time, each behind the hand-off gate, as any
+    /// change of the pod spec. `WholeCluster`: for a marekvs release that allows no
+    /// mixed-version mesh, every member stops at once once what each took has reached its
+    /// owners, and all start on the new image on their own volumes; client traffic is cut from
+    /// the flush until the views are checked. Other changes of the pod spec still roll.
+    #[serde(default)]
+    pub strategy: UpgradeStrategy,
+}
+
+/// See [`UpgradeSpec::strategy`].
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum UpgradeStrategy {
+    #[default]
+    Rolling,
+    WholeCluster,
+}
+
+/// A whole-cluster upgrade in progress (`spec.upgrade.strategy: WholeCluster`).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct UpgradeStatus {
+    /// `Flushing`: every member's client traffic is cut, waiting until what each took reached
+    /// its owners. `Stopping`: every member's pod is being deleted. `Starting`: every member
+    /// runs again on the new image, waiting until all are ready and the views converged;
+    /// client traffic returns after.
+    pub step: UpgradeStep,
+    /// When it began (client traffic was cut).
+    pub started_at: Time,
+    /// When the current step began (the hand-off timeout counts from here).
+    pub step_started_at: Time,
+    /// When the members were stopped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stopped_at: Option<Time>,
+}
+
+/// See [`UpgradeStatus::step`].
+#[derive(
+    Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, JsonSchema,
+)]
+pub enum UpgradeStep {
+    Flushing,
+    Stopping,
+    Starting,
 }
 
 /// The member being removed and the step it is at.

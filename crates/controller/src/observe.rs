@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use futures::future::join_all;
 use k8s_openapi::api::core::v1::{
-    ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStatus, Node,
-    NodeSpec, PersistentVolumeClaim, Pod, PodSpec, PodStatus,
+    Container, ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStatus,
+    Node, NodeSpec, PersistentVolumeClaim, Pod, PodSpec, PodStatus,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::ResourceExt;
@@ -216,7 +216,7 @@ pub fn unscraped(
             Some(p) => {
                 let hash = build::desired_template_hash(cr, *o, cluster_domain)?;
                 m.new_pod = admissions.get(&(uid.clone(), *o, hash.clone()));
-                Some(pod_obs(p, &hash, node_of(p, nodes)))
+                Some(pod_obs(p, &hash, &cr.spec.image, node_of(p, nodes)))
             }
             None => None,
         };
@@ -375,8 +375,20 @@ pub fn slim_node(n: &mut Node) {
     }
 }
 
-pub fn pod_obs(p: &Pod, desired_hash: &str, node: Option<NodeObs>) -> PodObs {
+/// The image of the pod's member container (`marekvs`), if its spec names one.
+fn member_image(p: &Pod) -> Option<&str> {
+    p.spec
+        .as_ref()?
+        .containers
+        .iter()
+        .find(|c| c.name == crate::build::MEMBER_CONTAINER)?
+        .image
+        .as_deref()
+}
+
+pub fn pod_obs(p: &Pod, desired_hash: &str, desired_image: &str, node: Option<NodeObs>) -> PodObs {
     PodObs {
+        image_outdated: member_image(p).is_some_and(|i| i != desired_image),
         ready: pod_ready(p),
         terminating: p.metadata.deletion_timestamp.is_some(),
         drained: PodObs::drain_stands(restarts_at_drain(p), restarts(p).max(0) as u64),
@@ -489,9 +501,19 @@ pub fn capacity(p: &PersistentVolumeClaim) -> Option<String> {
 /// annotations, uid, deletion). At 1,600 members the cached pods were half the live heap
 /// (25 MiB of 49, heaptrack), about 16 KiB each.
 pub fn slim_pod(p: &mut Pod) {
-    // Only the node it runs on: a drain of that node moves the member off.
+    // Only the node it runs on (a drain of that node moves the member off) and each
+    // container's name and image (a new member image may upgrade the whole cluster at once).
     p.spec = p.spec.take().map(|s| PodSpec {
         node_name: s.node_name,
+        containers: s
+            .containers
+            .into_iter()
+            .map(|c| Container {
+                name: c.name,
+                image: c.image,
+                ..Container::default()
+            })
+            .collect(),
         ..PodSpec::default()
     });
     if let Some(s) = p.status.take() {
@@ -585,7 +607,10 @@ mod tests {
             let mut slim = full.clone();
             slim_pod(&mut slim);
             assert_eq!(never_started(&slim), expected, "slimmed: {status}");
-            assert_eq!(pod_obs(&slim, "h", None).never_started, expected);
+            assert_eq!(
+                pod_obs(&slim, "h", "marekvs:1", None).never_started,
+                expected
+            );
         }
     }
 
@@ -677,16 +702,24 @@ mod tests {
         .unwrap();
         let mut slim = full.clone();
         slim_pod(&mut slim);
-        // Of its spec, only the node it runs on (a drain of that node moves it).
+        // Of its spec, only the node it runs on (a drain of that node moves it) and each
+        // container's name and image (a new member image may upgrade the whole cluster).
         let spec = slim.spec.as_ref().expect("the node it runs on");
         assert_eq!(spec.node_name.as_deref(), Some("node-a"));
-        assert!(spec.containers.is_empty() && spec.hostname.is_none());
+        assert_eq!(spec.containers.len(), 1);
+        assert_eq!(spec.containers[0].image.as_deref(), Some("x"));
+        assert!(spec.containers[0].env.is_none() && spec.hostname.is_none());
+        assert!(!pod_obs(&slim, "h1", "x", None).image_outdated);
+        assert!(pod_obs(&slim, "h1", "x:2", None).image_outdated);
         assert!(
             serde_json::to_string(&slim).unwrap().len()
                 < serde_json::to_string(&full).unwrap().len()
         );
         for hash in ["h1", "h2"] {
-            assert_eq!(pod_obs(&slim, hash, None), pod_obs(&full, hash, None));
+            assert_eq!(
+                pod_obs(&slim, hash, "marekvs:1", None),
+                pod_obs(&full, hash, "marekvs:1", None)
+            );
         }
         assert_eq!(restarts(&slim), 2);
         assert_eq!(
@@ -707,10 +740,10 @@ mod tests {
         let mut slim_unready = unready.clone();
         slim_pod(&mut slim_unready);
         assert_eq!(
-            pod_obs(&slim_unready, "h1", None),
-            pod_obs(&unready, "h1", None)
+            pod_obs(&slim_unready, "h1", "marekvs:1", None),
+            pod_obs(&unready, "h1", "marekvs:1", None)
         );
-        assert!(!pod_obs(&slim_unready, "h1", None).ready);
+        assert!(!pod_obs(&slim_unready, "h1", "marekvs:1", None).ready);
         let mut bare = Pod::default();
         slim_pod(&mut bare);
         assert_eq!(bare, Pod::default());
@@ -751,24 +784,27 @@ mod tests {
             serde_json::from_value(json!({"metadata": {"name": "demo-2", "annotations": ann}}))
                 .unwrap()
         };
-        assert!(pod_obs(&pod(Some("true")), "h", None).replace_volume);
-        assert!(pod_obs(&pod(Some("True")), "h", None).replace_volume);
+        assert!(pod_obs(&pod(Some("true")), "h", "marekvs:1", None).replace_volume);
+        assert!(pod_obs(&pod(Some("True")), "h", "marekvs:1", None).replace_volume);
         for other in [None, Some("false"), Some(""), Some("yes")] {
-            assert!(!pod_obs(&pod(other), "h", None).replace_volume, "{other:?}");
+            assert!(
+                !pod_obs(&pod(other), "h", "marekvs:1", None).replace_volume,
+                "{other:?}"
+            );
         }
         // It says nothing else about the pod.
-        let asked = pod_obs(&pod(Some("true")), "h", None);
+        let asked = pod_obs(&pod(Some("true")), "h", "marekvs:1", None);
         assert_eq!(
             PodObs {
                 replace_volume: false,
                 ..asked
             },
-            pod_obs(&pod(None), "h", None)
+            pod_obs(&pod(None), "h", "marekvs:1", None)
         );
         // It survives the slimming of the cache.
         let mut slim = pod(Some("true"));
         slim_pod(&mut slim);
-        assert!(pod_obs(&slim, "h", None).replace_volume);
+        assert!(pod_obs(&slim, "h", "marekvs:1", None).replace_volume);
     }
 
     /// `marekvs.io/restart: "true"` on a pod asks for a safe restart on its own volume; it
@@ -784,21 +820,24 @@ mod tests {
             serde_json::from_value(json!({"metadata": {"name": "demo-2", "annotations": ann}}))
                 .unwrap()
         };
-        let asked = pod_obs(&pod(Some("true")), "h", None);
+        let asked = pod_obs(&pod(Some("true")), "h", "marekvs:1", None);
         assert!(asked.restart && !asked.replace_volume);
         for other in [None, Some("false"), Some("yes")] {
-            assert!(!pod_obs(&pod(other), "h", None).restart, "{other:?}");
+            assert!(
+                !pod_obs(&pod(other), "h", "marekvs:1", None).restart,
+                "{other:?}"
+            );
         }
         assert_eq!(
             PodObs {
                 restart: false,
                 ..asked
             },
-            pod_obs(&pod(None), "h", None)
+            pod_obs(&pod(None), "h", "marekvs:1", None)
         );
         let mut slim = pod(Some("true"));
         slim_pod(&mut slim);
-        assert!(pod_obs(&slim, "h", None).restart);
+        assert!(pod_obs(&slim, "h", "marekvs:1", None).restart);
     }
 
     fn cluster(uid: &str, instance_names: &[&str]) -> MarekvsCluster {
@@ -1004,12 +1043,12 @@ mod tests {
             }))
             .unwrap()
         };
-        assert!(pod_obs(&pod(2, Some("2")), "h", None).drained);
+        assert!(pod_obs(&pod(2, Some("2")), "h", "marekvs:1", None).drained);
         assert!(
-            !pod_obs(&pod(3, Some("2")), "h", None).drained,
+            !pod_obs(&pod(3, Some("2")), "h", "marekvs:1", None).drained,
             "restarted since the drain"
         );
-        assert!(!pod_obs(&pod(1, None), "h", None).drained);
-        assert!(pod_obs(&pod(0, None), "h", None).drained);
+        assert!(!pod_obs(&pod(1, None), "h", "marekvs:1", None).drained);
+        assert!(pod_obs(&pod(0, None), "h", "marekvs:1", None).drained);
     }
 }

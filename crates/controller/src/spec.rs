@@ -34,6 +34,10 @@ pub fn cluster_spec(cr: &MarekvsCluster) -> Result<ClusterSpec, Error> {
         hibernation: s.hibernation,
         fresh_volumes_on_wake: s.storage.fresh_volumes_on_wake,
         scale_up_batch: marekvs_core::SCALE_UP_BATCH,
+        whole_cluster_upgrade: s
+            .upgrade
+            .as_ref()
+            .is_some_and(|u| u.strategy == marekvs_api::UpgradeStrategy::WholeCluster),
         // An entry that names no ordinal of this cluster fences nothing (the CEL rule rejects
         // most at apply time).
         fenced: s

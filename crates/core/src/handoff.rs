@@ -779,6 +779,7 @@ mod tests {
                 terminating: false,
                 drained: false,
                 outdated: false,
+                image_outdated: false,
                 replace_volume: false,
                 restart: false,
                 client_traffic_off: false,

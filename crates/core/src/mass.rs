@@ -28,7 +28,8 @@ fn handed_off(memory: &Memory, o: u32) -> bool {
     match &memory.disruption {
         Some(Disruption::Removal(r)) => r.ordinal == o && r.step >= RemovalStep::Deleting,
         Some(Disruption::Roll(r)) => r.ordinal == o && r.handed_off_pvc.is_some(),
-        None => false,
+        // Its members are down on purpose only once stopped: `Memory::hibernated` says so.
+        Some(Disruption::Upgrade(_)) | None => false,
     }
 }
 
@@ -83,6 +84,7 @@ mod tests {
             hibernation: false,
             fresh_volumes_on_wake: false,
             scale_up_batch: crate::SCALE_UP_BATCH,
+            whole_cluster_upgrade: false,
             fenced: Default::default(),
         }
     }

@@ -75,6 +75,7 @@ mod tests {
             hibernation: false,
             fresh_volumes_on_wake: false,
             scale_up_batch: crate::SCALE_UP_BATCH,
+            whole_cluster_upgrade: false,
             fenced: Default::default(),
         }
     }

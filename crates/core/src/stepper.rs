@@ -17,6 +17,9 @@
 //!   whose data was handed off) → a fresh PVC and pod → gate.
 //! - A restart on request (`PodObs::restart`): the same path on its own volume: drain →
 //!   hand-off gate → delete its pod → a new pod on the same PVC → gate.
+//! - A new image with `upgrade.strategy: WholeCluster`: every member's traffic cut → the
+//!   leaver checks on every member at once → every pod deleted → every pod created on its own
+//!   volume → the gate and the leaver checks again → traffic back (`upgrade.rs`).
 //!
 //! `decide` runs the phases of one pass in order over a shared [`Pass`]; each phase lives in
 //! the submodule named after it.
@@ -34,6 +37,7 @@ mod report;
 mod rollout;
 mod stop;
 mod traffic;
+mod upgrade;
 
 pub use rollout::EVICTION_WAIT_MS;
 
@@ -62,6 +66,9 @@ pub fn decide(input: &Input) -> Decision {
     let drained = if pass.hibernating() {
         pass.hibernate();
         Vec::new()
+    } else if pass.upgrade_stopping() {
+        pass.stop_for_upgrade();
+        Vec::new()
     } else if pass.refuse_stale_wake() {
         Vec::new()
     } else {
@@ -71,7 +78,9 @@ pub fn decide(input: &Input) -> Decision {
     pass.member_phases();
     pass.advance_removal();
     pass.advance_roll();
+    pass.advance_upgrade();
     pass.start_removal();
+    pass.start_upgrade();
     pass.start_roll();
     pass.hold_for_wake();
     pass.hold_for_pause();
@@ -143,6 +152,8 @@ struct Pass<'a> {
     completed: Option<u32>,
     /// The restart this pass completed.
     rolled: Option<Roll>,
+    /// The whole-cluster upgrade this pass completed.
+    upgraded: Option<Upgrade>,
 
     /// What the decision says.
     actions: BTreeSet<Action>,
@@ -195,6 +206,7 @@ impl<'a> Pass<'a> {
             joining: false,
             completed: None,
             rolled: None,
+            upgraded: None,
             actions: BTreeSet::new(),
             notes: Vec::new(),
             progress: Vec::new(),
@@ -409,7 +421,7 @@ impl<'a> Pass<'a> {
     /// A drained member that is not the one being disrupted: it is Leaving, as good as
     /// disrupted, until it is recycled. No other disruption starts beside it.
     fn drained_bystander(&self) -> bool {
-        let disrupted = self.disruption.as_ref().map(Disruption::ordinal);
+        let disrupted = self.disruption.as_ref().and_then(Disruption::ordinal);
         self.members.iter().any(|o| {
             Some(*o) != disrupted
                 && self

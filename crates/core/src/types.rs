@@ -120,6 +120,10 @@ pub struct ClusterSpec {
     /// cluster grows (as many as serve already, their donors; see `scale_up`). The operator
     /// uses [`SCALE_UP_BATCH`]; the DST draws smaller ones, so that the batch binds.
     pub scale_up_batch: u32,
+    /// `spec.upgrade.strategy: WholeCluster`: a change of the member image stops every member
+    /// at once and starts them all on the new image (see `stepper/upgrade.rs`); any other
+    /// change of the pod spec still rolls one member at a time.
+    pub whole_cluster_upgrade: bool,
 }
 
 /// The fewest members a scale-up may have joining at once (a cluster's first members
@@ -152,6 +156,9 @@ pub struct PodObs {
     pub drained: bool,
     /// Its spec differs from the member's desired pod (compared by template hash).
     pub outdated: bool,
+    /// Its member container runs another image than the spec's (`spec.image`): with
+    /// `upgrade.strategy: WholeCluster`, an upgrade of the whole cluster.
+    pub image_outdated: bool,
     /// The user asked for this member to move to a fresh, empty volume (the annotation
     /// `marekvs.io/replace-volume: "true"` on its pod). Gone with the pod it is on: once the
     /// replacement starts, the rollout record carries the request.
@@ -563,43 +570,83 @@ pub enum MemberPhase {
     Hibernated,
 }
 
-/// The one disruptive change in progress: a member being removed, or a member being
-/// restarted with the current spec. Never both at once: each takes a member out of service.
+/// Where a whole-cluster upgrade stands (`spec.upgrade.strategy: WholeCluster`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum UpgradeStep {
+    /// Every member's client traffic is cut; waiting until what each member took has reached
+    /// its owners (the hand-off gate's leaver checks, on every member at once).
+    Flushing,
+    /// Every member's pod is deleted; waiting until none is left.
+    Stopping,
+    /// Every member's new pod is created on its own volume; waiting until all are Ready and
+    /// the views converged, before client traffic returns.
+    Starting,
+}
+
+/// A whole-cluster upgrade in progress.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Upgrade {
+    pub step: UpgradeStep,
+    pub started_at: Millis,
+    pub step_started_at: Millis,
+    /// When the members were stopped (the client outage began with the flush, at
+    /// `started_at`; the members went down here).
+    pub stopped_at: Option<Millis>,
+}
+
+/// The one disruptive change in progress: a member being removed, a member being restarted
+/// with the current spec, or the whole cluster being upgraded. Never two at once.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Disruption {
     Removal(Removal),
     Roll(Roll),
+    Upgrade(Upgrade),
 }
 
 impl Disruption {
     /// The disruption a status records. The operator never records both; a status that holds
     /// both (edited by hand) is read as the removal, and the restart is dropped: it starts
     /// again once the removal is done, if a member is still outdated.
-    pub fn recorded(removal: Option<Removal>, roll: Option<Roll>) -> Option<Disruption> {
+    /// A whole-cluster upgrade recorded beside either is read as the upgrade: it stops
+    /// members only after a flush, which any later step waits for.
+    pub fn recorded(
+        removal: Option<Removal>,
+        roll: Option<Roll>,
+        upgrade: Option<Upgrade>,
+    ) -> Option<Disruption> {
         removal
             .map(Disruption::Removal)
             .or(roll.map(Disruption::Roll))
+            .or(upgrade.map(Disruption::Upgrade))
     }
 
-    /// The member it is about.
-    pub fn ordinal(&self) -> u32 {
+    /// The one member it is about (`None`: the whole cluster).
+    pub fn ordinal(&self) -> Option<u32> {
         match self {
-            Disruption::Removal(r) => r.ordinal,
-            Disruption::Roll(r) => r.ordinal,
+            Disruption::Removal(r) => Some(r.ordinal),
+            Disruption::Roll(r) => Some(r.ordinal),
+            Disruption::Upgrade(_) => None,
         }
     }
 
     pub fn removal(&self) -> Option<&Removal> {
         match self {
             Disruption::Removal(r) => Some(r),
-            Disruption::Roll(_) => None,
+            Disruption::Roll(_) | Disruption::Upgrade(_) => None,
         }
     }
 
     pub fn roll(&self) -> Option<&Roll> {
         match self {
             Disruption::Roll(r) => Some(r),
-            Disruption::Removal(_) => None,
+            Disruption::Removal(_) | Disruption::Upgrade(_) => None,
+        }
+    }
+
+    pub fn upgrade(&self) -> Option<&Upgrade> {
+        match self {
+            Disruption::Upgrade(u) => Some(u),
+            Disruption::Removal(_) | Disruption::Roll(_) => None,
         }
     }
 }
@@ -634,6 +681,11 @@ impl Memory {
     /// The rolling update in progress.
     pub fn roll(&self) -> Option<&Roll> {
         self.disruption.as_ref().and_then(Disruption::roll)
+    }
+
+    /// The whole-cluster upgrade in progress.
+    pub fn upgrade(&self) -> Option<&Upgrade> {
+        self.disruption.as_ref().and_then(Disruption::upgrade)
     }
 }
 
@@ -855,6 +907,9 @@ event_reasons!(
     VolumeReplaced,
     VolumeReplacementStarted,
     WakeRefused,
+    WholeClusterStopping,
+    WholeClusterUpgradeStarted,
+    WholeClusterUpgraded,
     Woken,
 );
 

@@ -291,6 +291,7 @@ fn gen_spec(r: &mut SplitMix64) -> ClusterSpec {
         hibernation: false,
         fresh_volumes_on_wake: false,
         scale_up_batch: marekvs_core::SCALE_UP_BATCH,
+        whole_cluster_upgrade: false,
         fenced: Default::default(),
     }
 }
@@ -743,7 +744,7 @@ fn gen_observed(
     } else if view > n {
         seen.insert(99);
     }
-    let target = memory.disruption.as_ref().map(Disruption::ordinal);
+    let target = memory.disruption.as_ref().and_then(Disruption::ordinal);
     let mut out = BTreeMap::new();
     for &o in &memory.members {
         let mut m = healthy(o, view, &seen, memory.samples.get(&o));

@@ -1452,6 +1452,7 @@ impl World {
                         terminating: p.deleted_at.is_some(),
                         drained: p.drained,
                         outdated: p.version != self.version,
+                        image_outdated: false,
                         replace_volume: p.replace_volume,
                         restart: p.restart,
                         client_traffic_off: p.client_off,
@@ -3326,6 +3327,7 @@ fn run_world(seed: u64, trace: bool, broken: Broken) -> Outcome {
         // Drawn apart from the schedule's stream (its other draws stay as they were): small
         // batches bind on these small clusters.
         scale_up_batch: [1, 2, SCALE_UP_BATCH][SplitMix64(seed ^ 0x5ca1_ab1e).below(3) as usize],
+        whole_cluster_upgrade: false,
     };
     let policy = rng.chance(0.3).then(|| Policy {
         min_nodes: rf + 1,

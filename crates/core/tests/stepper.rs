@@ -123,6 +123,7 @@ impl World {
                         terminating: false,
                         drained: false,
                         outdated: false,
+                        image_outdated: false,
                         replace_volume: false,
                         restart: false,
                         client_traffic_off: self.victim == Some(o),
@@ -1351,6 +1352,7 @@ fn arb_obs() -> impl Strategy<Value = MemberObs> {
                         terminating,
                         drained,
                         outdated,
+                        image_outdated: false,
                         replace_volume,
                         restart: false,
                         client_traffic_off: traffic_off,
@@ -1442,7 +1444,7 @@ fn calm(mem: &Memory, outdated: bool) -> BTreeMap<u32, MemberObs> {
 /// `calm`, the pod of member `asking` asking for a fresh volume. A member moving to a fresh
 /// volume has no pod once it is being deleted, and is back, on a fresh volume, rejoining.
 fn calm_asking(mem: &Memory, outdated: bool, asking: Option<u32>) -> BTreeMap<u32, MemberObs> {
-    let disrupted = mem.disruption.as_ref().map(|d| d.ordinal());
+    let disrupted = mem.disruption.as_ref().and_then(|d| d.ordinal());
     let fresh = mem.roll().filter(|r| r.requested());
     let moving = fresh
         .filter(|r| r.step == RollStep::Deleting)
@@ -1464,6 +1466,7 @@ fn calm_asking(mem: &Memory, outdated: bool, asking: Option<u32>) -> BTreeMap<u3
                 terminating: false,
                 drained: Some(*o) == disrupted && Some(*o) != moved,
                 outdated,
+                image_outdated: false,
                 replace_volume: Some(*o) == asking,
                 restart: false,
                 // The label the stepper asks for has taken (a restarted pod is built "on").
@@ -2347,7 +2350,7 @@ fn disagreeing_views_hold_a_rolling_update_and_a_requested_fresh_volume() {
             .disruption
             .expect("starts once views agree");
         let want = asking.unwrap_or(3);
-        assert_eq!(started.ordinal(), want);
+        assert_eq!(started.ordinal(), Some(want));
         assert_eq!(started.roll().map(Roll::requested), Some(asking.is_some()));
     }
 }
@@ -2891,6 +2894,7 @@ fn a_scale_up_adds_members_in_batches_no_larger_than_the_members_serving() {
     // A batch of 1 still starts a new cluster with replicationFactor + 1 members.
     let one = ClusterSpec {
         scale_up_batch: 1,
+        whole_cluster_upgrade: false,
         ..spec(5, 2)
     };
     let mut w = World::new(0);

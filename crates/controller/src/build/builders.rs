@@ -354,7 +354,7 @@ pub fn pod_spec(cr: &MarekvsCluster, ordinal: u32, cluster_domain: &str) -> PodS
             ..Default::default()
         }),
         containers: vec![Container {
-            name: "marekvs".into(),
+            name: MEMBER_CONTAINER.into(),
             image: Some(spec.image.clone()),
             env: Some(env),
             ports: Some(vec![
@@ -425,13 +425,15 @@ pub fn pod(cr: &MarekvsCluster, ordinal: u32, cluster_domain: &str) -> Result<Po
     labels.extend(metadata.labels.take().unwrap_or_default());
     // Not in the template hash (a label the core flips, never a reason to roll): a new
     // member takes client traffic, the member being removed does not (its pod re-created mid
-    // removal: lost, or restarted to close its client connections) from its first moment.
-    let removing = cr
-        .status
-        .as_ref()
+    // removal: lost, or restarted to close its client connections) from its first moment, and
+    // no member does while a whole-cluster upgrade starts them (traffic returns once the
+    // views are checked: the core labels them on).
+    let status = cr.status.as_ref();
+    let removing = status
         .and_then(|s| s.removal.as_ref())
         .is_some_and(|r| u32::try_from(r.ordinal) == Ok(ordinal));
-    let traffic = if removing {
+    let upgrading = status.is_some_and(|s| s.upgrade.is_some());
+    let traffic = if removing || upgrading {
         CLIENT_TRAFFIC_OFF
     } else {
         CLIENT_TRAFFIC_ON

@@ -321,6 +321,28 @@ mod tests {
         assert_eq!(p.labels()[LABEL_CLIENT_TRAFFIC], "on");
         let spec_only = template_hash(&pod_spec_value(p.spec.as_ref().unwrap()).unwrap());
         assert_eq!(p.annotations()[ANNOTATION_TEMPLATE_HASH], spec_only);
+        // While a whole-cluster upgrade is recorded, every new pod starts with its traffic
+        // off (the views are checked first); its template hash is the same.
+        let mut upgrading = c.clone();
+        upgrading.status = Some(marekvs_api::MarekvsClusterStatus {
+            upgrade: Some(marekvs_api::UpgradeStatus {
+                step: marekvs_api::UpgradeStep::Starting,
+                started_at: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                    k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+                ),
+                step_started_at: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                    k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+                ),
+                stopped_at: None,
+            }),
+            ..Default::default()
+        });
+        let q = pod(&upgrading, 2, "cluster.local").unwrap();
+        assert_eq!(q.labels()[LABEL_CLIENT_TRAFFIC], "off");
+        assert_eq!(
+            q.annotations()[ANNOTATION_TEMPLATE_HASH],
+            p.annotations()[ANNOTATION_TEMPLATE_HASH]
+        );
     }
 
     #[test]

@@ -7,6 +7,8 @@ use kube::ResourceExt;
 use marekvs_api::MarekvsCluster;
 
 pub const MANAGER: &str = "marekvs-operator";
+/// The member container of a member pod.
+pub const MEMBER_CONTAINER: &str = "marekvs";
 pub const LABEL_NAME: &str = "app.kubernetes.io/name";
 pub const LABEL_INSTANCE: &str = "app.kubernetes.io/instance";
 pub const LABEL_MANAGED_BY: &str = "app.kubernetes.io/managed-by";

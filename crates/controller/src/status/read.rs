@@ -49,6 +49,12 @@ pub fn memory_from_status(name: &str, status: &MarekvsClusterStatus) -> Memory {
             step_started_at: from_time(&r.step_started_at),
         })
     });
+    let upgrade = status.upgrade.as_ref().map(|u| marekvs_core::Upgrade {
+        step: u.step.into(),
+        started_at: from_time(&u.started_at),
+        step_started_at: from_time(&u.step_started_at),
+        stopped_at: u.stopped_at.as_ref().map(from_time),
+    });
     let mut samples = BTreeMap::new();
     let mut phases = BTreeMap::new();
     for m in &status.members {
@@ -109,7 +115,7 @@ pub fn memory_from_status(name: &str, status: &MarekvsClusterStatus) -> Memory {
     }
     Memory {
         members,
-        disruption: Disruption::recorded(removal, roll),
+        disruption: Disruption::recorded(removal, roll, upgrade),
         samples,
         phases,
         blocked: status.block_reason.map(Into::into),

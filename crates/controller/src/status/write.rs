@@ -109,6 +109,12 @@ pub fn status_from(input: &StatusInput) -> MarekvsClusterStatus {
             started_at: to_time(r.started_at),
             step_started_at: to_time(r.step_started_at),
         }),
+        upgrade: d.memory.upgrade().map(|u| marekvs_api::UpgradeStatus {
+            step: u.step.into(),
+            started_at: to_time(u.started_at),
+            step_started_at: to_time(u.step_started_at),
+            stopped_at: u.stopped_at.map(to_time),
+        }),
         plan: d.plan.iter().map(|p| plan_step(&name, p)).collect(),
         views_disagree_since: d.memory.views_split_since.map(to_time),
         kept_volumes: kept_volumes(input),

@@ -26,7 +26,7 @@ impl Pass<'_> {
             }
         }
         if let Some(d) = &self.disruption
-            && !self.members.contains(&d.ordinal())
+            && d.ordinal().is_some_and(|o| !self.members.contains(&o))
         {
             self.disruption = None;
         }
@@ -405,6 +405,13 @@ impl Pass<'_> {
             }
             Some(Disruption::Roll(r)) if r.ordinal == o => {
                 return if r.step <= RollStep::HandingOff {
+                    MemberPhase::Draining
+                } else {
+                    MemberPhase::Updating
+                };
+            }
+            Some(Disruption::Upgrade(u)) if !self.spec.fenced.contains(&o) => {
+                return if u.step == UpgradeStep::Flushing {
                     MemberPhase::Draining
                 } else {
                     MemberPhase::Updating

@@ -522,11 +522,17 @@ impl Pass<'_> {
             } else if self.spec.paused {
                 Some(Hold::Paused)
             } else if let Some(d) = &self.disruption {
-                let name = self.spec.member_name(d.ordinal());
                 Some(Hold::InProgress {
                     message: match d {
-                        Disruption::Removal(_) => format!("the removal of {name} comes first"),
-                        Disruption::Roll(_) => format!("the restart of {name} comes first"),
+                        Disruption::Removal(r) => format!(
+                            "the removal of {} comes first",
+                            self.spec.member_name(r.ordinal)
+                        ),
+                        Disruption::Roll(r) => format!(
+                            "the restart of {} comes first",
+                            self.spec.member_name(r.ordinal)
+                        ),
+                        Disruption::Upgrade(_) => "the whole-cluster upgrade comes first".into(),
                     },
                 })
             } else if k > 0 {

@@ -191,6 +191,7 @@ impl Pass<'_> {
             Some(b) if b.reason == BlockReason::Paused => ClusterPhase::Paused,
             Some(_) => ClusterPhase::Blocked,
             None if self.hibernating() => ClusterPhase::Hibernated,
+            None if self.upgrade().is_some() || self.upgraded.is_some() => ClusterPhase::Updating,
             None if self.removal().is_some() || self.completed.is_some() => {
                 ClusterPhase::ScalingDown
             }

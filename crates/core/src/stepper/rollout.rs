@@ -169,7 +169,7 @@ impl Pass<'_> {
     /// Whether the API server admits the pod the spec now builds for member `o`. Unknown: ask
     /// it (a dry run, `Action::CheckPod`) and wait. Refused: the cluster is Blocked with the
     /// server's words, and nothing is touched until the spec changes.
-    fn new_pod_admitted(&mut self, o: u32) -> bool {
+    pub(super) fn new_pod_admitted(&mut self, o: u32) -> bool {
         let name = self.spec.member_name(o);
         match self.obs(o).new_pod.clone() {
             PodAdmission::Admitted => true,
@@ -397,6 +397,7 @@ impl Pass<'_> {
         let drains = self.on_draining_nodes();
         if self.disruption.is_some()
             || self.rolled.is_some()
+            || self.upgraded.is_some()
             || self.completed.is_some()
             || self.blocked.is_some()
             || self.members.len() != self.target
@@ -404,6 +405,12 @@ impl Pass<'_> {
             || self.drained_bystander()
             || self.spec.hibernation
         {
+            return;
+        }
+        // A new image with `upgrade.strategy: WholeCluster` is the whole cluster's, all at once
+        // (`upgrade.rs`): until it is done no member restarts alone, since its new pod would
+        // run the new image beside the old (a drain's move, a restart asked for, waits too).
+        if self.spec.whole_cluster_upgrade && !self.image_outdated().is_empty() {
             return;
         }
         if let Err(b) = self.may_start_roll(outdated.len(), &asked, &restarts, &drains) {

@@ -207,8 +207,17 @@ impl Pass<'_> {
 
     /// The hibernation record to keep, and the Event of a wake that is over.
     pub(super) fn settle_hibernation(&mut self) {
+        // A whole-cluster upgrade keeps the record until its members are back and checked
+        // (`upgrade.rs`): until then they are down on purpose, no mass failure.
+        if self.upgrade().is_some() {
+            return;
+        }
         if self.waking() && self.woken() {
             self.hibernated = false;
+            // The start of a whole-cluster upgrade: its own Events say so.
+            if self.upgrade().is_some() || self.upgraded.is_some() {
+                return;
+            }
             self.notes.push(normal(
                 EventReason::Woken,
                 format!(

@@ -23,7 +23,6 @@ impl Pass<'_> {
         {
             return;
         }
-        let leaving = self.traffic_cut_for();
         let members: Vec<u32> = self.members.iter().copied().collect();
         for o in members {
             // A pod deleted in this pass needs no label (a new pod is built with "on").
@@ -35,7 +34,7 @@ impl Pass<'_> {
             let Some(p) = self.obs(o).pod.as_ref().filter(|p| !p.terminating) else {
                 continue;
             };
-            let off = Some(o) == leaving;
+            let off = self.traffic_cut(o);
             if off != p.client_traffic_off {
                 self.actions.insert(Action::SetClientTraffic {
                     ordinal: o,
@@ -45,11 +44,14 @@ impl Pass<'_> {
         }
     }
 
-    /// The member whose client traffic must be off.
-    fn traffic_cut_for(&self) -> Option<u32> {
-        match self.disruption.as_ref()? {
-            Disruption::Removal(r) => Some(r.ordinal),
-            Disruption::Roll(r) => (r.step != RollStep::Rejoining).then_some(r.ordinal),
+    /// Whether member `o`'s client traffic must be off: the member leaving, or every member
+    /// while a whole-cluster upgrade runs (until the views are checked after the start).
+    fn traffic_cut(&self, o: u32) -> bool {
+        match self.disruption.as_ref() {
+            Some(Disruption::Removal(r)) => r.ordinal == o,
+            Some(Disruption::Roll(r)) => r.ordinal == o && r.step != RollStep::Rejoining,
+            Some(Disruption::Upgrade(_)) => true,
+            None => false,
         }
     }
 

@@ -20,6 +20,7 @@ pub fn spec(nodes: u32, rf: u32) -> ClusterSpec {
         hibernation: false,
         fresh_volumes_on_wake: false,
         scale_up_batch: marekvs_core::SCALE_UP_BATCH,
+        whole_cluster_upgrade: false,
         fenced: Default::default(),
     }
 }
