@@ -40,7 +40,7 @@ same_variants!(VictimReason <=> VictimReason { UserChosen, NotReady, HighestOrdi
 same_variants!(BlockReason <=> BlockReason {
     NotAllReady, MetricsUnavailable, Underreplicated, JoinPending, ViewsNotConverged,
     RepairInProgress, Replacing, HandoffTimeout, Paused, LookAlike, Fenced, WakeRefused,
-    LeaverBacklog, SingleCopy, PodRefused, PasswordRefused,
+    LeaverBacklog, SingleCopy, PodRefused, PasswordRefused, DowngradeNotAllowed,
 });
 same_variants!(LookAlikeKind <=> ObjectKind { Pod, PersistentVolumeClaim });
 same_variants!(QuietReset <=> QuietReset {
@@ -239,6 +239,7 @@ mod tests {
             marekvs_core::BlockReason::SingleCopy,
             marekvs_core::BlockReason::PodRefused,
             marekvs_core::BlockReason::PasswordRefused,
+            marekvs_core::BlockReason::DowngradeNotAllowed,
         ] {
             let api = BlockReason::from(b);
             assert_eq!(marekvs_core::BlockReason::from(api), b);

@@ -985,6 +985,12 @@ pub struct UpgradeSpec {
     /// the flush until the views are checked. Other changes of the pod spec still roll.
     #[serde(default)]
     pub strategy: UpgradeStrategy,
+    /// Let a change of `image` take members to an older marekvs release than one they run
+    /// (known by the image's tag, or by what the first member restarted on it reports).
+    /// Without it such a change restarts no member (`blockReason: DowngradeNotAllowed`). An
+    /// older release may not read what a newer one wrote: read its release notes first.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub allow_downgrade: bool,
 }
 
 /// See [`UpgradeSpec::strategy`].
@@ -1266,6 +1272,10 @@ pub enum BlockReason {
     /// A member refuses both the password in the Secret and the one the operator recorded
     /// as its members' before it (condition `PasswordCurrent`): its view cannot be read.
     PasswordRefused,
+    /// The spec's image would take members to an older marekvs release than one that runs
+    /// (by its tag, or as members restarted on it report) and `upgrade.allowDowngrade` is not
+    /// set: no member restarts on it.
+    DowngradeNotAllowed,
 }
 
 /// What keeps a held scale-down step from passing.

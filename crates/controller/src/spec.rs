@@ -38,6 +38,8 @@ pub fn cluster_spec(cr: &MarekvsCluster) -> Result<ClusterSpec, Error> {
             .upgrade
             .as_ref()
             .is_some_and(|u| u.strategy == marekvs_api::UpgradeStrategy::WholeCluster),
+        image_release: marekvs_core::versions::release_of_image(&s.image),
+        allow_downgrade: s.upgrade.as_ref().is_some_and(|u| u.allow_downgrade),
         // An entry that names no ordinal of this cluster fences nothing (the CEL rule rejects
         // most at apply time).
         fenced: s

@@ -85,6 +85,8 @@ mod tests {
             fresh_volumes_on_wake: false,
             scale_up_batch: crate::SCALE_UP_BATCH,
             whole_cluster_upgrade: false,
+            image_release: None,
+            allow_downgrade: false,
             fenced: Default::default(),
         }
     }

@@ -124,6 +124,10 @@ pub struct ClusterSpec {
     /// at once and starts them all on the new image (see `stepper/upgrade.rs`); any other
     /// change of the pod spec still rolls one member at a time.
     pub whole_cluster_upgrade: bool,
+    /// The release `spec.image`'s tag names, when it names one (`versions::release_of_image`).
+    pub image_release: Option<String>,
+    /// `spec.upgrade.allowDowngrade`: members may go to an older release than one they run.
+    pub allow_downgrade: bool,
 }
 
 /// The fewest members a scale-up may have joining at once (a cluster's first members
@@ -721,6 +725,10 @@ pub enum BlockReason {
     /// A member refuses the Secret's password and the one recorded before it: its view
     /// cannot be read (see `password`).
     PasswordRefused,
+    /// The spec's image would take members to an older release than one that runs (by its
+    /// tag, or as the members already restarted on it report), and `upgrade.allowDowngrade`
+    /// is not set: no member restarts on it (see `versions::downgrade`).
+    DowngradeNotAllowed,
 }
 
 impl BlockReason {
@@ -742,6 +750,7 @@ impl BlockReason {
             BlockReason::SingleCopy => "SingleCopy",
             BlockReason::PodRefused => "PodRefused",
             BlockReason::PasswordRefused => "PasswordRefused",
+            BlockReason::DowngradeNotAllowed => "DowngradeNotAllowed",
         }
     }
 }

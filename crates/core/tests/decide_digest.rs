@@ -292,6 +292,8 @@ fn gen_spec(r: &mut SplitMix64) -> ClusterSpec {
         fresh_volumes_on_wake: false,
         scale_up_batch: marekvs_core::SCALE_UP_BATCH,
         whole_cluster_upgrade: false,
+        image_release: None,
+        allow_downgrade: false,
         fenced: Default::default(),
     }
 }

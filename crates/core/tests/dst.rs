@@ -3328,6 +3328,8 @@ fn run_world(seed: u64, trace: bool, broken: Broken) -> Outcome {
         // batches bind on these small clusters.
         scale_up_batch: [1, 2, SCALE_UP_BATCH][SplitMix64(seed ^ 0x5ca1_ab1e).below(3) as usize],
         whole_cluster_upgrade: false,
+        image_release: None,
+        allow_downgrade: false,
     };
     let policy = rng.chance(0.3).then(|| Policy {
         min_nodes: rf + 1,

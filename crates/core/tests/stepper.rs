@@ -2895,6 +2895,8 @@ fn a_scale_up_adds_members_in_batches_no_larger_than_the_members_serving() {
     let one = ClusterSpec {
         scale_up_batch: 1,
         whole_cluster_upgrade: false,
+        image_release: None,
+        allow_downgrade: false,
         ..spec(5, 2)
     };
     let mut w = World::new(0);

@@ -31,6 +31,10 @@ struct World {
     unready: BTreeMap<u32, u32>,
     /// Client input counts as write commands.
     writes_counted: bool,
+    /// The releases the old and the new image run.
+    releases: (&'static str, &'static str),
+    /// Members drained (`/drain` answered), until their pod goes.
+    drained: std::collections::BTreeSet<u32>,
 }
 
 impl World {
@@ -42,6 +46,8 @@ impl World {
             slow_exit: false,
             unready: BTreeMap::new(),
             writes_counted: true,
+            releases: ("0.2.0", "0.3.0"),
+            drained: Default::default(),
         }
     }
 
@@ -63,6 +69,7 @@ impl World {
                         outdated: !new,
                         image_outdated: !new,
                         client_traffic_off: off,
+                        drained: self.drained.contains(&o),
                         ..PodObs::default()
                     }),
                     pvc: Some(PvcObs {
@@ -78,7 +85,14 @@ impl World {
                         } else {
                             0
                         },
-                        version: Some(if new { "0.3.0" } else { "0.2.0" }.into()),
+                        version: Some(
+                            if new {
+                                self.releases.1
+                            } else {
+                                self.releases.0
+                            }
+                            .into(),
+                        ),
                         ..Scrape::default()
                     }),
                     view: running.map(|_| View::of_ordinals(o, up.iter().copied())),
@@ -107,7 +121,12 @@ impl World {
                         p.2 = true;
                     }
                 }
+                Action::Drain(o) => {
+                    self.drained.insert(o);
+                }
+                Action::CheckPod(_) => {}
                 Action::CreatePod(o) => {
+                    self.drained.remove(&o);
                     self.pods.insert(o, Some((true, upgrading, false)));
                     self.unready.insert(o, 3);
                 }
@@ -439,4 +458,62 @@ fn a_pause_or_a_fence_holds_the_upgrade_before_anything_is_touched() {
             Action::DeletePod(0 | 2) | Action::SetClientTraffic { .. } | Action::Drain(_)
         )));
     }
+}
+
+/// Back to an older release: held before any member restarts when the tag names it, after the
+/// first member when only what it reports does; allowed with `allowDowngrade`.
+#[test]
+fn a_downgrade_restarts_no_member_unless_allowed() {
+    for whole in [true, false] {
+        let held = ClusterSpec {
+            image_release: Some("0.2.0".into()),
+            ..spec(whole)
+        };
+        let (mut memory, mut world, mut now) = (active(), World::old(), T0);
+        world.releases = ("0.3.0", "0.2.0");
+        let ds = run(&held, &mut memory, &mut world, &mut now, 5, |_| false);
+        for d in &ds {
+            assert_eq!(d.memory.disruption, None, "whole {whole}");
+            assert_eq!(d.actions, [], "whole {whole}");
+            let b = d.blocked.as_ref().unwrap();
+            assert_eq!(b.reason, BlockReason::DowngradeNotAllowed);
+            assert!(
+                b.message
+                    .contains("runs marekvs 0.2.0 where demo-0, demo-1, demo-2 run 0.3.0"),
+                "{}",
+                b.message
+            );
+        }
+        assert_eq!(reasons(&ds[0]), ["UpdateBlocked"]);
+        // Allowed: it goes ahead.
+        let allowed = ClusterSpec {
+            allow_downgrade: true,
+            ..held
+        };
+        let d = &run(&allowed, &mut memory, &mut world, &mut now, 1, |_| true)[0];
+        assert!(d.memory.disruption.is_some(), "whole {whole}");
+        assert_eq!(d.blocked, None);
+    }
+    // A tag that names no release, rolling: the first member restarts, then reports the older
+    // release, and the next is held.
+    let untagged = spec(false);
+    let (mut memory, mut world, mut now) = (active(), World::old(), T0);
+    world.releases = ("0.3.0", "0.2.0");
+    let ds = run(&untagged, &mut memory, &mut world, &mut now, 200, |d| {
+        d.blocked
+            .as_ref()
+            .is_some_and(|b| b.reason == BlockReason::DowngradeNotAllowed)
+    });
+    let last = ds.last().unwrap();
+    assert!(
+        last.blocked.is_some(),
+        "held once a member reported the older release"
+    );
+    let new_pods = world
+        .pods
+        .values()
+        .filter(|p| p.is_some_and(|(new, _, _)| new))
+        .count();
+    assert_eq!(new_pods, 1, "one member restarted, no more");
+    assert_eq!(last.memory.disruption, None);
 }

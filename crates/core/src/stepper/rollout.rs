@@ -413,6 +413,11 @@ impl Pass<'_> {
         if self.spec.whole_cluster_upgrade && !self.image_outdated().is_empty() {
             return;
         }
+        // Nor does any on an image that takes it back to an older release, unless allowed.
+        if let Some(b) = self.downgrade_block() {
+            self.blocked = Some(b);
+            return;
+        }
         if let Err(b) = self.may_start_roll(outdated.len(), &asked, &restarts, &drains) {
             self.blocked = Some(b);
             return;

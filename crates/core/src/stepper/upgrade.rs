@@ -55,6 +55,28 @@ impl Pass<'_> {
             .collect()
     }
 
+    /// A change of image that takes members to an older release, unless the spec allows it:
+    /// nothing restarts on that image (`versions::downgrade`).
+    pub(super) fn downgrade_block(&self) -> Option<Blocked> {
+        if self.spec.allow_downgrade || self.image_outdated().is_empty() {
+            return None;
+        }
+        let d = crate::versions::downgrade(
+            self.spec.image_release.as_deref(),
+            &self.members,
+            self.observed,
+        )?;
+        Some(Blocked {
+            reason: BlockReason::DowngradeNotAllowed,
+            message: format!(
+                "the spec's image runs marekvs {} where {} run {}: a downgrade, which an older release may not survive (it may not read what a newer one wrote); no member restarts on it. Set spec.upgrade.allowDowngrade: true to go ahead, or set the image back",
+                d.to,
+                self.names(&d.on),
+                d.from
+            ),
+        })
+    }
+
     /// Delete every running member's pod (the Stopping step).
     pub(super) fn stop_for_upgrade(&mut self) {
         let running: Vec<u32> = self
@@ -89,6 +111,10 @@ impl Pass<'_> {
             || self.drained_bystander()
             || self.spec.hibernation
         {
+            return;
+        }
+        if let Some(b) = self.downgrade_block() {
+            self.blocked = Some(b);
             return;
         }
         if let Err(b) = self.may_start_upgrade() {

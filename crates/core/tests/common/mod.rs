@@ -21,6 +21,8 @@ pub fn spec(nodes: u32, rf: u32) -> ClusterSpec {
         fresh_volumes_on_wake: false,
         scale_up_batch: marekvs_core::SCALE_UP_BATCH,
         whole_cluster_upgrade: false,
+        image_release: None,
+        allow_downgrade: false,
         fenced: Default::default(),
     }
 }

@@ -55,23 +55,7 @@ pub const MODELLED_VERSION: &str = "0.2.0";
 /// (`marekvs:0.3.0`, `marekvs:v0.3.1-rc.1`, the leading `v` dropped), else
 /// [`MODELLED_VERSION`]. So a test can run a mixed-version mesh by image alone.
 pub fn version_of_image(image: &str) -> String {
-    let without_digest = image.split('@').next().unwrap_or(image);
-    let last = without_digest.rsplit('/').next().unwrap_or(without_digest);
-    let tag = last.split_once(':').map(|(_, t)| t.trim_start_matches('v'));
-    match tag {
-        Some(t)
-            if t.split(['-', '+']).next().is_some_and(|core| {
-                let parts: Vec<&str> = core.split('.').collect();
-                (2..=3).contains(&parts.len())
-                    && parts
-                        .iter()
-                        .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
-            }) =>
-        {
-            t.to_string()
-        }
-        _ => MODELLED_VERSION.to_string(),
-    }
+    marekvs_core::versions::release_of_image(image).unwrap_or_else(|| MODELLED_VERSION.to_string())
 }
 
 /// What a member's view holds about a peer.
