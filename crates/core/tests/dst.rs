@@ -77,7 +77,11 @@
 //! else; a stale volume's are counted apart: the stale-volume rule discards them, a known
 //! gap; so are those of volumes a user discards); the operator never deletes a removal
 //! victim's pod while the victim received client input in the interval its last scrape covered;
-//! at most one member is disrupted by the operator (drained, or its pod deleted by it); a
+//! at most one member is disrupted by the operator (drained, or its pod deleted by it), but
+//! for a whole-cluster upgrade that has flushed and stops every member (a third of the
+//! schedules draw `upgrade.strategy: WholeCluster`; every other spec change is a new image,
+//! whose release each member reports), and once it starts them no pod of one image runs
+//! beside one of another; a
 //! removal never leaves fewer than replicationFactor + 1 members, and none starts with
 //! replicationFactor 1; a PVC is deleted only when every partition on it is held by another
 //! member's volume that can serve it again (a running pod's, or one not stale: a stale volume
@@ -259,6 +263,9 @@ struct Pod {
     eviction_allowed: bool,
     /// The password its process takes: the Secret's when it started, then the last set live.
     pass: u32,
+    /// The member image it runs (`World::image` when it was made): its release is
+    /// `0.<image + 2>.0`.
+    image: u32,
 }
 
 impl Pod {
@@ -296,6 +303,7 @@ impl Pod {
             node: 0,
             eviction_allowed: false,
             pass: 0,
+            image: 0,
         }
     }
 
@@ -438,6 +446,14 @@ struct World {
     /// not exist, say): no pod of it is created, and a dry run of one is refused. The user's
     /// next change (the next version) fixes it.
     refused_version: Option<u32>,
+    /// The member image the spec names: every other spec change (odd versions) is a new one.
+    image: u32,
+    /// A whole-cluster upgrade is recorded: new pods start with their client traffic off.
+    new_pods_off: bool,
+    /// A whole-cluster upgrade has stopped, or is starting, every member (recorded).
+    whole_down: bool,
+    /// It is starting them: every pod left is one it made.
+    whole_starting: bool,
     /// The last dry run of each member's new pod: the version asked about, whether it was
     /// admitted, and the tick it was asked at (`Action::CheckPod`; the shell keeps answers per template hash).
     admissions: BTreeMap<u32, (u32, bool, u64)>,
@@ -520,6 +536,10 @@ impl World {
             rf,
             version: 1,
             refused_version: None,
+            image: 0,
+            new_pods_off: false,
+            whole_down: false,
+            whole_starting: false,
             admissions: BTreeMap::new(),
             pods: BTreeMap::new(),
             vols: BTreeMap::new(),
@@ -1433,6 +1453,7 @@ impl World {
                         .then_some(if shipping_hidden { 0 } else { g.inflight }),
                     client_input_bytes: (!rng.chance(timeouts / 2.0)).then_some(p.input_bytes),
                     write_commands: p.writes,
+                    version: Some(format!("0.{}.0", p.image + 2)),
                     uptime_ms: Some((self.t - p.started_at) * 1000),
                     bootstraps_total: p.boots,
                     repairs_total: p.repairs,
@@ -1452,7 +1473,7 @@ impl World {
                         terminating: p.deleted_at.is_some(),
                         drained: p.drained,
                         outdated: p.version != self.version,
-                        image_outdated: false,
+                        image_outdated: p.image != self.image,
                         replace_volume: p.replace_volume,
                         restart: p.restart,
                         client_traffic_off: p.client_off,
@@ -1642,6 +1663,8 @@ impl World {
                 }
                 if !self.pods.contains_key(&o) && self.vols.get(&o).is_some_and(|v| !v.deleting) {
                     let mut pod = Pod::new(self.version, t);
+                    pod.image = self.image;
+                    pod.client_off = self.new_pods_off;
                     pod.node = self.schedule(o);
                     pod.pass = self.secret;
                     if self.rng.chance(UNSTARTABLE) {
@@ -1918,6 +1941,13 @@ struct Counts {
     node_drains: u64,
     node_moves: u64,
     evictions: u64,
+    /// Whole-cluster upgrades started and done, steps checked while every member was down for
+    /// one, passes with members on different releases, passes holding a downgrade.
+    upgrades_started: u64,
+    upgrades_done: u64,
+    whole_down_steps: u64,
+    mixed_version_passes: u64,
+    downgrades_held: u64,
     /// Password changes by the user (each once the operator recorded the one before), values
     /// remembered before they were set, passwords set live, and rotations recorded as over.
     password_changes: u64,
@@ -1974,6 +2004,11 @@ impl std::ops::AddAssign for Counts {
         self.unstarted_pods_deleted += o.unstarted_pods_deleted;
         self.node_drains += o.node_drains;
         self.node_moves += o.node_moves;
+        self.upgrades_started += o.upgrades_started;
+        self.upgrades_done += o.upgrades_done;
+        self.whole_down_steps += o.whole_down_steps;
+        self.mixed_version_passes += o.mixed_version_passes;
+        self.downgrades_held += o.downgrades_held;
         self.password_changes += o.password_changes;
         self.passwords_remembered += o.passwords_remembered;
         self.passwords_set += o.passwords_set;
@@ -2234,6 +2269,11 @@ fn inject_faults(
     }
     if rng.chance(0.01) {
         w.version += 1;
+        // Every other change of the pod spec is a new member image (no draw of its own: the
+        // schedule's other draws stay as they were).
+        if w.version % 2 == 1 {
+            w.image += 1;
+        }
         // One change in four makes pods the API server refuses, until the next change.
         if rng.chance(0.25) {
             w.refused_version = Some(w.version);
@@ -2669,6 +2709,30 @@ impl Operator {
         if w.trace && !actions.is_empty() {
             eprintln!("t={t} {:?} actions {:?}", d.phase, &actions[..n]);
         }
+        w.new_pods_off = d.memory.upgrade().is_some();
+        w.whole_down = d
+            .memory
+            .upgrade()
+            .is_some_and(|u| u.step >= UpgradeStep::Stopping);
+        w.whole_starting = d
+            .memory
+            .upgrade()
+            .is_some_and(|u| u.step == UpgradeStep::Starting);
+        counts.upgrades_started += d
+            .notes
+            .iter()
+            .filter(|n| n.reason == "WholeClusterUpgradeStarted")
+            .count() as u64;
+        counts.upgrades_done += d
+            .notes
+            .iter()
+            .filter(|n| n.reason == "WholeClusterUpgraded")
+            .count() as u64;
+        counts.mixed_version_passes +=
+            u64::from(plan.versions.mix() == marekvs_core::versions::Mix::Mixed);
+        counts.downgrades_held += u64::from(
+            d.blocked.as_ref().map(|b| b.reason) == Some(BlockReason::DowngradeNotAllowed),
+        );
         let members = &self.persisted.memory.members;
         apply_actions(
             w,
@@ -3033,7 +3097,14 @@ fn ordinal_of(a: &Action) -> u32 {
 /// A pod deletion that stops a member for `spec.hibernation` or `spec.fencedMembers`.
 fn is_stop(a: &Action, spec: &ClusterSpec, d: &Decision) -> bool {
     let hibernating = spec.hibernation && d.memory.hibernated && d.memory.disruption.is_none();
-    matches!(a, Action::DeletePod(o) if spec.fenced.contains(o) || hibernating)
+    matches!(a, Action::DeletePod(o) if spec.fenced.contains(o) || hibernating || upgrade_stop(d))
+}
+
+/// A whole-cluster upgrade stopping every member, once what each took was handed on.
+fn upgrade_stop(d: &Decision) -> bool {
+    d.memory
+        .upgrade()
+        .is_some_and(|u| u.step == UpgradeStep::Stopping)
 }
 
 /// The volume of `o` replaced by a fresh-volume wake (`FreshVolumeOnWake` announced).
@@ -3235,6 +3306,28 @@ fn check_step(w: &mut World, members: &BTreeSet<u32>, counts: &mut Counts) -> Ve
     let t = w.t;
     let mut violations = Vec::new();
     w.op_deleted.retain(|o| members.contains(o));
+    // A whole-cluster upgrade stops every member at once, after its flush; once it starts
+    // them, never a pod of one image running beside one of another. (A member re-created
+    // during the flush, or rolled before it, may run the new image beside the old until the
+    // stop: its traffic is off.)
+    if w.whole_down {
+        w.op_deleted.clear();
+    }
+    if w.whole_starting {
+        counts.invariant_checks += 1;
+        counts.whole_down_steps += 1;
+        let images: BTreeSet<u32> = w
+            .pods
+            .values()
+            .filter(|p| p.running())
+            .map(|p| p.image)
+            .collect();
+        if images.len() > 1 {
+            violations.push(format!(
+                "t={t}: images {images:?} run at once in a whole-cluster upgrade"
+            ));
+        }
+    }
     // At most one member disrupted by the operator.
     let disrupted: BTreeSet<u32> = members
         .iter()
@@ -3327,7 +3420,8 @@ fn run_world(seed: u64, trace: bool, broken: Broken) -> Outcome {
         // Drawn apart from the schedule's stream (its other draws stay as they were): small
         // batches bind on these small clusters.
         scale_up_batch: [1, 2, SCALE_UP_BATCH][SplitMix64(seed ^ 0x5ca1_ab1e).below(3) as usize],
-        whole_cluster_upgrade: false,
+        // Drawn apart from the schedule's stream, as the batch is.
+        whole_cluster_upgrade: SplitMix64(seed ^ 0x0b6a_de00).below(3) == 0,
         image_release: None,
         allow_downgrade: false,
     };
@@ -3603,7 +3697,8 @@ fn no_schedule_loses_data_or_disrupts_two_members_and_every_one_converges() {
          new pods: {} dry runs before a rolling drain, {} rolling drains (each after its pod was admitted), {} passes blocked on a refused pod, {} refused specs fixed by the user; \
          {} scale-ups that added a batch and left members for later, {} removals of a member whose container never started (no gate, no drain), {} of its pods deleted (each volume checked empty); \
          node drains: {} nodes cordoned, {} members moved off one, {} pods evicted (each let go by the operator); \
-         passwords: {} changes of the Secret, {} values remembered before being set, {} set live, {} rotations recorded as over (every member checked to take a password the operator knows)",
+         passwords: {} changes of the Secret, {} values remembered before being set, {} set live, {} rotations recorded as over (every member checked to take a password the operator knows); \
+         versions: {} passes with members on different releases, {} whole-cluster upgrades started, {} done, {} steps with every member stopped or starting for one (each checked for two images running), {} passes holding a downgrade",
         counts.steps,
         counts.faults,
         counts.invariant_checks,
@@ -3653,6 +3748,11 @@ fn no_schedule_loses_data_or_disrupts_two_members_and_every_one_converges() {
         counts.passwords_remembered,
         counts.passwords_set,
         counts.rotations_recorded,
+        counts.mixed_version_passes,
+        counts.upgrades_started,
+        counts.upgrades_done,
+        counts.whole_down_steps,
+        counts.downgrades_held,
     );
     println!("dst: {schedules} schedules in {:.1?}", started.elapsed());
     let l = counts.load;
@@ -3725,6 +3825,13 @@ fn no_schedule_loses_data_or_disrupts_two_members_and_every_one_converges() {
         assert!(counts.look_alike_blocked > 0, "{counts:?}");
         assert!(
             counts.node_drains > 0 && counts.node_moves > 0 && counts.evictions > 0,
+            "{counts:?}"
+        );
+        assert!(
+            counts.mixed_version_passes > 0
+                && counts.upgrades_started > 0
+                && counts.upgrades_done > 0
+                && counts.whole_down_steps > 0,
             "{counts:?}"
         );
         assert!(
