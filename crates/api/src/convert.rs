@@ -3,7 +3,7 @@
 
 use crate::{
     BlockReason, ClusterPhase, LookAlikeKind, LookAlikeStatus, MemberPhase, Moving, QuietReset,
-    RemovalStep, RolloutReason, RolloutStep, UpgradeStep, VictimReason,
+    RemovalStep, RolloutReason, RolloutStep, UpgradeStep, VictimReason, WindowLossCause,
 };
 
 /// `From` both ways between two enums with the same unit variants.
@@ -43,6 +43,7 @@ same_variants!(BlockReason <=> BlockReason {
     LeaverBacklog, SingleCopy, PodRefused, PasswordRefused, DowngradeNotAllowed,
 });
 same_variants!(LookAlikeKind <=> ObjectKind { Pod, PersistentVolumeClaim });
+same_variants!(WindowLossCause <=> WindowLossCause { Restarted, RingAtCap });
 same_variants!(QuietReset <=> QuietReset {
     FirstSeen, ClientInput, Restarted, Shipping, ViewChanged, Unknown,
 });
@@ -216,6 +217,15 @@ mod tests {
             marekvs_core::QuietReset::Unknown,
         ] {
             assert_eq!(marekvs_core::QuietReset::from(QuietReset::from(q)), q);
+        }
+        for c in [
+            marekvs_core::WindowLossCause::Restarted,
+            marekvs_core::WindowLossCause::RingAtCap,
+        ] {
+            assert_eq!(
+                marekvs_core::WindowLossCause::from(WindowLossCause::from(c)),
+                c
+            );
         }
     }
 

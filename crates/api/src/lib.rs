@@ -904,6 +904,10 @@ pub struct MemberStatus {
     /// more is sent for 60 s is stalled, not shipping.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sent_changed_at: Option<Time>,
+    /// The last reading at which its replication ring may have dropped writes it had not
+    /// shipped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window_lost: Option<WindowLoss>,
     /// Ready, Scraped, Draining, Updated, VolumeResizing, DiskWriteStopped.
     #[serde(default)]
     pub conditions: Vec<Condition>,
@@ -948,6 +952,33 @@ pub struct MemberMetrics {
     /// `marekvs_repl_inflight_bytes`: bytes shipped to peers and not yet acknowledged.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub repl_inflight_bytes: Option<i64>,
+    /// `marekvs_ring_bytes`: the same ring's occupancy in bytes (capped at 128 MiB).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ring_bytes: Option<i64>,
+    /// `marekvs_repl_ops_applied_total`: ops replicated from other members and applied here
+    /// since the node started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repl_ops_applied_total: Option<i64>,
+}
+
+/// A reading at which a member's replication ring may have dropped writes it had not shipped
+/// to every owner (the hand-off gate's v4 rule): those reach their owners by anti-entropy
+/// alone, so a leaver with a recent one waits until repairs are quiet on every member.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WindowLoss {
+    pub cause: WindowLossCause,
+    pub at: Time,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum WindowLossCause {
+    /// It restarted while its last reading showed bytes not yet acknowledged, or its ring near
+    /// a cap while it took client input.
+    Restarted,
+    /// Its ring read near a cap (262,144 entries or 128 MiB) while entries still entered it
+    /// and its own writes were not all shipped.
+    RingAtCap,
 }
 
 /// Why a member's quiet time (the hand-off gate's count of its anti-entropy rounds) last

@@ -203,7 +203,8 @@ fn metrics(rounds: u64, input: u64) -> String {
          marekvs_ae_repair_ops_total 0\nmarekvs_commands_total{{cmd=\"get\"}} 10\n\
          marekvs_ring_ops 0\nmarekvs_ae_rounds_total {rounds}\n\
          marekvs_net_input_bytes_total {input}\nmarekvs_uptime_seconds 600\n\
-         marekvs_repl_inflight_bytes 0\n"
+         marekvs_repl_inflight_bytes 0\nmarekvs_ring_bytes 0\n\
+         marekvs_repl_ops_applied_total 0\n"
     )
 }
 

@@ -30,7 +30,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use crate::types::{
     BackgroundRepair, BlockReason, Blocked, MemberObs, Millis, Moving, QuietReset, Sample, Scrape,
-    View,
+    View, WindowLoss, WindowLossCause,
 };
 use crate::views::describe;
 
@@ -377,17 +377,29 @@ impl HandoffGate<'_> {
         }
     }
 
-    /// G5, a leaver whose rounds counted over a stalled window: what its ring still held goes
-    /// by anti-entropy alone, possibly a whole backlog, whose exchanges share queues that drop
-    /// messages when full. Its rounds are enough only once no member has received a repair
-    /// for [`STALLED_REPAIRS_QUIET_MS`]: a difference left between it and an owner that stays
-    /// shows up as repairs within a few rounds.
+    /// G5b, a leaver whose rounds counted over a stalled window, or whose ring may have lost
+    /// entries it had not shipped since shortly before the step began (gate v4: a restart
+    /// with its ring not known to have shipped, or its ring at a cap while entries entered):
+    /// what its ring still held goes by anti-entropy alone, possibly a whole backlog, whose
+    /// exchanges share queues that drop messages when full. Its rounds are enough only once
+    /// no member has received a repair for [`STALLED_REPAIRS_QUIET_MS`], counted from the
+    /// later of the step's start and the loss: a difference left between it and an owner
+    /// that stays shows up as repairs within a few rounds.
     fn check_stalled_leaver(&self, leaver: u32, name: &str, m: &MemberObs) -> Result<(), GateHold> {
-        let inflight = m.scrape.as_ref().and_then(|s| s.repl_inflight_bytes);
-        if inflight == Some(0) || self.leaver.is_some_and(|l| l.keeps_volume) {
+        if self.leaver.is_some_and(|l| l.keeps_volume) {
             return Ok(());
         }
-        let quiet = self.quiet(|s| s.repairs_changed_at);
+        let inflight = m.scrape.as_ref().and_then(|s| s.repl_inflight_bytes);
+        let sample = self.samples.get(&leaver);
+        let lost = sample.and_then(|s| s.window_lost).filter(|w| {
+            self.since
+                .is_none_or(|since| w.at >= since.saturating_sub(WINDOW_LOSS_LOOKBACK_MS))
+        });
+        if inflight == Some(0) && lost.is_none() {
+            return Ok(());
+        }
+        let from = lost.map_or(Millis::MIN, |w| w.at);
+        let quiet = self.quiet(|s| s.repairs_changed_at.max(from));
         let least = quiet.iter().map(|(_, q)| *q).min().unwrap_or(0);
         if least >= STALLED_REPAIRS_QUIET_MS {
             return Ok(());
@@ -397,16 +409,24 @@ impl HandoffGate<'_> {
             .filter(|(_, q)| *q < STALLED_REPAIRS_QUIET_MS)
             .map(|(o, _)| *o)
             .collect();
-        let message = format!(
-            "{name}'s replication window is stalled ({} bytes unacknowledged, nothing sent for {:.0}s): what its ring held goes by anti-entropy, and repairs are still received ({}; quiet for {:.1}s of {:.0}s)",
-            inflight.unwrap_or(0),
-            self.samples
-                .get(&leaver)
-                .map_or(0.0, |s| secs(self.now - s.sent_changed_at)),
+        let repairs = format!(
+            "repairs are still received ({}; quiet for {:.1}s of {:.0}s)",
             self.who(&moved),
             secs(least),
             secs(STALLED_REPAIRS_QUIET_MS),
         );
+        let message = match lost {
+            Some(w) if inflight == Some(0) => format!(
+                "{name}'s replication ring may have dropped writes it had not shipped ({}, {:.0}s ago): what it held goes by anti-entropy, and {repairs}",
+                w.cause.as_str(),
+                secs(self.now - w.at),
+            ),
+            _ => format!(
+                "{name}'s replication window is stalled ({} bytes unacknowledged, nothing sent for {:.0}s): what its ring held goes by anti-entropy, and {repairs}",
+                inflight.unwrap_or(0),
+                sample.map_or(0.0, |s| secs(self.now - s.sent_changed_at)),
+            ),
+        };
         hold(
             BlockReason::LeaverBacklog,
             message,
@@ -421,6 +441,17 @@ impl HandoffGate<'_> {
 /// (see [`HandoffGate::check_stalled_leaver`]): about ten rounds of every node, in each of
 /// which an owner that stays compares every partition with one other owner.
 pub const STALLED_REPAIRS_QUIET_MS: Millis = 60_000;
+
+/// How long before the step began a ring's loss still counts ([`WindowLoss`]): a burst just
+/// before the step is as unshipped as one during it, while one long before has had the
+/// rounds and repairs of a quiet cluster since.
+pub const WINDOW_LOSS_LOOKBACK_MS: Millis = STALLED_REPAIRS_QUIET_MS;
+
+/// A ring reading at or above these is near its caps (`RING_MAX_OPS` 262,144 entries and
+/// `RING_MAX_BYTES` 128 MiB in `marekvs-repl/src/ring.rs`, less a tenth: between two readings
+/// a busy ring fills the rest, and at a cap every new entry evicts the oldest).
+pub const RING_NEAR_CAP_OPS: u64 = 262_144 - 262_144 / 10;
+pub const RING_NEAR_CAP_BYTES: u64 = (128 << 20) - (128 << 20) / 10;
 
 /// Anti-entropy rounds of a member, once quiet, that must have begun for what it holds to
 /// have been offered to a member that stays:
@@ -650,6 +681,14 @@ pub fn update_samples(
                 writes_total: s.write_commands,
                 rounds_at_quiet: s.ae_rounds,
                 sent_total: s.repl_sent,
+                inflight_bytes: s.repl_inflight_bytes,
+                ring_bytes: s.ring_bytes,
+                applied_total: s.repl_applied,
+                // Its ring's past is unknown: near a cap, it may have dropped entries.
+                window_lost: near_cap(s.ring_ops, s.ring_bytes).then_some(WindowLoss {
+                    at: now,
+                    cause: WindowLossCause::RingAtCap,
+                }),
                 ..Sample::new(s.bootstraps_total, s.repairs_total, now)
             }),
             (None, Some(p)) => Some(*p),
@@ -708,11 +747,59 @@ fn quiet_reset(p: &Sample, s: &Scrape, m: &MemberObs, now: Millis) -> Option<Qui
     None
 }
 
+/// Whether a ring that read `ops` entries and `bytes` bytes is at or near one of its caps
+/// (unknown: it may be). Near, because between two readings a busy ring fills the rest.
+pub fn near_cap(ops: Option<u64>, bytes: Option<u64>) -> bool {
+    ops.is_none_or(|o| o >= RING_NEAR_CAP_OPS) || bytes.is_none_or(|b| b >= RING_NEAR_CAP_BYTES)
+}
+
+/// Gate v4: whether this reading shows that the member's ring may have dropped entries it had
+/// not shipped ([`WindowLoss`]).
+/// - A restart after a reading with bytes unacknowledged (or unknown), or with its ring near
+///   a cap while it took client input: the node waits at most 7 s for its backlog, then exits,
+///   and comes back with an empty ring.
+/// - A ring near a cap while entries entered it since the last reading and its own writes
+///   were not all shipped: each new entry evicts the oldest, and a cursor behind it jumps the
+///   gap (`marekvs-repl/src/ring.rs`). Entries it applied from others are never shipped on
+///   by it, so once its own are, evictions take nothing it owes.
+fn window_loss(
+    p: &Sample,
+    s: &Scrape,
+    m: &MemberObs,
+    reset: Option<QuietReset>,
+    now: Millis,
+) -> Option<WindowLoss> {
+    let loss = |cause| Some(WindowLoss { at: now, cause });
+    if reset == Some(QuietReset::Restarted) {
+        let took_input = p.quiet_reset == QuietReset::ClientInput && p.quiet_since == p.sampled_at;
+        if p.inflight_bytes != Some(0) || (near_cap(p.ring_ops, p.ring_bytes) && took_input) {
+            return loss(WindowLossCause::Restarted);
+        }
+        return None;
+    }
+    let own_input = m.client_input != Some(0) || s.write_commands != p.writes_total;
+    let entered = own_input
+        || s.repl_applied.is_none()
+        || s.repl_applied != p.applied_total
+        || s.repairs_total != p.repairs_total
+        || s.bootstraps_total != p.bootstraps_total;
+    let unshipped = own_input
+        || s.repl_inflight_bytes != Some(0)
+        || p.inflight_bytes != Some(0)
+        || s.repl_sent.is_none()
+        || s.repl_sent != p.sent_total;
+    if near_cap(s.ring_ops, s.ring_bytes) && entered && unshipped {
+        return loss(WindowLossCause::RingAtCap);
+    }
+    None
+}
+
 fn next_sample(p: &Sample, s: &Scrape, m: &MemberObs, now: Millis) -> Sample {
     let bootstraps_moved = p.bootstraps_total != s.bootstraps_total;
     let repairs_moved = p.repairs_total != s.repairs_total;
     let writes_moved = p.writes_total != s.write_commands;
     let reset = quiet_reset(p, s, m, now);
+    let window_lost = window_loss(p, s, m, reset, now).or(p.window_lost);
     Sample {
         bootstraps_total: s.bootstraps_total,
         repairs_total: s.repairs_total,
@@ -763,6 +850,10 @@ fn next_sample(p: &Sample, s: &Scrape, m: &MemberObs, now: Millis) -> Sample {
             Some(_) => s.ae_rounds,
             None => p.rounds_at_quiet.or(s.ae_rounds),
         },
+        inflight_bytes: s.repl_inflight_bytes,
+        ring_bytes: s.ring_bytes,
+        applied_total: s.repl_applied,
+        window_lost,
     }
 }
 
@@ -1411,6 +1502,131 @@ mod tests {
             moving(evaluate(&ms, &later, leaving(2), Some(0))),
             Some((BlockReason::LeaverBacklog, Moving::AntiEntropy, vec![2]))
         );
+    }
+
+    /// Gate v4 (b): a leaver restarted while its last reading showed bytes unacknowledged
+    /// comes back with an empty ring and window, its rounds counted again; what the ring had
+    /// not shipped rides anti-entropy alone, so it goes only once no member received a repair
+    /// for `STALLED_REPAIRS_QUIET_MS` since the restart. After a reading with nothing
+    /// unacknowledged and the ring far from its caps, the same restart holds nothing more.
+    #[test]
+    fn a_leaver_restarted_with_bytes_unacknowledged_waits_for_quiet_repairs() {
+        let run = |inflight_before: u64| {
+            let (mut ms, mut samples) = quiet_cluster(3, 2);
+            let step = |ms: &Vec<MemberObs>, samples: &mut BTreeMap<u32, Sample>, at: Millis| {
+                *samples = update_samples(samples, &(0u32..).zip(ms.iter().cloned()).collect(), at);
+                samples[&2]
+            };
+            step(&ms, &mut samples, NOW - 4_000);
+            let s = ms[2].scrape.as_mut().unwrap();
+            s.repl_inflight_bytes = Some(inflight_before);
+            step(&ms, &mut samples, NOW - 2_000);
+            // Restarted: counters back at 0, up for 3 s, an empty window.
+            let s = ms[2].scrape.as_mut().unwrap();
+            (s.repl_inflight_bytes, s.repl_sent, s.ae_rounds, s.uptime_ms) =
+                (Some(0), Some(0), Some(1), Some(3_000));
+            let restarted = step(&ms, &mut samples, NOW);
+            assert_eq!(restarted.quiet_reset, QuietReset::Restarted);
+            // Its rounds after the restart cover it (G5).
+            let s = ms[2].scrape.as_mut().unwrap();
+            (s.ae_rounds, s.uptime_ms) = (Some(rounds_needed(1)), Some(43_000));
+            step(&ms, &mut samples, NOW + 40_000);
+            let eval_at =
+                |at: Millis| gate(&ms, &samples, 3, leaving(2), Some(NOW - 10_000), at).evaluate();
+            (
+                restarted.window_lost,
+                eval_at(NOW + 40_000),
+                eval_at(NOW + 60_000),
+            )
+        };
+        let (lost, early, late) = run(4_000_000);
+        assert_eq!(
+            lost,
+            Some(WindowLoss {
+                at: NOW,
+                cause: WindowLossCause::Restarted
+            })
+        );
+        let h = early.unwrap_err();
+        assert_eq!(
+            (h.blocked.reason, h.moving, h.members.clone()),
+            (BlockReason::LeaverBacklog, Moving::Repairs, vec![0, 1, 2])
+        );
+        assert!(
+            h.blocked.message.contains(
+                "demo-2's replication ring may have dropped writes it had not shipped (it restarted with its ring not known to have shipped, 40s ago)"
+            ) && h.blocked.message.contains("quiet for 40.0s of 60s"),
+            "{}",
+            h.blocked.message
+        );
+        assert!(late.is_ok(), "{late:?}");
+        let (lost, early, _) = run(0);
+        assert_eq!(lost, None);
+        assert!(early.is_ok(), "{early:?}");
+    }
+
+    /// Gate v4 (a): a leaver's ring read near a cap while entries still entered it and its
+    /// own writes were not all shipped may have evicted some before they shipped; at the cap
+    /// with its own all shipped (window empty, the sent count still, no input), entries
+    /// applied from others evict nothing it owes. A loss long before the step holds nothing.
+    #[test]
+    fn a_leaver_ring_at_its_cap_while_it_ships_waits_for_quiet_repairs() {
+        let (mut ms, mut samples) = quiet_cluster(3, 2);
+        let step = |ms: &Vec<MemberObs>, samples: &mut BTreeMap<u32, Sample>, at: Millis| {
+            *samples = update_samples(samples, &(0u32..).zip(ms.iter().cloned()).collect(), at);
+            samples[&2]
+        };
+        step(&ms, &mut samples, NOW - 30_000);
+        // At the op cap, ops applied from others entering: nothing of its own unshipped.
+        let s = ms[2].scrape.as_mut().unwrap();
+        (s.ring_ops, s.repl_applied) = (Some(262_144), Some(5_000));
+        assert_eq!(step(&ms, &mut samples, NOW - 28_000).window_lost, None);
+        // Nothing entering: nothing evicted, whatever it owes.
+        let s = ms[2].scrape.as_mut().unwrap();
+        s.repl_inflight_bytes = Some(1_000_000);
+        assert_eq!(step(&ms, &mut samples, NOW - 26_000).window_lost, None);
+        // Entries entering while its window holds bytes: a loss.
+        let s = ms[2].scrape.as_mut().unwrap();
+        s.repl_applied = Some(9_000);
+        let loss = WindowLoss {
+            at: NOW - 24_000,
+            cause: WindowLossCause::RingAtCap,
+        };
+        assert_eq!(
+            step(&ms, &mut samples, NOW - 24_000).window_lost,
+            Some(loss)
+        );
+        // Shipped since, and its rounds cover it: still held until repairs are quiet for the
+        // bound from the loss.
+        let s = ms[2].scrape.as_mut().unwrap();
+        (s.repl_inflight_bytes, s.ae_rounds) = (Some(0), Some(100));
+        step(&ms, &mut samples, NOW);
+        assert_eq!(samples[&2].window_lost, Some(loss));
+        let s = ms[2].scrape.as_mut().unwrap();
+        s.ae_rounds = Some(100 + rounds_needed(100));
+        step(&ms, &mut samples, NOW + 30_000);
+        let eval_at = |since: Millis, at: Millis| {
+            gate(&ms, &samples, 3, leaving(2), Some(since), at).evaluate()
+        };
+        let h = eval_at(NOW - 30_000, NOW + 30_000).unwrap_err();
+        assert!(
+            h.blocked
+                .message
+                .contains("its ring was at its cap while entries still entered it, 54s ago"),
+            "{}",
+            h.blocked.message
+        );
+        assert!(eval_at(NOW - 30_000, NOW + 36_000).is_ok());
+        // A step that began more than the lookback after the loss: not this step's loss.
+        let later = loss.at + WINDOW_LOSS_LOOKBACK_MS + 1;
+        assert!(eval_at(later, later + 10_000).is_ok());
+        assert!(eval_at(later - 1, later + 10_000).is_err());
+        // An unknown ring size counts as near its cap.
+        assert!(near_cap(Some(0), None) && near_cap(None, Some(0)));
+        assert!(!near_cap(
+            Some(RING_NEAR_CAP_OPS - 1),
+            Some(RING_NEAR_CAP_BYTES - 1)
+        ));
     }
 
     /// A window that holds bytes while nothing more is sent for `SHIPPING_STALL_MS` (an

@@ -109,8 +109,11 @@ pub struct ScrapeParser {
     disk_total: Figure,
     disk_avail: Figure,
     write_stopped: Figure,
-    // Shown only (occupancy, not a backlog).
+    // Occupancy, not a backlog: shown, and a leaver's ring at its cap while entries still
+    // enter it (its own writes, or ops applied from others) may evict what it never shipped.
     ring: Figure,
+    ring_bytes: Figure,
+    applied: Figure,
     // Strict, but not needed for the scrape: a leaver whose rounds or input are unknown holds
     // its hand-off, nothing else does.
     rounds: Figure,
@@ -175,6 +178,8 @@ impl Default for ScrapeParser {
             disk_avail: Figure::new(Combine::Min, false),
             write_stopped: Figure::new(Combine::Max, false),
             ring: Figure::new(Combine::Max, true),
+            ring_bytes: Figure::new(Combine::Max, true),
+            applied: Figure::new(Combine::Sum, false),
             rounds: Figure::new(Combine::Sum, true),
             input: Figure::new(Combine::Sum, true),
             sent: Figure::new(Combine::Sum, false),
@@ -219,6 +224,8 @@ impl ScrapeParser {
             "marekvs_disk_avail_bytes" => &mut self.disk_avail,
             "marekvs_disk_write_stopped" => &mut self.write_stopped,
             "marekvs_ring_ops" => &mut self.ring,
+            "marekvs_ring_bytes" => &mut self.ring_bytes,
+            "marekvs_repl_ops_applied_total" => &mut self.applied,
             "marekvs_ae_rounds_total" => &mut self.rounds,
             "marekvs_net_input_bytes_total" => &mut self.input,
             "marekvs_repl_ops_sent_total" => &mut self.sent,
@@ -246,6 +253,8 @@ impl ScrapeParser {
             },
             write_stopped: self.write_stopped.read().is_some_and(|v| v >= 1),
             ring_ops: self.ring.read(),
+            ring_bytes: self.ring_bytes.read(),
+            repl_applied: self.applied.read(),
             ae_rounds: self.rounds.read(),
             client_input_bytes: self.input.read(),
             write_commands: self.writes.read().unwrap_or(0),
@@ -460,6 +469,8 @@ mod tests {
                 write_stopped: false,
                 // Not reported: unknown.
                 ring_ops: None,
+                ring_bytes: None,
+                repl_applied: None,
                 ae_rounds: None,
                 client_input_bytes: None,
                 // `set x` is no command the node has.
@@ -478,9 +489,12 @@ mod tests {
             "{TEXT}marekvs_ae_rounds_total 12\nmarekvs_net_input_bytes_total 4096\n\
              marekvs_commands_total{{cmd=\"set\"}} 30\nmarekvs_commands_total{{x=\"a=b,c\",cmd=\"del\"}} 2\n\
              marekvs_commands_total{{cmd=\"cluster\"}} 9\nmarekvs_ring_ops 262144\n\
-             marekvs_repl_ops_sent_total 79599\nmarekvs_repl_inflight_bytes 4.2581e+06\n"
+             marekvs_repl_ops_sent_total 79599\nmarekvs_repl_inflight_bytes 4.2581e+06\n\
+             marekvs_ring_bytes 1.34217e+08\nmarekvs_repl_ops_applied_total 5120\n"
         );
         let s = parse_scrape(&text).unwrap();
+        assert_eq!(s.ring_bytes, Some(134_217_000));
+        assert_eq!(s.repl_applied, Some(5_120));
         assert_eq!(s.ae_rounds, Some(12));
         assert_eq!(s.repl_sent, Some(79_599));
         assert_eq!(s.repl_inflight_bytes, Some(4_258_100));

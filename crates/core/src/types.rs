@@ -30,6 +30,13 @@ pub struct Scrape {
     /// replication ring. On marekvs 0.2 every committed write enters it and nothing leaves it
     /// when shipped, so it is not a backlog: shown to users, never gated on.
     pub ring_ops: Option<u64>,
+    /// `marekvs_ring_bytes` (largest sample, rounded up): the same ring's occupancy in bytes.
+    /// A ring at either cap ([`crate::handoff::RING_NEAR_CAP_OPS`]) evicts its oldest entry
+    /// for every new one, shipped or not. `None`: unknown.
+    pub ring_bytes: Option<u64>,
+    /// `marekvs_repl_ops_applied_total`: replicated ops this node applied from other members
+    /// since it started; each one enters its ring too. `None`: unknown.
+    pub repl_applied: Option<u64>,
     /// `marekvs_ae_rounds_total`: anti-entropy rounds begun since the process started (the
     /// node bumps it as each round begins, so it is the round's number). `None`: unknown.
     pub ae_rounds: Option<u64>,
@@ -67,6 +74,8 @@ impl Default for Scrape {
             disk: None,
             write_stopped: false,
             ring_ops: Some(0),
+            ring_bytes: Some(0),
+            repl_applied: Some(0),
             ae_rounds: Some(1_000),
             client_input_bytes: Some(0),
             write_commands: 0,
@@ -525,6 +534,44 @@ pub struct Sample {
     /// is stalled, not shipping (`handoff::SHIPPING_STALL_MS`).
     pub sent_total: Option<u64>,
     pub sent_changed_at: Millis,
+    /// `marekvs_repl_inflight_bytes`, `marekvs_ring_bytes` and
+    /// `marekvs_repl_ops_applied_total` as last read (`None`: unknown): at a restart, what
+    /// the ring held just before it.
+    pub inflight_bytes: Option<u64>,
+    pub ring_bytes: Option<u64>,
+    pub applied_total: Option<u64>,
+    /// The last reading at which its ring may have lost entries it had not shipped (gate v4):
+    /// those reach their owners by anti-entropy alone.
+    pub window_lost: Option<WindowLoss>,
+}
+
+/// A reading at which a member's replication ring may have dropped entries it had not shipped
+/// to every owner: what they carried is on its volume, and only anti-entropy hands it on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WindowLoss {
+    pub at: Millis,
+    pub cause: WindowLossCause,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WindowLossCause {
+    /// It restarted while its last reading showed bytes unacknowledged, its ring near a cap,
+    /// or either unknown: a node waits at most 7 s for its backlog before it exits, and comes
+    /// back with an empty ring.
+    Restarted,
+    /// Its ring read near a cap while entries still entered it (its own writes, ops applied
+    /// from others, repairs, bootstraps): every new entry evicts the oldest, and a peer's
+    /// cursor behind it jumps the gap.
+    RingAtCap,
+}
+
+impl WindowLossCause {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WindowLossCause::Restarted => "it restarted with its ring not known to have shipped",
+            WindowLossCause::RingAtCap => "its ring was at its cap while entries still entered it",
+        }
+    }
 }
 
 impl Sample {
@@ -544,6 +591,10 @@ impl Sample {
             view_digest: None,
             sent_total: None,
             sent_changed_at: changed_at,
+            inflight_bytes: Some(0),
+            ring_bytes: Some(0),
+            applied_total: Some(0),
+            window_lost: None,
             writes_total: 0,
             writes_prev: None,
             quiet_since: changed_at,

@@ -149,7 +149,12 @@ const LOAD_PCT: u64 = 40;
 ///   ordinal with a pod that status did not list is now *counted* (`MemberCounted`, "counted
 ///   demo-1 as a member: its pod exists"), where it was `MemberAdopted`, "adopted demo-1 (its
 ///   pod exists)". With the old reason and text the digest is the one before (checked).
-const DIGEST: u64 = 0x0ec4_c607_58f0_7697;
+/// - `0x0ec4_c607_58f0_7697` → `0x825f_c419_22a7_573c`: gate v4. A leaver whose ring may have
+///   dropped writes it had not shipped (restarted after a reading with bytes unacknowledged
+///   or unknown, or its ring near a cap, or unknown, while entries entered and its own were not
+///   all shipped) waits for repairs to be quiet on every member, as a stalled window does.
+///   With no loss ever recorded the digest is the one before (checked).
+const DIGEST: u64 = 0x825f_c419_22a7_573c;
 
 /// What the generator draws beyond `SplitMix64`'s own.
 trait Draws {

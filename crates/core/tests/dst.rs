@@ -257,6 +257,11 @@ struct Pod {
     client_off: bool,
     /// Its ring's window is stuck full: nothing ships, nothing is acknowledged.
     wedged: bool,
+    /// Its ring evicted writes it had not shipped since it started: on the node a ring gaps
+    /// only past its cap, so its occupancy gauge reads the cap from then on.
+    gapped: bool,
+    /// `marekvs_repl_ops_applied_total`: writes shipped to it by others and applied.
+    applied: u64,
     /// The node it was scheduled to (one of `NODES`).
     node: u32,
     /// Labelled `marekvs.io/eviction: allowed`: the PDB no longer protects it.
@@ -300,6 +305,8 @@ impl Pod {
             last_input: None,
             client_off: false,
             wedged: false,
+            gapped: false,
+            applied: 0,
             node: 0,
             eviction_allowed: false,
             pass: 0,
@@ -335,6 +342,8 @@ impl Pod {
         self.gauges = Gauges::default();
         self.last_input = None;
         self.wedged = false;
+        self.gapped = false;
+        self.applied = 0;
     }
 
     /// RESP port open: client writes and view reads.
@@ -1052,6 +1061,7 @@ impl World {
             *front -= k;
             over -= k;
             self.load.gapped += k;
+            pod.gapped = true;
             if *front == 0 {
                 pod.unshipped.pop_front();
             }
@@ -1088,7 +1098,9 @@ impl World {
                     if self.running(w) && !self.rng.chance(SKIP_CHANCE) {
                         to |= bit(w);
                         copies += k;
-                        self.pods.get_mut(&w).unwrap().ring += k;
+                        let peer = self.pods.get_mut(&w).unwrap();
+                        peer.ring += k;
+                        peer.applied += k;
                     } else {
                         self.load.skipped += k;
                     }
@@ -1284,7 +1296,11 @@ impl World {
                     0
                 },
                 join_pending: self.join_gate(o),
-                ring_ops: self.pods[&o].ring.min(RING_CAP),
+                // The broken worlds stand for gates before v4, which never read the cap.
+                ring_ops: match self.pods[&o].gapped {
+                    true if self.broken == Broken::None => RING_CAP,
+                    _ => self.pods[&o].ring.min(RING_CAP - 1),
+                },
                 inflight: {
                     let unshipped: u64 = self.pods[&o].unshipped.iter().map(|(_, n)| n).sum();
                     let peers = view
@@ -1442,7 +1458,9 @@ impl World {
                     underreplicated: g.underreplicated,
                     join_pending: g.join_pending,
                     // A figure may be missing or not a number: unknown.
-                    ring_ops: (!rng.chance(timeouts)).then_some(g.ring_ops),
+                    // Read always in the broken worlds: gates before v4 never read it.
+                    ring_ops: (!rng.chance(timeouts) || self.broken != Broken::None)
+                        .then_some(g.ring_ops),
                     ae_rounds: (!rng.chance(timeouts / 2.0)).then_some(p.rounds),
                     repl_sent: (!rng.chance(timeouts / 2.0)).then_some(if shipping_hidden {
                         0
@@ -1453,6 +1471,8 @@ impl World {
                         .then_some(if shipping_hidden { 0 } else { g.inflight }),
                     client_input_bytes: (!rng.chance(timeouts / 2.0)).then_some(p.input_bytes),
                     write_commands: p.writes,
+                    // Always read: a draw here would move every later one of the schedule.
+                    repl_applied: Some(p.applied),
                     version: Some(format!("0.{}.0", p.image + 2)),
                     uptime_ms: Some((self.t - p.started_at) * 1000),
                     bootstraps_total: p.boots,
@@ -1948,6 +1968,12 @@ struct Counts {
     whole_down_steps: u64,
     mixed_version_passes: u64,
     downgrades_held: u64,
+    /// Gate v4: readings that recorded a ring's possible loss (a restart with its ring not
+    /// known to have shipped; its ring at the cap while writes of its own were unshipped), and
+    /// passes a leaver was held for one.
+    restart_losses: u64,
+    ring_cap_losses: u64,
+    window_loss_holds: u64,
     /// Password changes by the user (each once the operator recorded the one before), values
     /// remembered before they were set, passwords set live, and rotations recorded as over.
     password_changes: u64,
@@ -2009,6 +2035,9 @@ impl std::ops::AddAssign for Counts {
         self.whole_down_steps += o.whole_down_steps;
         self.mixed_version_passes += o.mixed_version_passes;
         self.downgrades_held += o.downgrades_held;
+        self.restart_losses += o.restart_losses;
+        self.ring_cap_losses += o.ring_cap_losses;
+        self.window_loss_holds += o.window_loss_holds;
         self.password_changes += o.password_changes;
         self.passwords_remembered += o.passwords_remembered;
         self.passwords_set += o.passwords_set;
@@ -2568,10 +2597,10 @@ impl Operator {
             // A removal reports its hold; a restart says it in its progress only.
             held_by_stalled_window: d.hold.as_ref().is_some_and(|h| {
                 h.reason == BlockReason::LeaverBacklog && h.moving == Moving::Repairs
-            }) || d
-                .progress
-                .as_ref()
-                .is_some_and(|p| p.contains("'s replication window is stalled (")),
+            }) || d.progress.as_ref().is_some_and(|p| {
+                p.contains("'s replication window is stalled (")
+                    || p.contains("'s replication ring may have dropped writes")
+            }),
         };
         // The status write carries the resourceVersion the decision was based on: a decision
         // made on a stale status conflicts (409) and nothing is done.
@@ -2730,6 +2759,20 @@ impl Operator {
             .count() as u64;
         counts.mixed_version_passes +=
             u64::from(plan.versions.mix() == marekvs_core::versions::Mix::Mixed);
+        let pass_at = w.t as Millis * 1000;
+        for l in d.memory.samples.values().filter_map(|s| s.window_lost) {
+            if l.at == pass_at {
+                match l.cause {
+                    WindowLossCause::Restarted => counts.restart_losses += 1,
+                    WindowLossCause::RingAtCap => counts.ring_cap_losses += 1,
+                }
+            }
+        }
+        counts.window_loss_holds += u64::from(
+            d.progress
+                .as_ref()
+                .is_some_and(|p| p.contains("replication ring may have dropped writes")),
+        );
         counts.downgrades_held += u64::from(
             d.blocked.as_ref().map(|b| b.reason) == Some(BlockReason::DowngradeNotAllowed),
         );
@@ -3698,7 +3741,7 @@ fn no_schedule_loses_data_or_disrupts_two_members_and_every_one_converges() {
          {} scale-ups that added a batch and left members for later, {} removals of a member whose container never started (no gate, no drain), {} of its pods deleted (each volume checked empty); \
          node drains: {} nodes cordoned, {} members moved off one, {} pods evicted (each let go by the operator); \
          passwords: {} changes of the Secret, {} values remembered before being set, {} set live, {} rotations recorded as over (every member checked to take a password the operator knows); \
-         versions: {} passes with members on different releases, {} whole-cluster upgrades started, {} done, {} steps with every member stopped or starting for one (each checked for two images running), {} passes holding a downgrade",
+         versions: {} passes with members on different releases, {} whole-cluster upgrades started, {} done, {} steps with every member stopped or starting for one (each checked for two images running), {} passes holding a downgrade; gate v4: {} restarts and {} readings at the ring's cap that may have lost unshipped writes, {} passes holding a leaver for one",
         counts.steps,
         counts.faults,
         counts.invariant_checks,
@@ -3753,6 +3796,9 @@ fn no_schedule_loses_data_or_disrupts_two_members_and_every_one_converges() {
         counts.upgrades_done,
         counts.whole_down_steps,
         counts.downgrades_held,
+        counts.restart_losses,
+        counts.ring_cap_losses,
+        counts.window_loss_holds,
     );
     println!("dst: {schedules} schedules in {:.1?}", started.elapsed());
     let l = counts.load;
@@ -3825,6 +3871,10 @@ fn no_schedule_loses_data_or_disrupts_two_members_and_every_one_converges() {
         assert!(counts.look_alike_blocked > 0, "{counts:?}");
         assert!(
             counts.node_drains > 0 && counts.node_moves > 0 && counts.evictions > 0,
+            "{counts:?}"
+        );
+        assert!(
+            counts.restart_losses > 0 && counts.ring_cap_losses > 0 && counts.window_loss_holds > 0,
             "{counts:?}"
         );
         assert!(

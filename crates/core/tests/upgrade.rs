@@ -517,3 +517,54 @@ fn a_downgrade_restarts_no_member_unless_allowed() {
     assert_eq!(new_pods, 1, "one member restarted, no more");
     assert_eq!(last.memory.disruption, None);
 }
+
+/// The image changes again while the members start: a pod created on the newer image beside
+/// one on the earlier would mesh two releases. No pod is created beside them; every member
+/// stops again, and all start on the newer image.
+#[test]
+fn an_image_changed_again_while_members_start_stops_them_all_again() {
+    let spec = spec(true);
+    let (mut memory, mut world, mut now) = (active(), World::old(), T0);
+    let created = run(&spec, &mut memory, &mut world, &mut now, 400, |d| {
+        d.actions.iter().any(|a| matches!(a, Action::CreatePod(_)))
+    });
+    let d = created.last().unwrap();
+    assert_eq!(
+        d.memory.upgrade().map(|u| u.step),
+        Some(UpgradeStep::Starting)
+    );
+    // Members 0 and 1 started on what is now the earlier image; member 2's pod is gone.
+    for o in [0, 1] {
+        world.pods.get_mut(&o).unwrap().as_mut().unwrap().0 = false;
+    }
+    world.pods.insert(2, None);
+    let d = &run(&spec, &mut memory, &mut world, &mut now, 1, |_| true)[0];
+    assert_eq!(d.actions, [Action::DeletePod(0), Action::DeletePod(1)]);
+    assert_eq!(
+        d.memory.upgrade().map(|u| u.step),
+        Some(UpgradeStep::Stopping)
+    );
+    assert!(
+        d.progress
+            .as_deref()
+            .is_some_and(|p| p.contains("the member image changed again while demo-0, demo-1")),
+        "{:?}",
+        d.progress
+    );
+    // Once they are gone, all three start on the newer image, and the upgrade completes.
+    let end = run(&spec, &mut memory, &mut world, &mut now, 60, |d| {
+        d.memory.upgrade().is_none()
+    });
+    assert!(end.iter().all(|d| {
+        d.actions
+            .iter()
+            .all(|a| !matches!(a, Action::CreatePod(_)) || d.actions.len() == 3)
+    }));
+    assert_eq!(reasons(end.last().unwrap()), ["WholeClusterUpgraded"]);
+    assert!(
+        world
+            .pods
+            .values()
+            .all(|p| p.is_some_and(|(new, _, _)| new))
+    );
+}

@@ -90,7 +90,7 @@ mod tests {
     use marekvs_core::pass::{autoscale_report, look_alike_notes, write_stopped};
     use marekvs_core::{
         BlockReason, Blocked, MemberPhase, PodAdmission, PodObs, QuietReset, RemovalStep, RollStep,
-        Scrape, VictimReason,
+        Scrape, VictimReason, WindowLoss, WindowLossCause,
     };
     use serde_json::{Value, json};
 
@@ -254,6 +254,8 @@ mod tests {
                 ring_ops: Some(at),
                 repl_ops_sent_total: Some(0),
                 repl_inflight_bytes: Some(0),
+                ring_bytes: Some(at * 1_000),
+                repl_ops_applied_total: Some(at),
             }),
             ..MemberStatus::default()
         };
@@ -301,6 +303,22 @@ mod tests {
                         // The scrape's figure (kept in `metrics`), and when it last moved.
                         sent_total: (o != 3).then_some(500 + u64::from(o)),
                         sent_changed_at: now - 5_000 * i64::from(o),
+                        // The scrape's figures (kept in `metrics`).
+                        inflight_bytes: (o != 1).then_some(7 * u64::from(o)),
+                        ring_bytes: (o != 2).then_some(1_000 + u64::from(o)),
+                        applied_total: (o != 0).then_some(60 + u64::from(o)),
+                        window_lost: [
+                            None,
+                            Some(WindowLoss {
+                                at: now - 40_000,
+                                cause: WindowLossCause::Restarted,
+                            }),
+                            Some(WindowLoss {
+                                at: now - 1_000,
+                                cause: WindowLossCause::RingAtCap,
+                            }),
+                            None,
+                        ][o as usize],
                     };
                     (o, sample)
                 })
@@ -360,6 +378,9 @@ mod tests {
                 s.ae_rounds = Some(40 + u64::from(o));
                 s.repl_sent = (o != 3).then_some(500 + u64::from(o));
                 s.write_commands = 100 * u64::from(o);
+                s.repl_inflight_bytes = (o != 1).then_some(7 * u64::from(o));
+                s.ring_bytes = (o != 2).then_some(1_000 + u64::from(o));
+                s.repl_applied = (o != 0).then_some(60 + u64::from(o));
                 (o, m)
             })
             .collect();

@@ -108,6 +108,13 @@ pub fn memory_from_status(name: &str, status: &MarekvsClusterStatus) -> Memory {
                         .filter(|_| m.sent_changed_at.is_some())
                         .map(|r| r.max(0) as u64),
                     sent_changed_at: m.sent_changed_at.as_ref().map_or(changed, from_time),
+                    inflight_bytes: metrics.repl_inflight_bytes.map(|r| r.max(0) as u64),
+                    ring_bytes: metrics.ring_bytes.map(|r| r.max(0) as u64),
+                    applied_total: metrics.repl_ops_applied_total.map(|r| r.max(0) as u64),
+                    window_lost: m.window_lost.as_ref().map(|w| marekvs_core::WindowLoss {
+                        at: from_time(&w.at),
+                        cause: w.cause.into(),
+                    }),
                 },
             );
         }

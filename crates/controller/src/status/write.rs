@@ -9,7 +9,7 @@ use marekvs_api::convert::{drained_node, replaced_pvc};
 use marekvs_api::{
     AutoscaleStatus, BackgroundRepairStatus, CounterSample, HandoffHoldStatus, KeptVolume,
     LoadSampleStatus, MarekvsClusterStatus, MemberMetrics, MemberStatus, PlanHold, PlanHoldKind,
-    PlanStep, RemovalStatus, RolloutStatus,
+    PlanStep, RemovalStatus, RolloutStatus, WindowLoss,
 };
 use marekvs_core::pass::{AutoscaleReport, AutoscaleSays};
 use marekvs_core::{Hold, HoldReport, Millis, PlannedRemoval};
@@ -212,6 +212,8 @@ pub(super) fn member_status(input: &StatusInput, o: u32, t: &Time) -> MemberStat
             ring_ops: s.ring_ops.map(|r| r as i64),
             repl_ops_sent_total: s.repl_sent.map(|r| r as i64),
             repl_inflight_bytes: s.repl_inflight_bytes.map(|r| r as i64),
+            ring_bytes: s.ring_bytes.map(|r| r as i64),
+            repl_ops_applied_total: s.repl_applied.map(|r| r as i64),
         }),
         None => prev_m.and_then(|pm| pm.metrics.clone()),
     };
@@ -265,6 +267,10 @@ pub(super) fn member_status(input: &StatusInput, o: u32, t: &Time) -> MemberStat
                 at: to_time(at),
             }),
         sent_changed_at: sample.map(|s| to_time(s.sent_changed_at)),
+        window_lost: sample.and_then(|s| s.window_lost).map(|w| WindowLoss {
+            cause: w.cause.into(),
+            at: to_time(w.at),
+        }),
         conditions: conditions.list,
     }
 }
@@ -370,7 +376,15 @@ pub fn for_comparison(status: &MarekvsClusterStatus) -> serde_json::Value {
                 metrics.remove("scrapedAt");
                 metrics.remove("aeRoundsTotal");
                 metrics.remove("commandsTotal");
+                // Whether the ring is near a cap decides (gate v4, at a restart): a crossing
+                // is a change, the occupancy alone is not.
+                let figure = |key: &str| metrics.get(key).and_then(|v| v.as_u64());
+                let near_cap =
+                    marekvs_core::handoff::near_cap(figure("ringOps"), figure("ringBytes"));
                 metrics.remove("ringOps");
+                metrics.remove("ringBytes");
+                metrics.remove("replOpsAppliedTotal");
+                metrics.insert("ringNearCap".into(), near_cap.into());
             }
         }
     }

@@ -36,9 +36,14 @@ impl Pass<'_> {
     }
 
     /// The upgrade is stopping members: no pod is created, every running one is deleted.
+    /// Stopping, or starting while a member runs an earlier image than the spec's (the image
+    /// changed again while they were down): no pod is created beside it, and every one stops
+    /// again ([`Self::started`]).
     pub(super) fn upgrade_stopping(&self) -> bool {
-        self.upgrade()
-            .is_some_and(|u| u.step == UpgradeStep::Stopping)
+        self.upgrade().is_some_and(|u| {
+            u.step == UpgradeStep::Stopping
+                || (u.step == UpgradeStep::Starting && !self.image_outdated().is_empty())
+        })
     }
 
     /// Members whose pod runs another image than the spec's.
@@ -186,7 +191,7 @@ impl Pass<'_> {
                 self.stopped(&mut u);
                 false
             }
-            UpgradeStep::Starting => self.started(&u),
+            UpgradeStep::Starting => self.started(&mut u),
         };
         if done {
             self.upgraded = Some(u);
@@ -280,8 +285,20 @@ impl Pass<'_> {
 
     /// True once every member runs again and the gate passes over all of them. A new pod that
     /// is outdated again and not ready (the spec changed while they were down) is replaced.
-    fn started(&mut self, u: &Upgrade) -> bool {
+    fn started(&mut self, u: &mut Upgrade) -> bool {
         let members: Vec<u32> = self.members.iter().copied().collect();
+        // The image changed again while they started: a pod on the newer one beside this one
+        // would mesh two releases, so every member stops again (this pass deleted them, see
+        // `upgrade_stopping`) and all start on the newer image.
+        let earlier = self.image_outdated();
+        if !earlier.is_empty() {
+            enter(u, UpgradeStep::Stopping, self.now);
+            self.progress.push(format!(
+                "whole-cluster upgrade: the member image changed again while {} started on an earlier one; stopping every member again",
+                self.names(&earlier)
+            ));
+            return false;
+        }
         for &o in &members {
             let again = self
                 .obs(o)
