@@ -10,6 +10,8 @@
 #   hack/bench.sh scale --clusters 50 --members 8 --steady-seconds 60
 #   hack/bench.sh failover --clusters 200 --members 8 --runs 3 --after-seconds 60
 #   hack/bench.sh load --bound-seconds 90 --percent 0,25,50,100,150
+#
+# BENCH_PROFILE=debug runs debug builds (the ones make test builds) instead of release ones.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib.sh"
@@ -29,18 +31,23 @@ finish() {
 trap finish EXIT
 
 "$here/cluster-up.sh" bench >/dev/null
-MAREKVS_SIM_PROFILE=release "$here/sim-up.sh" bench >/dev/null
-(cd "$REPO" && cargo build -q --release -p marekvs-operator && cargo build -q --release -p marekvs-e2e --bin bench)
+profile=${BENCH_PROFILE:-release}
+MAREKVS_SIM_PROFILE=$profile "$here/sim-up.sh" bench >/dev/null
+if [ "$profile" = release ]; then
+  (cd "$REPO" && cargo build -q --release -p marekvs-operator && cargo build -q --release -p marekvs-e2e --bin bench)
+else
+  build_all
+fi
 bin=$("$here/build-control-plane.sh")
 opkc=$(operator_kubeconfig)
 export MAREKVS_OPERATOR_KUBECONFIG=$opkc
 export KUBECONFIG=$KUBECONFIG_PATH MAREKVS_SIM_CONTROL_URL=$SIM_CONTROL_URL
 # Established is not quite served: wait until the resource answers.
 wait_for "the MarekvsCluster API" 60 kc get marekvsclusters -A
-export MAREKVS_OPERATOR_BIN=${BENCH_OPERATOR_BIN:-${CARGO_TARGET_DIR:-$REPO/target}/release/marekvs-operator}
+export MAREKVS_OPERATOR_BIN=${BENCH_OPERATOR_BIN:-${CARGO_TARGET_DIR:-$REPO/target}/$profile/marekvs-operator}
 export MAREKVS_E2E_LOG_DIR=${MAREKVS_E2E_LOG_DIR:-$STATE/logs}
 {
   echo "# $(date -u +%FT%TZ) $(git -C "$REPO" rev-parse --short HEAD) $(nproc) cores: bench ${*:-all}"
-  "${CARGO_TARGET_DIR:-$REPO/target}/release/bench" "${@:-all}" | tee /dev/stderr | grep '^RESULT'
+  "${CARGO_TARGET_DIR:-$REPO/target}/$profile/bench" "${@:-all}" | tee /dev/stderr | grep '^RESULT'
 } >> "$out"
 log "results appended to $out"

@@ -25,7 +25,9 @@ here=$(cd "$(dirname "$0")" && pwd)
 # through the Service, and with a client pinned to the leaver; the data check's negative control
 # (a forced pod + PVC delete right after 160 MiB of writes loses keys, and the check names them); the upgrade from
 # the pinned commit; `kubectl drain` of a node that runs 2 of 5 members, and one at replicationFactor (held, then done);
-# a password rotation under a writing client, cut short by an operator restart, then a gated removal.
+# a password rotation under a writing client, cut short by an operator restart, then a gated removal;
+# a whole-cluster upgrade under load; a fast client on the leaver cut by its restart with writes
+# unshipped (gate v4).
 REAL_LANE=(
   creates_members_then_scales_3_5_3_removing_the_chosen_member_first
   a_deleted_pod_returns_on_its_volume_and_a_deleted_pod_and_pvc_rejoin_fresh
@@ -38,6 +40,7 @@ REAL_LANE=(
   a_node_drain_at_replication_factor_is_blocked_with_the_reason_then_completes
   a_password_rotation_sets_the_new_password_live_and_a_gated_removal_follows
   a_whole_cluster_upgrade_under_load_loses_nothing
+  a_fast_client_on_the_leaver_cut_by_its_restart_loses_nothing
 )
 
 stages_begin build unit fuzz e2e e2e-real

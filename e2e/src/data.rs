@@ -559,8 +559,8 @@ impl DataSet {
     }
 
     /// An empty set for a writer that records each acknowledged key ([`crate::load`]), to be
-    /// read back through `reader`.
-    pub(crate) fn empty(label: &str, reader: &str) -> DataSet {
+    /// read back through `reader`, with values of `value_len` bytes (0: [`VALUE_LEN`]).
+    pub(crate) fn empty(label: &str, reader: &str, value_len: usize) -> DataSet {
         DataSet {
             label: label.to_string(),
             nonce: new_nonce(),
@@ -571,7 +571,7 @@ impl DataSet {
             deleted: BTreeSet::new(),
             reader: reader.to_string(),
             password: None,
-            value_len: VALUE_LEN,
+            value_len: if value_len == 0 { VALUE_LEN } else { value_len },
         }
     }
 
@@ -930,7 +930,7 @@ mod tests {
 
     #[test]
     fn a_check_over_no_key_fails_and_one_over_keys_may_run() {
-        let mut set = DataSet::empty("t", "demo-0");
+        let mut set = DataSet::empty("t", "demo-0", 0);
         let err = set.refuse_empty().expect_err("0 keys must not pass");
         assert!(err.to_string().contains("no key was written"), "{err}");
         set.record(set.key_at(0), "demo-1");
@@ -939,7 +939,7 @@ mod tests {
 
     #[test]
     fn a_read_is_judged_against_what_was_last_written() {
-        let mut set = DataSet::empty("t", "demo-0");
+        let mut set = DataSet::empty("t", "demo-0", 0);
         for i in 0..3 {
             set.record(set.key_at(i), "demo-1");
         }

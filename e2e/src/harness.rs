@@ -61,7 +61,7 @@ impl Need {
                 "asserts figures of the simulator's data plane (a loss sized to its ring, or 3,000 SET/s, which real members on a 2-core harness do not converge at); hack/bench.sh ladder and trap measure real members",
             ),
             Need::RealDataPlane if set("MAREKVS_SIM_CONTROL_URL") => Some(
-                "asserts a loss only the real node's replication makes (a raw delete seconds after its writes); members here are simulated: run it with MAREKVS_BIN, as make test's real-member lane does",
+                "asserts what only the real node's replication does (a loss a raw delete seconds after writes makes, a ring past its cap, a restart that empties it); members here are simulated: run it with MAREKVS_BIN, as make test's real-member lane does",
             ),
             Need::Alone if !set("MAREKVS_E2E_ALONE") => Some(
                 "loads the simulator and the cores so that tests beside it time out: run it alone, MAREKVS_E2E_ALONE=1 hack/test-e2e.sh <its name>",

@@ -43,6 +43,15 @@ pub enum LoadTarget {
     /// starts, each on the endpoint it picked when it opened (round robin, as kube-proxy
     /// spreads new connections), until it breaks; then opened again through the Service.
     Pooled { service: String, connections: usize },
+    /// `connections` pooled connections all opened on `member`'s pod address when the load
+    /// starts (a pool that dialled that member, or landed all on it), each opened again
+    /// through `service` once it breaks, as [`LoadTarget::Pooled`] does: a client the
+    /// member's exit moves to the others.
+    PooledFrom {
+        member: String,
+        service: String,
+        connections: usize,
+    },
 }
 
 /// One pooled connection: the member it opened on, while it lasts.
@@ -60,6 +69,9 @@ pub struct LoadReport {
     pub elapsed: Duration,
     /// Acknowledged writes by the member they went through.
     pub per_member: BTreeMap<String, usize>,
+    /// For [`LoadTarget::PooledFrom`]: when its first connection to that member broke,
+    /// counted from the load's start.
+    pub first_cut: Option<Duration>,
 }
 
 impl LoadReport {
@@ -87,6 +99,19 @@ impl SteadyLoad {
         reader: &str,
         label: &str,
     ) -> anyhow::Result<SteadyLoad> {
+        Self::start_sized(client, namespace, target, rate, reader, label, 0)
+    }
+
+    /// [`SteadyLoad::start`] with values of `value_len` bytes (0: the data check's default).
+    pub fn start_sized(
+        client: kube::Client,
+        namespace: &str,
+        target: LoadTarget,
+        rate: f64,
+        reader: &str,
+        label: &str,
+        value_len: usize,
+    ) -> anyhow::Result<SteadyLoad> {
         anyhow::ensure!(
             !data::port_forward(),
             "a steady load writes to pod IPs; not through port-forwards"
@@ -96,12 +121,14 @@ impl SteadyLoad {
             services: Api::namespaced(client, namespace),
             target,
             rate,
-            set: DataSet::empty(label, reader),
+            set: DataSet::empty(label, reader, value_len),
             conns: BTreeMap::new(),
             pool: Vec::new(),
             opened: 0,
             per_member: BTreeMap::new(),
             failed: 0,
+            started: Instant::now(),
+            first_cut: None,
         };
         let stop = Arc::new(AtomicBool::new(false));
         let acked = Arc::new(AtomicUsize::new(0));
@@ -135,6 +162,8 @@ struct Writer {
     /// Acknowledged writes by member.
     per_member: BTreeMap<String, usize>,
     failed: usize,
+    started: Instant,
+    first_cut: Option<Duration>,
 }
 
 impl Writer {
@@ -143,22 +172,42 @@ impl Writer {
         stop: Arc<AtomicBool>,
         acked: Arc<AtomicUsize>,
     ) -> anyhow::Result<LoadReport> {
-        let start = Instant::now();
+        let start = self.started;
         let mut endpoints: Vec<(String, Ipv4Addr)> = Vec::new();
         let mut resolved: Option<Instant> = None;
         let (mut sent, mut next) = (0usize, 0usize);
-        if let LoadTarget::Pooled { connections, .. } = &self.target {
-            // Every connection opened before the first write, as a pool warms up.
-            self.pool = (0..*connections)
-                .map(|_| Slot {
-                    member: None,
-                    conn: None,
-                })
-                .collect();
-            self.open_pool().await;
+        match &self.target {
+            LoadTarget::Pooled { connections, .. } => {
+                // Every connection opened before the first write, as a pool warms up.
+                self.pool = (0..*connections)
+                    .map(|_| Slot {
+                        member: None,
+                        conn: None,
+                    })
+                    .collect();
+                self.open_pool().await;
+            }
+            LoadTarget::PooledFrom {
+                member,
+                connections,
+                ..
+            } => {
+                let ip = data::member_ip(&self.pods, member).await?;
+                for _ in 0..*connections {
+                    let conn = Resp::connect(ip).await?;
+                    self.pool.push(Slot {
+                        member: Some((member.clone(), ip)),
+                        conn: Some(conn),
+                    });
+                }
+            }
+            LoadTarget::Service(_) | LoadTarget::Pod(_) => {}
         }
         while !stop.load(Ordering::Relaxed) {
-            if matches!(self.target, LoadTarget::Pooled { .. }) {
+            if matches!(
+                self.target,
+                LoadTarget::Pooled { .. } | LoadTarget::PooledFrom { .. }
+            ) {
                 let due = (self.rate * start.elapsed().as_secs_f64()) as usize;
                 let max = (self.rate * MAX_CATCH_UP.as_secs_f64()) as usize;
                 let n = due.saturating_sub(sent).min(max.max(1));
@@ -200,6 +249,7 @@ impl Writer {
             failed: self.failed,
             elapsed: start.elapsed(),
             per_member: self.per_member,
+            first_cut: self.first_cut,
         })
     }
 
@@ -280,6 +330,11 @@ impl Writer {
                     }
                 }
                 Err(_) => {
+                    if let LoadTarget::PooledFrom { member, .. } = &self.target
+                        && *member == name
+                    {
+                        self.first_cut.get_or_insert(self.started.elapsed());
+                    }
                     self.pool[i].member = None;
                     self.failed += keys.len();
                 }
@@ -339,9 +394,9 @@ async fn resolve(
         LoadTarget::Pod(name) => {
             return Ok(vec![(name.clone(), data::member_ip(pods, name).await?)]);
         }
-        LoadTarget::Service(svc) | LoadTarget::Pooled { service: svc, .. } => {
-            services.get(svc).await?
-        }
+        LoadTarget::Service(svc)
+        | LoadTarget::Pooled { service: svc, .. }
+        | LoadTarget::PooledFrom { service: svc, .. } => services.get(svc).await?,
     };
     let selector = svc.spec.and_then(|s| s.selector).unwrap_or_default();
     anyhow::ensure!(!selector.is_empty(), "the Service selects no pods");

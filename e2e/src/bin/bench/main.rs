@@ -36,6 +36,19 @@
 //!                                             it holds, what status says, and, once it stops
 //!                                             after N s (default 60), the time to complete
 //!                                             and keys lost
+//!   bench control  [--rates R,...] [--seconds N] [--connections N] [--value-bytes N]
+//!                  [--burst N] [--burst-value-bytes N] [--bound-seconds N]
+//!                                             the control of the fast-leaver tests: the same
+//!                                             load with no operator action. With --burst N,
+//!                                             first N keys (default 0) of N bytes (default
+//!                                             64) through bench-4 as fast as the harness
+//!                                             writes; then at each rate
+//!                                             (default 500,1000,2000 SET/s) N connections
+//!                                             (default 4) on bench-4's pod address for N s
+//!                                             (default 30), values of N bytes (default 1024);
+//!                                             every key read back through bench-0 within the
+//!                                             bound (default 300 s): keys lost, read time.
+//!                                             Meant for real members (MAREKVS_BIN)
 //!   bench trap     [--rf R] [--keys N] [--bound-seconds N]
 //!                                             the hand-off trap: N keys of 1 KiB (default
 //!                                             200,000) written through the two members a
@@ -53,6 +66,7 @@
 #![forbid(unsafe_code)]
 
 mod common;
+mod control;
 mod failover;
 mod ladder;
 mod load;
@@ -65,6 +79,7 @@ mod trap;
 
 use std::time::Duration;
 
+use control::control;
 use failover::failover;
 use ladder::ladder;
 use load::load;
@@ -143,6 +158,18 @@ async fn main() -> anyhow::Result<()> {
             )
             .await
         }
+        "control" => {
+            control(
+                &list(&args, "--rates", &[500, 1000, 2000]),
+                Duration::from_secs(arg(&args, "--seconds", 30)),
+                arg(&args, "--connections", 4) as usize,
+                arg(&args, "--value-bytes", 1024) as usize,
+                arg(&args, "--burst", 0) as usize,
+                arg(&args, "--burst-value-bytes", 64) as usize,
+                Duration::from_secs(arg(&args, "--bound-seconds", 300)),
+            )
+            .await
+        }
         "trap" => {
             trap(
                 arg(&args, "--rf", 2) as u32,
@@ -160,7 +187,7 @@ async fn main() -> anyhow::Result<()> {
         }
         other => {
             anyhow::bail!(
-                "unknown benchmark {other:?}: steps, replace, scale, failover, load, ladder, pinned, trap or all"
+                "unknown benchmark {other:?}: steps, replace, scale, failover, load, ladder, pinned, control, trap or all"
             )
         }
     }
