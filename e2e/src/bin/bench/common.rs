@@ -121,8 +121,17 @@ pub async fn read_back(
     report: &load::LoadReport,
     bound: Duration,
 ) -> anyhow::Result<(usize, f64)> {
+    read_back_set(pods, &report.data, bound).await
+}
+
+/// [`read_back`] for a written set.
+pub async fn read_back_set(
+    pods: &Api<Pod>,
+    set: &data::DataSet,
+    bound: Duration,
+) -> anyhow::Result<(usize, f64)> {
     let started = Instant::now();
-    let lost = match report.data.verify_within(pods, bound).await {
+    let lost = match set.verify_within(pods, bound).await {
         Ok(_) => 0,
         Err(e) => match e.downcast_ref::<data::Lost>() {
             Some(l) => {

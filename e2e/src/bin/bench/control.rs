@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::Api;
 use marekvs_e2e::*;
 
-use crate::common::{five_members, read_back};
+use crate::common::{five_members, read_back, read_back_set};
 
 /// For each rate: `connections` connections all opened on bench-4's pod address writing
 /// `rate` SET/s of `value_bytes` for `seconds` (none of them ever cut), then the read-back.
@@ -39,20 +39,9 @@ pub async fn control(
         )
         .await?;
         let wrote = started.elapsed().as_secs_f64();
-        let read = Instant::now();
-        let lost = match set.verify_within(&pods, bound).await {
-            Ok(_) => 0,
-            Err(e) => match e.downcast_ref::<data::Lost>() {
-                Some(l) => {
-                    println!("# {l}");
-                    l.missing.len()
-                }
-                None => return Err(e),
-            },
-        };
+        let (lost, read_s) = read_back_set(&pods, &set, bound).await?;
         println!(
-            "RESULT\tcontrol_burst\tkeys={burst}\tvalue_bytes={burst_value_bytes}\twrite_s={wrote:.1}\tlost={lost}\tread_s={:.1}\tbound_s={}",
-            read.elapsed().as_secs_f64(),
+            "RESULT\tcontrol_burst\tkeys={burst}\tvalue_bytes={burst_value_bytes}\twrite_s={wrote:.1}\tlost={lost}\tread_s={read_s:.1}\tbound_s={}",
             bound.as_secs()
         );
         env.cleanup().await?;
