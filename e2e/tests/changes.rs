@@ -54,6 +54,26 @@ async fn a_spec_change_restarts_one_member_at_a_time_behind_the_hand_off_gate() 
     let pods: Api<Pod> = env.api();
     let before = pods_now(&pods).await?;
     let data = write_keys(&env, &["demo-0", "demo-1", "demo-2"], "demo-1", "rollout").await?;
+    // A pooled client: 2 connections opened on demo-1 keep writing through the whole update
+    // (reopened through the client Service when they break). A marekvs node closes them only
+    // when it exits, so demo-1's hand-off can never see its writes stop: its own restart must
+    // be the cut.
+    let load = load::SteadyLoad::start(
+        env.client.clone(),
+        &ns,
+        load::LoadTarget::PooledFrom {
+            member: "demo-1".into(),
+            service: "demo".into(),
+            connections: 2,
+        },
+        40.0,
+        "demo-0",
+        "rollout-pooled",
+    )?;
+    wait_until("the pooled client writes through demo-1", T, || async {
+        Ok((load.acked() > 0).then_some(()))
+    })
+    .await?;
 
     // An image change (portable: by default the same image spelled differently).
     patch_spec(&api, "demo", json!({"image": image_next()})).await?;
@@ -68,12 +88,20 @@ async fn a_spec_change_restarts_one_member_at_a_time_behind_the_hand_off_gate() 
         );
     }
     let start = Instant::now();
+    let mut cut: BTreeSet<String> = BTreeSet::new();
     loop {
         let s = status_of(&api.get("demo").await?);
         if let Some(r) = &s.rollout
             && order.last() != Some(&r.member)
         {
             order.push(r.member.clone());
+        }
+        if let Some(r) = s
+            .rollout
+            .as_ref()
+            .filter(|r| r.connections_cut_at.is_some())
+        {
+            cut.insert(r.member.clone());
         }
         // Never two members down at once: at most one member without a live, ready pod.
         let now = pods_now(&pods).await?;
@@ -122,7 +150,21 @@ async fn a_spec_change_restarts_one_member_at_a_time_behind_the_hand_off_gate() 
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     assert!(gated, "the rollout never reached the hand-off of demo-2");
+    let pooled = load.stop().await?;
+    eprintln!(
+        "roll: the pooled client wrote {} keys ({} failed) through {:?}; its connections first broke {:?} after it started; restarts taken as the cut: {cut:?}",
+        pooled.data.len(),
+        pooled.failed,
+        pooled.per_member,
+        pooled.first_cut
+    );
+    anyhow::ensure!(
+        cut.contains("demo-1") && pooled.first_cut.is_some(),
+        "demo-1's restart was never taken as the cut of its pooled connections (cut: {cut:?}; the client's first break {:?})",
+        pooled.first_cut
+    );
     read_back(&env, &data).await?;
+    read_back(&env, &pooled.data).await?;
     assert_eq!(
         order,
         ["demo-2", "demo-1", "demo-0"],
@@ -153,6 +195,7 @@ async fn a_spec_change_restarts_one_member_at_a_time_behind_the_hand_off_gate() 
             "Draining",
             "MemberRestarting",
             "MemberUpdated",
+            "ClientConnectionsCut",
         ],
     )
     .await?;
@@ -536,12 +579,20 @@ async fn watch_rollout(
     let generation = api.get("demo").await?.metadata.generation;
     let mut order: Vec<String> = Vec::new();
     let start = Instant::now();
+    let mut cut: BTreeSet<String> = BTreeSet::new();
     loop {
         let s = status_of(&api.get("demo").await?);
         if let Some(r) = &s.rollout
             && order.last() != Some(&r.member)
         {
             order.push(r.member.clone());
+        }
+        if let Some(r) = s
+            .rollout
+            .as_ref()
+            .filter(|r| r.connections_cut_at.is_some())
+        {
+            cut.insert(r.member.clone());
         }
         let now = pods_now(pods).await?;
         let down: Vec<&String> = s

@@ -1149,6 +1149,12 @@ pub struct RolloutStatus {
     pub started_at: Time,
     /// When the current step began (the hand-off timeout counts from here).
     pub step_started_at: Time,
+    /// When the operator restarted it before its hand-off passed, because client writes
+    /// still arrived over connections opened before its client traffic was cut (a marekvs
+    /// node closes one only when it exits); it comes back on its own volume with what they
+    /// wrote. Absent if it did not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connections_cut_at: Option<Time>,
 }
 
 /// Where the cluster stands.

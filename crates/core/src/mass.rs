@@ -190,6 +190,7 @@ mod tests {
                 handed_off_pvc: handed_off_pvc.map(Into::into),
                 started_at: 0,
                 step_started_at: 0,
+                connections_cut_at: None,
             }))
         };
         mem.disruption = roll(Some("v"));

@@ -433,6 +433,10 @@ pub struct Roll {
     pub handed_off_pvc: Option<String>,
     pub started_at: Millis,
     pub step_started_at: Millis,
+    /// When its restart was taken, before its hand-off passed, to close client connections
+    /// that still wrote to it after its traffic was cut (see `stepper::rollout`): its own
+    /// volume comes back with what they wrote.
+    pub connections_cut_at: Option<Millis>,
 }
 
 impl Roll {

@@ -2092,6 +2092,10 @@ struct LoadCounts {
     /// Victims restarted on their own volume to close the client connections they still took
     /// writes over (`Removal::connections_cut_at`), each checked to keep its volume.
     connection_cuts: u64,
+    /// Members of a rolling change whose restart was taken as the cut of the client
+    /// connections still writing to them (`Roll::connections_cut_at`), each checked to keep
+    /// its volume.
+    roll_connection_cuts: u64,
     /// Rings whose window stalled for good while they shipped (`WEDGE_CHANCE`), and removal
     /// victims' pods deleted while their ring was stalled (what it held handed on by rounds).
     wedges: u64,
@@ -2129,6 +2133,7 @@ impl std::ops::AddAssign for LoadCounts {
         self.traffic_labels += o.traffic_labels;
         self.victim_deletions_checked += o.victim_deletions_checked;
         self.connection_cuts += o.connection_cuts;
+        self.roll_connection_cuts += o.roll_connection_cuts;
         self.wedges += o.wedges;
         self.victims_deleted_wedged += o.victims_deleted_wedged;
         self.deletions_past_join_gauge += o.deletions_past_join_gauge;
@@ -2713,6 +2718,7 @@ impl Operator {
         }
         count_stale(w, d, &observed, counts, violations);
         check_restart(w, d, &status.memory, &observed, counts, violations);
+        check_roll_cut(w, d, &observed, self.spec.replication_factor, violations);
         counts.node_moves += d
             .notes
             .iter()
@@ -3129,6 +3135,38 @@ fn check_restart(
         if !w.pods.get(&r.ordinal).is_some_and(since_recorded) {
             violations.push(format!("t={}: {}: not restarted", w.t, n.message));
         }
+    }
+}
+
+/// A restart of a rolling change taken before its hand-off passed, to close the client
+/// connections still writing to its member: only where its volume comes back with what they
+/// wrote.
+fn check_roll_cut(
+    w: &mut World,
+    d: &Decision,
+    observed: &BTreeMap<u32, MemberObs>,
+    replication_factor: u32,
+    violations: &mut Vec<String>,
+) {
+    let now = w.t as Millis * 1000;
+    let Some(r) = d
+        .memory
+        .roll()
+        .filter(|r| r.connections_cut_at == Some(now))
+    else {
+        return;
+    };
+    w.load.roll_connection_cuts += 1;
+    let leaves = observed
+        .get(&r.ordinal)
+        .and_then(|m| m.pvc.as_ref())
+        // At replicationFactor 1 no restart moves its member off its volume (`SingleCopy`).
+        .is_none_or(|v| replication_factor >= 2 && r.leaves_volume(v));
+    if leaves || d.actions.contains(&Action::DeletePvc(r.ordinal)) {
+        violations.push(format!(
+            "t={}: the restart of {} to close its connections left its volume",
+            w.t, r.ordinal
+        ));
     }
 }
 
@@ -3804,7 +3842,7 @@ fn no_schedule_loses_data_or_disrupts_two_members_and_every_one_converges() {
     let l = counts.load;
     println!(
         "dst write load: {} writes acknowledged ({} from a rogue client), {} past a ring gap, {} write copies skipped for a peer, {} write copies delivered by anti-entropy; \
-         {} members removed ({} under load), {} removal victims' pods deleted and checked for client input ({} while another ready member's join-gate gauge read above 0), {} victims restarted on their volume to close client connections, {} rings stalled for good while shipping ({} removal victims' pods deleted while stalled), {} pods deleted by the operator holding {} writes found nowhere else (kept on their volume); \
+         {} members removed ({} under load), {} removal victims' pods deleted and checked for client input ({} while another ready member's join-gate gauge read above 0), {} victims restarted on their volume to close client connections ({} restarts of a rolling change taken as the cut), {} rings stalled for good while shipping ({} removal victims' pods deleted while stalled), {} pods deleted by the operator holding {} writes found nowhere else (kept on their volume); \
          hand-offs held: {} passes by the leaver's client input, {} by its anti-entropy rounds, {} by its ring still shipping, {} by repairs after its window stalled ({} loads stopped by the user for it); {} writes still unshipped when their process exited, {} exchanges dropped beside a shipping ring, {} cut short by a full queue; {} passes reading rounds, input or own bytes as unknown; {} client-traffic labels set; {} passes refused at replicationFactor 1; \
          known gaps, not violations: {} stale volumes replaced while holding {} writes found nowhere else (lost), {} writes on volumes users discarded",
         l.writes,
@@ -3817,6 +3855,7 @@ fn no_schedule_loses_data_or_disrupts_two_members_and_every_one_converges() {
         l.victim_deletions_checked,
         l.deletions_past_join_gauge,
         l.connection_cuts,
+        l.roll_connection_cuts,
         l.wedges,
         l.victims_deleted_wedged,
         l.pods_deleted_with_unique,
@@ -3922,6 +3961,7 @@ fn no_schedule_loses_data_or_disrupts_two_members_and_every_one_converges() {
             l.victim_deletions_checked > 0
                 && l.deletions_past_join_gauge > 0
                 && l.connection_cuts > 0
+                && l.roll_connection_cuts > 0
                 && l.wedges > 0
                 && l.victims_deleted_wedged > 0
                 && l.pods_deleted_with_unique > 0,

@@ -247,6 +247,7 @@ fn a_restart_in_progress_holds_the_first_step() {
         handed_off_pvc: None,
         started_at: NOW - 10_000,
         step_started_at: NOW - 10_000,
+        connections_cut_at: None,
     }));
     let mut observed = observed;
     observed.get_mut(&0).unwrap().pod.as_mut().unwrap().outdated = false;

@@ -250,6 +250,7 @@ fn a_restart_before_the_hand_off_is_not_made_on_a_stale_volume() {
         handed_off_pvc: None,
         started_at: NOW - 3 * GRACE,
         step_started_at: NOW - 2 * GRACE,
+        connections_cut_at: None,
     }));
     let mut observed: BTreeMap<u32, MemberObs> = (0..3).map(|o| (o, member(true, None))).collect();
     observed.insert(3, member(false, Some(NOW - GRACE / 2)));
@@ -336,6 +337,7 @@ fn a_restart_past_its_hand_off_keeps_the_old_volume_while_another_member_is_away
         handed_off_pvc: Some("v".into()),
         started_at: NOW - 3 * GRACE,
         step_started_at: NOW - 2 * GRACE,
+        connections_cut_at: None,
     };
     memory.disruption = Some(Disruption::Roll(roll));
     let mut observed: BTreeMap<u32, MemberObs> = [0, 2, 3]

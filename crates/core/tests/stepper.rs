@@ -1965,6 +1965,7 @@ fn a_drained_bystander_is_never_disrupted_beside_another_member() {
         handed_off_pvc: Some("u".into()),
         started_at: now - 60_000,
         step_started_at: now - 1_000,
+        connections_cut_at: None,
     }));
     let mut rolling = calm(&mem, true);
     rolling.get_mut(&0).unwrap().pod.as_mut().unwrap().drained = true;
@@ -1998,6 +1999,7 @@ fn a_hand_off_does_not_outlive_a_restart_of_the_node() {
         handed_off_pvc: Some("u".into()),
         started_at: now - 60_000,
         step_started_at: now - 1_000,
+        connections_cut_at: None,
         reason: RollReason::SpecChanged,
     }));
     let s = spec(4, 2);
@@ -2780,6 +2782,102 @@ fn pooled_connections_pinned_to_the_leaver_are_closed_by_one_restart_and_the_rem
         .position(|d| d.actions.contains(&Action::Drain(4)))
         .expect("drained again");
     assert!(deletions[0] + 1 + again < deletions[1]);
+}
+
+/// A rolling update under pooled clients that keep, for good, the connections they opened to
+/// each member before its traffic was cut: without a cut the update would hold on its first
+/// member for ever. 15 s into each member's hand-off its own restart (on its own volume, which
+/// comes back with what they wrote) is taken as the cut, once a member, and the update
+/// completes.
+#[test]
+fn pooled_connections_pinned_to_a_restarting_member_are_closed_by_its_own_restart() {
+    let s = spec(3, 2);
+    let mut w = World::new(1_000);
+    let mut mem = Memory::default();
+    drive(&s, &mut w, &mut mem, 0, 60);
+    w.load = Some(Load::new(300, 1_000_000));
+    change_spec(&mut w);
+    let ds = run(&s, &mut w, &mut mem, 100_000, 200);
+    assert_eq!(ds.last().unwrap().phase, ClusterPhase::Healthy);
+    assert!(
+        w.obs.values().all(|m| !m.pod.as_ref().unwrap().outdated),
+        "every member restarted with the new spec"
+    );
+    assert_eq!(deleted_pods(&ds), vec![2, 1, 0], "each restarted once");
+    let notes = notes_named(&ds, "ClientConnectionsCut");
+    assert_eq!(notes.len(), 3, "{notes:?}");
+    for (note, o) in notes.iter().zip([2, 1, 0]) {
+        assert!(
+            note.contains(&format!(
+                "demo-{o} still took client input (300 write commands/s)"
+            )) && note.contains("comes back on its own volume"),
+            "{note}"
+        );
+    }
+    for (i, d) in ds.iter().enumerate() {
+        let Some(o) = d.actions.iter().find_map(|a| match a {
+            Action::DeletePod(o) => Some(*o),
+            _ => None,
+        }) else {
+            continue;
+        };
+        // Taken as the cut: 15 s into its hand-off, held by the client writes alone until then.
+        let r = d.memory.roll().expect("a restart");
+        assert_eq!((r.ordinal, r.step), (o, RollStep::Deleting));
+        let now = 100_000 + i as i64 * 1_000;
+        assert_eq!(r.connections_cut_at, Some(now));
+        let handing_off = ds[..i]
+            .iter()
+            .rev()
+            .take_while(|d| {
+                d.memory
+                    .roll()
+                    .is_some_and(|r| r.step == RollStep::HandingOff)
+            })
+            .collect::<Vec<_>>();
+        assert!(handing_off.len() >= 15, "{o}: {} passes", handing_off.len());
+        assert!(handing_off.iter().all(|d| {
+            d.hold.as_ref().is_none_or(|h| {
+                h.moving == Moving::ClientTraffic || h.moving == Moving::AntiEntropy
+            })
+        }));
+    }
+}
+
+/// The same pooled clients on a member asked to move to a fresh volume: what they wrote would
+/// go with the volume, so no restart cuts them; the move waits, saying why.
+#[test]
+fn pooled_connections_hold_a_move_to_a_fresh_volume() {
+    let s = spec(3, 2);
+    let mut w = World::new(1_000);
+    let mut mem = Memory::default();
+    drive(&s, &mut w, &mut mem, 0, 60);
+    w.load = Some(Load::new(300, 1_000_000));
+    w.obs
+        .get_mut(&1)
+        .unwrap()
+        .pod
+        .as_mut()
+        .unwrap()
+        .replace_volume = true;
+    let ds = run(&s, &mut w, &mut mem, 100_000, 120);
+    assert!(
+        ds.iter()
+            .all(|d| !d.actions.contains(&Action::DeletePod(1))),
+        "moved with client writes still arriving"
+    );
+    assert!(notes_named(&ds, "ClientConnectionsCut").is_empty());
+    let last = ds.last().unwrap();
+    assert_eq!(
+        last.memory.roll().map(|r| (r.ordinal, r.step)),
+        Some((1, RollStep::HandingOff))
+    );
+    let said = last.progress.clone().unwrap_or_default();
+    assert!(
+        said.starts_with("updating demo-1: demo-1 still receives client commands past its Service")
+            && said.contains("300/s"),
+        "{said}"
+    );
 }
 
 #[test]

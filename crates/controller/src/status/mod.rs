@@ -356,6 +356,7 @@ mod tests {
                 handed_off_pvc: None,
                 started_at: now - 20_000,
                 step_started_at: now - 3_000,
+                connections_cut_at: None,
             })),
             ..base.clone()
         };
@@ -367,6 +368,7 @@ mod tests {
                 handed_off_pvc: Some("pvc-uid-1".into()),
                 started_at: now - 30_000,
                 step_started_at: now - 4_000,
+                connections_cut_at: None,
             })),
             ..base.clone()
         };
@@ -531,6 +533,7 @@ mod tests {
             handed_off_pvc: None,
             started_at: now - 30_000,
             step_started_at: now - 4_000,
+            connections_cut_at: None,
         };
         let base = Memory {
             members: [0, 1, 2, 3].into(),

@@ -47,6 +47,7 @@ pub fn memory_from_status(name: &str, status: &MarekvsClusterStatus) -> Memory {
             handed_off_pvc: r.handed_off_pvc.clone(),
             started_at: from_time(&r.started_at),
             step_started_at: from_time(&r.step_started_at),
+            connections_cut_at: r.connections_cut_at.as_ref().map(from_time),
         })
     });
     let upgrade = status.upgrade.as_ref().map(|u| marekvs_core::Upgrade {

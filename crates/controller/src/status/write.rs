@@ -108,6 +108,7 @@ pub fn status_from(input: &StatusInput) -> MarekvsClusterStatus {
             handed_off_pvc: r.handed_off_pvc.clone(),
             started_at: to_time(r.started_at),
             step_started_at: to_time(r.step_started_at),
+            connections_cut_at: r.connections_cut_at.map(to_time),
         }),
         upgrade: d.memory.upgrade().map(|u| marekvs_api::UpgradeStatus {
             step: u.step.into(),

@@ -160,43 +160,66 @@ impl Pass<'_> {
     /// nothing holds disruptive steps. A client writing to its pod address comes
     /// back with it: that one holds the removal, reported, until it stops.
     fn cut_client_connections(&mut self, r: &mut Removal, name: &str, h: &GateHold) -> bool {
-        let label_off = self
-            .obs(r.ordinal)
-            .pod
-            .as_ref()
-            .is_some_and(|p| p.client_traffic_off && p.ready && !p.terminating);
-        let writes_arrive = h.moving == Moving::ClientTraffic && h.rate_per_sec.is_some();
-        if !label_off
-            || !writes_arrive
-            || r.connections_cut_at.is_some()
-            || self.now - r.step_started_at < CUT_CONNECTIONS_AFTER_MS
-        {
-            return false;
-        }
-        // Every member up, scraped and settled, the victim too (its own figures aside from
-        // what the hand-off waits for): the restart is the only disruption.
-        if self.gate_all(None).is_err()
+        if r.connections_cut_at.is_some()
+            || !self.restart_would_close_connections(r.ordinal, h, r.step_started_at)
             || self.hold(format!("restarting {name} to close its client connections"))
         {
             return false;
         }
         self.actions.insert(Action::DeletePod(r.ordinal));
         r.connections_cut_at = Some(self.now);
+        self.note_connections_cut(r.ordinal, h, r.step_started_at, "its hand-off starts over");
+        self.progress
+            .push(format!("restarting {name} to close its client connections"));
+        true
+    }
+
+    /// Whether member `o`'s hand-off (its step begun at `step_started`) is held only by
+    /// client writes that a restart would stop: its client traffic label has been off for
+    /// `CUT_CONNECTIONS_AFTER_MS` of the step, its pod is ready and not going, writes still
+    /// arrive (so over connections opened before the label), and every member, `o` too, is
+    /// up, scraped and settled, so that the restart is the only disruption. The caller
+    /// decides whether what `o` took may stay on its volume meanwhile.
+    pub(super) fn restart_would_close_connections(
+        &self,
+        o: u32,
+        h: &GateHold,
+        step_started: Millis,
+    ) -> bool {
+        let label_off = self
+            .obs(o)
+            .pod
+            .as_ref()
+            .is_some_and(|p| p.client_traffic_off && p.ready && !p.terminating);
+        let writes_arrive = h.moving == Moving::ClientTraffic && h.rate_per_sec.is_some();
+        label_off
+            && writes_arrive
+            && self.now - step_started >= CUT_CONNECTIONS_AFTER_MS
+            && self.gate_all(None).is_ok()
+    }
+
+    /// The Event for a restart taken to close member `o`'s client connections: `then` says
+    /// what follows it.
+    pub(super) fn note_connections_cut(
+        &mut self,
+        o: u32,
+        h: &GateHold,
+        step_started: Millis,
+        then: &str,
+    ) {
+        let name = self.spec.member_name(o);
         let rate = h
             .rate_per_sec
             .map_or(String::new(), |w| format!(" ({w:.0} write commands/s)"));
         self.notes.push(Note {
             kind: EventKind::Normal,
             reason: EventReason::ClientConnectionsCut,
-            member: Some(r.ordinal),
+            member: Some(o),
             message: format!(
-                "{name} still took client input{rate} {}s after its client traffic was cut, over connections opened before: restarting it on its own volume closes them (a marekvs node closes a client connection only when it exits); its clients reconnect through the client Service to the other members, and its hand-off starts over",
-                (self.now - r.step_started_at) / 1000
+                "{name} still took client input{rate} {}s after its client traffic was cut, over connections opened before: restarting it on its own volume closes them (a marekvs node closes a client connection only when it exits); its clients reconnect through the client Service to the other members, and {then}",
+                (self.now - step_started) / 1000
             ),
         });
-        self.progress
-            .push(format!("restarting {name} to close its client connections"));
-        true
     }
 
     /// Deleting the victim's pod; its node flushes and exits on SIGTERM.

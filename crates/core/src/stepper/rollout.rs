@@ -19,8 +19,9 @@ fn enter(r: &mut Roll, step: RollStep, now: Millis) {
     r.step_started_at = now;
     if step == RollStep::Draining {
         // Drained again (its node restarted and served since): what was handed off before
-        // no longer covers what it holds now.
+        // no longer covers what it holds now, and a cut taken before is over.
         r.handed_off_pvc = None;
+        r.connections_cut_at = None;
     }
 }
 
@@ -222,6 +223,28 @@ impl Pass<'_> {
                     }
                 }
             }
+            // Pooled clients keep connections opened before its traffic was cut, and a
+            // marekvs node closes one only when it exits: waiting for them would hold the
+            // update for good. Its own volume comes back with what they wrote, to be handed
+            // on by its rounds, so its restart is the cut (as a removal's restart is).
+            Err(h)
+                if leaver.keeps_volume
+                    && self.restart_would_close_connections(r.ordinal, &h, r.step_started_at)
+                    && !self.hold(format!(
+                        "restarting {name}, which closes its client connections"
+                    )) =>
+            {
+                self.note_connections_cut(
+                    r.ordinal,
+                    &h,
+                    r.step_started_at,
+                    "it comes back on its own volume with what they wrote",
+                );
+                r.connections_cut_at = Some(self.now);
+                enter(r, RollStep::Deleting, self.now);
+                // Not left to a drain's eviction: the writes would hold it again meanwhile.
+                self.actions.insert(Action::DeletePod(r.ordinal));
+            }
             Err(h) => self.wait_gate_for_update(h.blocked, r, name, "hand-off before its restart"),
         }
     }
@@ -233,8 +256,11 @@ impl Pass<'_> {
             Some(p) if p.terminating => self
                 .progress
                 .push(format!("waiting for {name} to flush and exit")),
-            // Held after its hand-off passed: a client may have sent it data since.
-            Some(p) if p.drained && !self.covered_now(r.ordinal) => {
+            // Held after its hand-off passed: a client may have sent it data since. (Not
+            // after a restart taken to close its connections: its writes are what it cuts.)
+            Some(p)
+                if p.drained && r.connections_cut_at.is_none() && !self.covered_now(r.ordinal) =>
+            {
                 self.progress.push(format!(
                     "{name} is no longer known to be handed on (client input, a restart or an unknown reading since): handing off again"
                 ));
@@ -506,6 +532,7 @@ impl Pass<'_> {
             handed_off_pvc: None,
             started_at: self.now,
             step_started_at: self.now,
+            connections_cut_at: None,
         }));
         self.phases.insert(o, MemberPhase::Draining);
     }
