@@ -41,6 +41,7 @@ REAL_LANE=(
   a_password_rotation_sets_the_new_password_live_and_a_gated_removal_follows
   a_whole_cluster_upgrade_under_load_loses_nothing
   a_fast_client_on_the_leaver_cut_by_its_restart_loses_nothing
+  a_burst_past_the_leavers_ring_loses_nothing
 )
 
 stages_begin build unit fuzz e2e e2e-real

@@ -1055,6 +1055,16 @@ pub fn skipped_check(what: &str, why: &str) {
     eprintln!("skipped sub-check {what}: {why}");
 }
 
+/// A real member's log as far as it is written (every start of its pod appends to it), from
+/// the directory hack/test-e2e.sh has the podlet write them to (`MAREKVS_E2E_POD_LOGS`):
+/// `Err` says why it cannot be read.
+pub fn member_log(namespace: &str, pod: &str) -> Result<String, String> {
+    let dir = std::env::var("MAREKVS_E2E_POD_LOGS")
+        .map_err(|_| "MAREKVS_E2E_POD_LOGS is not set (hack/test-e2e.sh sets it)".to_string())?;
+    let path = std::path::Path::new(&dir).join(format!("{namespace}_{pod}_marekvs.log"));
+    std::fs::read_to_string(&path).map_err(|e| format!("reading {}: {e}", path.display()))
+}
+
 /// Why the simulator's checks are not made on real members.
 pub const NOT_SIMULATED: &str = "members here are not simulated (MAREKVS_BIN): the data check, every key read back through a member that neither wrote nor read it, stands in";
 
