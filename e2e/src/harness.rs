@@ -155,11 +155,15 @@ pub fn run(cases: Vec<Case>) -> ExitCode {
     // selects by them itself, and libtest-mimic gets the flags only.
     let (flags, filters) = split_filters(std::env::args().collect());
     let args = Arguments::from_iter(flags);
+    let on_real_members = real_lane_runs();
     let trials = cases
         .into_iter()
         .filter(|case| selected(case.name, &filters, args.exact))
         .map(|case| {
-            let unmet: Vec<&str> = case.needs.iter().filter_map(|n| n.unmet()).collect();
+            let mut unmet: Vec<&str> = case.needs.iter().filter_map(|n| n.unmet()).collect();
+            if on_real_members.iter().any(|t| t == case.name) {
+                unmet.push(RUNS_ON_REAL_MEMBERS);
+            }
             if !unmet.is_empty() {
                 eprintln!("skipped {}: {}", case.name, unmet.join("; "));
             }
@@ -168,6 +172,33 @@ pub fn run(cases: Vec<Case>) -> ExitCode {
         })
         .collect();
     libtest_mimic::run(&args, trials).exit_code()
+}
+
+/// Why a test the real-member lane runs is skipped on simulated members.
+const RUNS_ON_REAL_MEMBERS: &str = "runs on real marekvs members in this make test's real-member lane (stage e2e-real), which proves what its run on the simulator would and more; without the real server it runs here";
+
+/// The tests `make test`'s real-member lane runs in this same run (`MAREKVS_E2E_REAL_LANE_RUNS`,
+/// comma-separated, which hack/test.sh sets where it finds the real server), where members here
+/// are simulated; none where they are real.
+fn real_lane_runs() -> Vec<String> {
+    let simulated = std::env::var_os("MAREKVS_SIM_CONTROL_URL").is_some_and(|v| !v.is_empty());
+    tests_run_elsewhere(
+        std::env::var("MAREKVS_E2E_REAL_LANE_RUNS").ok().as_deref(),
+        simulated,
+    )
+}
+
+/// The names in `list` (comma-separated) where members here are `simulated`.
+fn tests_run_elsewhere(list: Option<&str>, simulated: bool) -> Vec<String> {
+    match list {
+        Some(list) if simulated => list
+            .split(',')
+            .map(str::trim)
+            .filter(|t| !t.is_empty())
+            .map(String::from)
+            .collect(),
+        _ => Vec::new(),
+    }
 }
 
 /// The flags that take a value, as libtest (and libtest-mimic) name them.
@@ -244,5 +275,15 @@ mod tests {
         let args = Arguments::from_iter(flags);
         assert_eq!(args.test_threads, Some(3));
         assert!(args.exact && args.filter.is_none());
+    }
+
+    #[test]
+    fn the_real_lanes_tests_are_skipped_only_on_simulated_members() {
+        let list = Some("a_test, b_test,,");
+        assert_eq!(tests_run_elsewhere(list, true), ["a_test", "b_test"]);
+        // The lane itself runs them (its members are real), and without the list nothing is
+        // skipped.
+        assert!(tests_run_elsewhere(list, false).is_empty());
+        assert!(tests_run_elsewhere(None, true).is_empty());
     }
 }

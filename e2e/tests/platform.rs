@@ -46,8 +46,8 @@ async fn down(pods: &Api<Pod>, members: &[String]) -> anyhow::Result<Vec<String>
         .collect())
 }
 
-/// Held for a whole test: `kubectl drain --pod-selector` evicts the pods of every test's
-/// cluster `demo` on the node, and the runner may start this file's tests side by side.
+/// Held for a whole test: the runner may start this file's tests side by side, and each
+/// cordons a node the other's members may run on.
 async fn one_drain_at_a_time() -> anyhow::Result<ClusterLock> {
     ClusterLock::take("node-drains", LockMode::Exclusive).await
 }
@@ -65,10 +65,24 @@ impl Drop for Cordoned {
     }
 }
 
-/// `kubectl drain <node>` of the pods of cluster `demo`, in the background; its output once
-/// it exits.
+/// The label (`spec.podLabels`) a drain test's member pods carry, its namespace as the value:
+/// its drain evicts only them. Selecting `app.kubernetes.io/instance=demo` took every test's
+/// cluster `demo` on the node, a failed test's leftover too, whose pods the PDB keeps: that
+/// drain timed out after 600 s in CI.
+const DRAIN_LABEL: &str = "e2e-drain";
+
+/// The spec of a drain test's cluster: `spec(nodes)`, its pods labelled [`DRAIN_LABEL`].
+fn drain_spec(nodes: u32, ns: &str) -> serde_json::Value {
+    let mut s = spec(nodes);
+    s["podLabels"] = serde_json::json!({ DRAIN_LABEL: ns });
+    s
+}
+
+/// `kubectl drain <node>` of this test's member pods (those labelled [`DRAIN_LABEL`] with
+/// `ns`), in the background; its output once it exits.
 fn kubectl_drain(
     node: &str,
+    ns: &str,
 ) -> anyhow::Result<tokio::task::JoinHandle<std::io::Result<std::process::Output>>> {
     let drain = tokio::process::Command::new(tool("MAREKVS_E2E_KUBECTL")?)
         .args([
@@ -77,7 +91,7 @@ fn kubectl_drain(
             "--ignore-daemonsets",
             "--delete-emptydir-data",
             "--pod-selector",
-            "app.kubernetes.io/instance=demo",
+            &format!("{DRAIN_LABEL}={ns}"),
             "--timeout",
             "600s",
         ])
@@ -115,7 +129,7 @@ async fn a_node_drain_moves_its_members_off_one_at_a_time_and_completes() -> any
     let _op = Operator::start(&ns)?;
     let names: Vec<String> = (0..5).map(|o| format!("demo-{o}")).collect();
     let refs: Vec<&str> = names.iter().map(String::as_str).collect();
-    let api = create(&env, "demo", spec(5)).await?;
+    let api = create(&env, "demo", drain_spec(5, &ns)).await?;
     wait_healthy(&api, "demo", &refs, T).await?;
     let pods: Api<Pod> = env.api();
 
@@ -141,7 +155,7 @@ async fn a_node_drain_moves_its_members_off_one_at_a_time_and_completes() -> any
     let data = write_keys(&env, &refs, reader, "node-drain").await?;
 
     let _uncordon = Cordoned(node.clone());
-    let drain = kubectl_drain(&node)?;
+    let drain = kubectl_drain(&node, &ns)?;
 
     // While it runs: never two members down at once; record the order members moved in.
     let start = Instant::now();
@@ -215,7 +229,7 @@ async fn a_node_drain_at_replication_factor_is_blocked_with_the_reason_then_comp
     let ns = env.namespace.clone();
     let _op = Operator::start(&ns)?;
     let three = ["demo-0", "demo-1", "demo-2"];
-    let api = create(&env, "demo", spec(3)).await?;
+    let api = create(&env, "demo", drain_spec(3, &ns)).await?;
     wait_healthy(&api, "demo", &three, T).await?;
     let pods: Api<Pod> = env.api();
     let data = write_keys(&env, &three, "demo-1", "drain-floor").await?;
@@ -234,7 +248,7 @@ async fn a_node_drain_at_replication_factor_is_blocked_with_the_reason_then_comp
     let uid = pods.get("demo-2").await?.metadata.uid;
 
     let _uncordon = Cordoned(node.clone());
-    let drain = kubectl_drain(&node)?;
+    let drain = kubectl_drain(&node, &ns)?;
     let want = format!("moving demo-2 off node {node} (being drained)");
     let c = wait_cluster(&api, "demo", "the drain held by the fence", T, |s| {
         s.block_reason == Some(BlockReason::Fenced)
